@@ -1,0 +1,1 @@
+"""The ``accel`` command line: one module per command, domain code outside ``cli/``."""

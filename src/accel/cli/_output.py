@@ -1,0 +1,88 @@
+"""The only place the CLI writes for people or machines.
+
+rich on a terminal; plain, uncoloured text when stdout is not one (pipes, cron, CI).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@cache
+def console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def out(text: str = "") -> None:
+    """A line for people on stdout (rich markup allowed, stripped when piped)."""
+    if is_terminal():
+        console().print(text)
+    else:
+        print(_strip_markup(text), flush=True)
+
+
+def info(text: str) -> None:
+    _err(text, "")
+
+
+def warn(text: str) -> None:
+    _err(f"warning: {text}", "yellow")
+
+
+def error(text: str) -> None:
+    _err(f"error: {text}", "bold red")
+
+
+def _err(text: str, style: str) -> None:
+    if sys.stderr.isatty():
+        console(stderr=True).print(text, style=style or None, markup=False)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A rich table on a terminal; aligned plain columns otherwise."""
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    if is_terminal():
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(title=title, title_justify="left")
+        for col in columns:
+            t.add_column(col, overflow="fold")
+        for row in cells:
+            t.add_row(*(Text(c) for c in row))
+        console().print(t)
+        return
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    if title:
+        print(title)
+    for row in [list(columns), *cells]:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    sys.stdout.flush()
+
+
+def _strip_markup(text: str) -> str:
+    if "[" not in text:
+        return text
+    from rich.text import Text
+
+    return Text.from_markup(text).plain

@@ -1,0 +1,156 @@
+"""``accel config``: write, show, get, set, unset, validate, import, schema."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from accel.cli import _app, _output
+
+app = typer.Typer(
+    help="Write, show and change the project configuration.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@app.callback()
+def config(
+    ctx: typer.Context,
+    default: bool = typer.Option(
+        False, "--default", "--yes", "-y", help="Write the defaults without asking (CI)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an existing project file."),
+) -> None:
+    """Without a subcommand: a short questionnaire that writes the project file."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from accel.config import project
+
+    ws = _app.workspace(ctx)
+    if default:
+        values: dict[str, Any] = {}
+    elif sys.stdin.isatty() and sys.stdout.isatty():
+        from accel.cli._questionnaire import ask
+
+        values = ask()
+    else:
+        _output.error("not a terminal: run `accel config --default` to write the defaults")
+        raise typer.Exit(2)
+    if default and not force and ws.config_file.exists():
+        _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
+        return
+    _output.out(f"wrote {project.write(ws, values)}")
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
+    origin: bool = typer.Option(False, "--origin", help="Where each value came from."),
+) -> None:
+    """Show the effective configuration (all layers applied)."""
+    cfg = _app.workspace(ctx).config
+    if as_json:
+        payload: dict[str, Any] = {"config": cfg.nested()}
+        if origin:
+            payload["origins"] = {k: _origin_json(o) for k, o in cfg.origins.items()}
+        _output.print_json(payload)
+        return
+    columns = ["key", "value"] + (["origin"] if origin else [])
+    rows = [
+        [key, _show_value(value)] + ([str(cfg.origins[key])] if origin else [])
+        for key, value in cfg.values.items()
+    ]
+    _output.table(None, columns, rows)
+
+
+def _origin_json(origin: Any) -> dict[str, Any]:
+    return {"layer": origin.layer, "source": origin.source or None, "line": origin.line}
+
+
+def _show_value(value: Any) -> str:
+    import json
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+@app.command()
+def get(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.")) -> None:
+    """Print one effective value."""
+    from accel.config import schema
+
+    f = schema.field(key)
+    print(_show_value(_app.workspace(ctx).config[f.key]))
+
+
+@app.command("set")
+def set_(
+    ctx: typer.Context,
+    key: str = typer.Argument(..., help="A dotted key, e.g. launch.num_processes."),
+    value: str = typer.Argument(..., help="The new value."),
+) -> None:
+    """Set a key in the project file (validated, atomic, comments kept)."""
+    from accel.config import project
+
+    new = project.set_value(_app.workspace(ctx), key, value)
+    _output.out(f"{key} = {_show_value(new)}")
+
+
+@app.command()
+def unset(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.")) -> None:
+    """Remove a key from the project file (its default applies again)."""
+    from accel.config import project
+
+    removed = project.unset_value(_app.workspace(ctx), key)
+    _output.out(f"{key} unset" if removed else f"{key} was not set in the project file")
+
+
+@app.command()
+def validate(
+    ctx: typer.Context,
+    path: Path | None = typer.Argument(None, help="A file to check (default: the project's)."),
+) -> None:
+    """Check a config file (and the effective configuration) against the schema."""
+    from accel.config.resolve import read_layer
+
+    if path is not None:
+        if read_layer("file", path) is None:
+            _output.error(f"{path}: no such file")
+            raise typer.Exit(2)
+        _output.out(f"{path}: valid")
+        return
+    ws = _app.workspace(ctx)
+    _ = ws.config
+    where = ws.config_file if ws.config_file.exists() else "defaults (no project file)"
+    _output.out(f"{where}: valid")
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    path: Path = typer.Argument(..., help="A Hugging Face Accelerate default_config.yaml."),
+) -> None:
+    """Import a Hugging Face Accelerate config into the project file."""
+    from accel.config import project
+
+    result = project.import_hf(_app.workspace(ctx), path)
+    for key, value in result.values.items():
+        _output.out(f"{key} = {_show_value(value)}")
+    for note in result.notes:
+        _output.warn(note)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the config file, for editors."""
+    from accel.config import schema as config_schema
+
+    _output.print_json(config_schema.json_schema())

@@ -1,0 +1,121 @@
+"""``accel``: the entry point. Exceptions become exit codes here and nowhere else.
+
+0 ok, 1 the job failed, 2 bad usage/config/input, 130 interrupted; anything
+unexpected prints one line and leaves the traceback in a crash log.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import typer
+
+from accel._version import __version__
+from accel.cli import _app, _output
+from accel.cli import config as config_cmd
+from accel.cli import status as status_cmd
+from accel.errors import EXIT_INTERRUPTED, AccelError
+from accel.workspace import Workspace
+
+app = typer.Typer(
+    name="accel",
+    help="Workspace state for PyTorch training: config, launch, env, clean.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"accel {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    workspace: str | None = typer.Option(
+        None,
+        "--workspace",
+        "-w",
+        envvar="ACCEL_WORKSPACE",
+        help="The .accelerate folder to use (default: nearest one, like git).",
+        show_envvar=True,
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    _app.options(ctx).workspace = workspace or None
+
+
+app.add_typer(config_cmd.app, name="config")
+app.command("status")(status_cmd.status)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="accel", standalone_mode=False)
+    except typer.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except (typer.exceptions.Abort, KeyboardInterrupt):
+        _output.error("interrupted")
+        return EXIT_INTERRUPTED
+    except typer.exceptions.TyperException as exc:
+        exc.show()  # type: ignore[attr-defined]
+        return int(getattr(exc, "exit_code", 2))
+    except AccelError as exc:
+        _output.error(str(exc))
+        return exc.exit_code
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except Exception:  # noqa: BLE001 - the one place unexpected errors are reported
+        return _crash()
+    return result if isinstance(result, int) else 0
+
+
+def _crash() -> int:
+    path = _crash_log_path()
+    text = f"accel {__version__} {' '.join(sys.argv)}\n{traceback.format_exc()}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        where = f"the traceback is in {path}"
+    except OSError:
+        where = "the traceback could not be saved:\n" + text
+    exc = sys.exc_info()[1]
+    _output.error(f"unexpected {type(exc).__name__}: {exc}; {where} (please report it)")
+    return 1
+
+
+def _crash_log_path() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(tempfile.gettempdir())
+    try:
+        ws = Workspace.discover()
+        if ws.exists and os.access(ws.path, os.W_OK):
+            base = ws.path / "logs"
+    except Exception:  # noqa: BLE001 - a broken workspace must not hide the crash
+        pass
+    return base / f"crash-{stamp}-{os.getpid()}.log"
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit and would raise again on the closed pipe.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

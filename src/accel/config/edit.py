@@ -1,0 +1,147 @@
+"""Edit the project file in place of a person: ``set`` and ``unset`` one key.
+
+The file is edited as text so comments, blank lines and key order survive; the result
+is parsed and validated before it is written atomically. When the file's shape is one
+a text edit cannot handle safely (flow style, anchors), it is rewritten from its data
+instead, which keeps the values but not the comments.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accel.config import schema
+from accel.config.resolve import validate_document
+from accel.config.yamlio import load_yaml_text
+from accel.errors import ConfigError
+from accel.fsutil import atomic_write
+
+HEADER = "# accel project configuration: `accel config schema` documents every key.\n"
+
+
+def render_value(f: schema.Field, value: Any, text: str | None = None) -> str:
+    """The YAML for a value, keeping what the user typed for sizes and durations."""
+    if text is not None and f.kind in ("size", "duration") and value is not None:
+        value = text.strip()
+    dumped = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**6)
+    return dumped.removesuffix("...\n").strip()
+
+
+def set_in_text(text: str, key: str, rendered: str) -> str:
+    section, name = key.split(".", 1)
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    start = _find_section(lines, section)
+    if start is None:
+        prefix = "" if not lines or lines[-1].strip() == "" else "\n"
+        return "".join(lines) + f"{prefix}{section}:\n  {name}: {rendered}\n"
+    end = _block_end(lines, start)
+    indent = _indent_of(lines, start, end)
+    found = _find_key(lines, start, end, name)
+    new_line = f"{indent}{name}: {rendered}"
+    if found is None:
+        insert_at = _last_content(lines, start, end) + 1
+        lines.insert(insert_at, new_line + "\n")
+        return "".join(lines)
+    first, last = found
+    lines[first:last] = [new_line + _trailing_comment(lines[first]) + "\n"]
+    return "".join(lines)
+
+
+def unset_in_text(text: str, key: str) -> str:
+    section, name = key.split(".", 1)
+    lines = text.splitlines(keepends=True)
+    start = _find_section(lines, section)
+    if start is None:
+        return text
+    found = _find_key(lines, start, _block_end(lines, start), name)
+    if found is None:
+        return text
+    del lines[found[0] : found[1]]
+    return "".join(lines)
+
+
+def _find_section(lines: list[str], section: str) -> int | None:
+    pattern = re.compile(rf"^{re.escape(section)}:\s*(#.*)?$")
+    return next((i for i, line in enumerate(lines) if pattern.match(line.rstrip("\n"))), None)
+
+
+def _block_end(lines: list[str], start: int) -> int:
+    for i in range(start + 1, len(lines)):
+        line = lines[i]
+        if line.strip() and not line.lstrip().startswith("#") and not line[0].isspace():
+            return i
+    return len(lines)
+
+
+def _indent_of(lines: list[str], start: int, end: int) -> str:
+    for line in lines[start + 1 : end]:
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line[: len(line) - len(line.lstrip())]
+    return "  "
+
+
+def _find_key(lines: list[str], start: int, end: int, name: str) -> tuple[int, int] | None:
+    indent = _indent_of(lines, start, end)
+    pattern = re.compile(rf"^{re.escape(indent)}{re.escape(name)}\s*:(\s|$)")
+    for i in range(start + 1, end):
+        if pattern.match(lines[i]):
+            last = i + 1
+            while last < end and (not lines[last].strip() or _depth(lines[last]) > len(indent)):
+                last += 1
+            while last > i + 1 and not lines[last - 1].strip():
+                last -= 1
+            return i, last
+    return None
+
+
+def _depth(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _last_content(lines: list[str], start: int, end: int) -> int:
+    for i in range(end - 1, start, -1):
+        if lines[i].strip():
+            return i
+    return start
+
+
+def _trailing_comment(line: str) -> str:
+    match = re.search(r"\s+#[^'\"]*$", line.rstrip("\n"))
+    return match.group(0) if match else ""
+
+
+def rewrite(path: Path, text: str, edited: str, expected: dict[str, Any]) -> None:
+    """Validate ``edited`` (falling back to a plain dump when the text edit went wrong)
+    and write it atomically. ``expected`` is the flat value set the file must hold."""
+    if _values_of(edited, path) != expected:
+        edited = dump(expected)
+        if _values_of(edited, path) != expected:  # pragma: no cover - schema bug guard
+            raise ConfigError(f"{path}: could not write the new value safely; nothing changed")
+    atomic_write(path, edited)
+
+
+def _values_of(text: str, path: Path) -> dict[str, Any] | None:
+    try:
+        values, _ = validate_document(load_yaml_text(text, str(path)), str(path))
+    except ConfigError:
+        return None
+    return values
+
+
+def dump(values: dict[str, Any]) -> str:
+    """A fresh, commented file holding ``values`` (flat dotted keys)."""
+    out = [HEADER, f"version: {schema.SCHEMA_VERSION}\n"]
+    for section in schema.SECTIONS:
+        keys = [f for f in schema.FIELDS if f.section == section and f.key in values]
+        if not keys:
+            continue
+        out.append(f"\n{section}:\n")
+        for f in keys:
+            out.append(f"  {f.key.split('.', 1)[1]}: {render_value(f, values[f.key])}\n")
+    return "".join(out)

@@ -1,0 +1,74 @@
+"""Changes to the project file: write, set, unset, import. Each is a locked
+read-modify-write so two concurrent ``accel config set`` never lose an update."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from accel.config import schema
+from accel.config.edit import dump, render_value, rewrite, set_in_text, unset_in_text
+from accel.config.hf_import import ImportResult, map_hf_config
+from accel.config.resolve import flag_value, validate_document
+from accel.config.yamlio import load_yaml_file
+from accel.errors import ConfigError
+from accel.locking import locked
+from accel.workspace import Workspace
+
+
+@contextlib.contextmanager
+def _editing(ws: Workspace) -> Iterator[tuple[str, dict[str, Any]]]:
+    ws.ensure()
+    with locked(ws.lock_path("config"), ws):
+        path = ws.config_file
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        values: dict[str, Any] = {}
+        if text.strip():
+            values, _ = validate_document(load_yaml_file(path), str(path))
+        else:
+            text = dump({})
+        yield text, values
+
+
+def write(ws: Workspace, values: dict[str, Any]) -> Path:
+    """Write a fresh project file holding ``values`` (flat keys, already validated)."""
+    ws.ensure()
+    with locked(ws.lock_path("config"), ws):
+        rewrite(ws.config_file, "", dump(values), values)
+    return ws.config_file
+
+
+def set_value(ws: Workspace, key: str, text: str) -> Any:
+    f = schema.field(key)
+    value = flag_value(f.key, text)
+    with _editing(ws) as (current, values):
+        values[f.key] = value
+        edited = set_in_text(current, f.key, render_value(f, value, text))
+        rewrite(ws.config_file, current, edited, values)
+    return value
+
+
+def unset_value(ws: Workspace, key: str) -> bool:
+    f = schema.field(key)
+    with _editing(ws) as (current, values):
+        if f.key not in values:
+            return False
+        del values[f.key]
+        rewrite(ws.config_file, current, unset_in_text(current, f.key), values)
+    return True
+
+
+def import_hf(ws: Workspace, source: Path) -> ImportResult:
+    loaded = load_yaml_file(source)
+    if not isinstance(loaded.data, dict):
+        raise ConfigError(f"{source}: not a Hugging Face Accelerate config (expected a mapping)")
+    result = map_hf_config(loaded.data)
+    with _editing(ws) as (current, values):
+        edited = current
+        for key, value in result.values.items():
+            values[key] = value
+            edited = set_in_text(edited, key, render_value(schema.BY_KEY[key], value))
+        rewrite(ws.config_file, current, edited, values)
+    return result

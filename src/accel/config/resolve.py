@@ -1,0 +1,180 @@
+"""Layered configuration: flag > ACCEL_* environment > project file > user file > default.
+
+``resolve()`` is pure: it takes the parsed layers and the environment as arguments and
+returns a :class:`ResolvedConfig` that knows where every value came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel.config import schema
+from accel.config.yamlio import LoadedYaml, load_yaml_file
+from accel.errors import ConfigError, UsageError
+
+PROJECT_FILE = Path("config") / "accelerate_config.yaml"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from: ``layer`` is flag, env, project, user or default."""
+
+    layer: str
+    source: str = ""
+    line: int | None = None
+
+    def __str__(self) -> str:
+        if self.layer in ("project", "user") and self.line:
+            return f"{self.layer} ({self.source}:{self.line})"
+        return f"{self.layer} ({self.source})" if self.source else self.layer
+
+
+@dataclass(frozen=True)
+class ConfigLayer:
+    """One parsed file: flat ``values`` by dotted key, validated, with their lines."""
+
+    name: str
+    path: Path
+    values: Mapping[str, Any]
+    lines: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    values: Mapping[str, Any]
+    origins: Mapping[str, Origin]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[schema.field(key).key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def nested(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.values.items():
+            section, name = key.split(".", 1)
+            out.setdefault(section, {})[name] = value
+        return out
+
+
+def user_config_path(env: Mapping[str, str] | None = None) -> Path | None:
+    """The user file in the platform's config folder (None when HOME is unknown)."""
+    env = os.environ if env is None else env
+    if env.get("ACCEL_USER_CONFIG"):
+        return Path(env["ACCEL_USER_CONFIG"])
+    if sys.platform == "win32" and env.get("APPDATA"):
+        return Path(env["APPDATA"]) / "accel" / "config.yaml"
+    home = env.get("HOME")
+    if sys.platform == "darwin" and home:
+        return Path(home) / "Library" / "Application Support" / "accel" / "config.yaml"
+    base = env.get("XDG_CONFIG_HOME") or (str(Path(home) / ".config") if home else "")
+    return Path(base) / "accel" / "config.yaml" if base else None
+
+
+def validate_document(loaded: LoadedYaml, source: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """Check a parsed file against the schema; return flat values and their lines."""
+    data = loaded.data
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections (launch:, cache:, ...)")
+    values: dict[str, Any] = {}
+    for section, body in data.items():
+        line = loaded.lines.get(str(section), 0)
+        if section == "version":
+            _check_version(body, source, line)
+            continue
+        if section not in schema.SECTIONS:
+            raise ConfigError(
+                f"{source}:{line}: unknown section {section!r}{schema.suggest(str(section))}"
+            )
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}:{line}: section {section!r} must be a mapping of keys")
+        for name, raw in body.items():
+            key = f"{section}.{name}"
+            kline = loaded.lines.get(key, line)
+            if key not in schema.BY_KEY:
+                raise ConfigError(f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}")
+            try:
+                values[key] = schema.coerce(schema.BY_KEY[key], raw)
+            except ValueError as exc:
+                raise ConfigError(f"{source}:{kline}: {key}: {exc}") from None
+    lines = {k: loaded.lines[k] for k in values if k in loaded.lines}
+    return values, lines
+
+
+def _check_version(value: Any, source: str, line: int) -> None:
+    if value == schema.SCHEMA_VERSION:
+        return
+    if isinstance(value, int) and not isinstance(value, bool) and value > schema.SCHEMA_VERSION:
+        raise ConfigError(
+            f"{source}:{line}: config version {value} was written by a newer accel; "
+            "upgrade accel (pip install -U accel) to read it"
+        )
+    raise ConfigError(f"{source}:{line}: version: expected {schema.SCHEMA_VERSION}, got {value!r}")
+
+
+def read_layer(name: str, path: Path) -> ConfigLayer | None:
+    """Parse and validate one config file; None when it does not exist."""
+    if not path.is_file():
+        if path.exists():
+            raise ConfigError(f"{path}: not a regular file")
+        return None
+    values, lines = validate_document(load_yaml_file(path), str(path))
+    return ConfigLayer(name, path, values, lines)
+
+
+def env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """Values set by ``ACCEL_*`` twins, with the variable each came from."""
+    out: dict[str, tuple[Any, str]] = {}
+    for f in schema.FIELDS:
+        if f.env_var in env:
+            try:
+                out[f.key] = (schema.parse_text(f, env[f.env_var]), f.env_var)
+            except ValueError as exc:
+                raise ConfigError(f"environment variable {f.env_var}: {exc}") from None
+    return out
+
+
+def resolve(
+    *,
+    project: ConfigLayer | None,
+    user: ConfigLayer | None,
+    env: Mapping[str, str],
+    flags: Mapping[str, Any] | None = None,
+) -> ResolvedConfig:
+    """Combine the layers, highest first: flags, environment, project, user, default."""
+    values = schema.defaults()
+    origins = {key: Origin("default") for key in values}
+    for layer in (user, project):
+        if layer is None:
+            continue
+        for key, value in layer.values.items():
+            values[key] = value
+            origins[key] = Origin(layer.name, str(layer.path), layer.lines.get(key))
+    for key, (value, var) in env_values(env).items():
+        values[key] = value
+        origins[key] = Origin("env", var)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            values[key] = flag_value(key, value)
+            origins[key] = Origin("flag")
+    return ResolvedConfig(values, origins)
+
+
+def flag_value(key: str, value: Any) -> Any:
+    """Validate a command-line value for ``key`` (strings are parsed like env values)."""
+    f = schema.field(key)
+    try:
+        return schema.parse_text(f, value) if isinstance(value, str) else schema.coerce(f, value)
+    except ValueError as exc:
+        flag = "--" + key.split(".", 1)[1].replace("_", "-")
+        raise UsageError(f"invalid value for {flag}: {exc}") from None

@@ -1,0 +1,393 @@
+"""The configuration schema: every key, its type, default and documentation.
+
+Pure data and pure functions. ``coerce(field, value)`` checks a value read from YAML;
+``parse_text(field, text)`` reads one from an environment variable or a flag. Both
+raise :class:`ValueError` with what was expected; callers add file, line and key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from accel.errors import UsageError
+from accel.units import DURATION_HELP, SIZE_HELP, parse_duration, parse_size
+
+SCHEMA_VERSION = 1
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+_ENDPOINT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:([0-9]{1,5}))?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One configuration key. ``kind`` is one of the ``_COERCE`` names below."""
+
+    key: str
+    kind: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    nullable: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return "ACCEL_" + self.key.replace(".", "_").upper()
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".", 1)[0]
+
+    @property
+    def expected(self) -> str:
+        text = _EXPECTED[self.kind]
+        if self.choices:
+            text = "one of " + ", ".join(self.choices)
+        if self.minimum is not None and self.kind in ("int", "int_or_auto"):
+            text += f" >= {self.minimum}"
+        return text + (" or null" if self.nullable else "")
+
+
+FIELDS: tuple[Field, ...] = (
+    Field(
+        "launch.num_processes",
+        "int_or_auto",
+        1,
+        "Worker processes per machine; `auto` = one per visible GPU, else 1.",
+        minimum=1,
+    ),
+    Field("launch.num_machines", "int", 1, "Machines (nodes) in the job.", minimum=1),
+    Field("launch.machine_rank", "int", 0, "This machine's rank among num_machines.", minimum=0),
+    Field(
+        "launch.rdzv_endpoint",
+        "endpoint",
+        None,
+        "HOST:PORT of the c10d rendezvous for multi-node jobs.",
+        nullable=True,
+    ),
+    Field(
+        "launch.rdzv_id", "str", None, "Rendezvous id shared by all nodes of a job.", nullable=True
+    ),
+    Field("launch.max_restarts", "int", 0, "Restarts of the workers after a failure.", minimum=0),
+    Field(
+        "launch.mixed_precision",
+        "enum",
+        "no",
+        "Autocast precision for the workers.",
+        choices=("no", "fp16", "bf16"),
+    ),
+    Field("launch.use_cpu", "bool", False, "Run on the CPU even when GPUs are present."),
+    Field(
+        "launch.gpu_ids",
+        "gpu_ids",
+        "all",
+        "GPUs to use: `all` or a list of device indices such as [0, 1].",
+    ),
+    Field("launch.env", "env", {}, "Extra environment variables for every worker."),
+    Field(
+        "launch.run_name",
+        "name",
+        "default",
+        "Name of the run series; checkpoints are kept per series.",
+    ),
+    Field(
+        "launch.dynamo_backend",
+        "str",
+        "no",
+        "torch.compile backend exported as ACCELERATE_DYNAMO_BACKEND (`no` = off).",
+    ),
+    Field(
+        "launch.stop_grace_period",
+        "duration",
+        10.0,
+        "How long workers get after SIGTERM before they are killed.",
+    ),
+    Field(
+        "checkpoints.keep_last",
+        "int",
+        3,
+        "Committed checkpoints kept per series; null keeps all.",
+        minimum=1,
+        nullable=True,
+    ),
+    Field(
+        "checkpoints.async_save",
+        "bool",
+        False,
+        "Write checkpoints in the background after a snapshot to CPU memory.",
+    ),
+    Field(
+        "cache.max_size",
+        "size",
+        None,
+        "Size budget of the workspace; least recently used entries are evicted.",
+        nullable=True,
+    ),
+    Field(
+        "logs.level",
+        "enum",
+        "info",
+        "Level of logs/training.log.",
+        choices=("debug", "info", "warning", "error"),
+    ),
+    Field(
+        "logs.rotate_max_bytes", "size", 10 * 1024**2, "Size at which logs/training.log rotates."
+    ),
+    Field("logs.backup_count", "int", 5, "Rotated training.log files kept.", minimum=0),
+    Field(
+        "store.lock_timeout",
+        "duration",
+        60.0,
+        "How long to wait for a workspace lock before giving up.",
+    ),
+    Field(
+        "workspace.path",
+        "path",
+        None,
+        "Keep the workspace data (cache, checkpoints, logs, state) in this folder.",
+        nullable=True,
+    ),
+)
+
+BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(f.section for f in FIELDS))
+
+_EXPECTED = {
+    "int": "an integer",
+    "int_or_auto": "an integer or 'auto'",
+    "bool": "true or false",
+    "str": "a string",
+    "name": "a name of letters, digits, '.', '_' or '-'",
+    "enum": "one of the allowed values",
+    "endpoint": "HOST:PORT",
+    "gpu_ids": "'all' or a list of GPU indices like [0, 1]",
+    "env": "a mapping of environment variable names to strings",
+    "size": SIZE_HELP,
+    "duration": DURATION_HELP,
+    "path": "a folder path",
+}
+
+
+def field(key: str) -> Field:
+    """The field for ``key``, or a :class:`UsageError` that suggests the closest key."""
+    try:
+        return BY_KEY[key]
+    except KeyError:
+        raise UsageError(f"unknown config key {key!r}{suggest(key)}") from None
+
+
+def suggest(key: str) -> str:
+    names = [f.key for f in FIELDS] + [f.key.split(".", 1)[1] for f in FIELDS] + list(SECTIONS)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if not close:
+        return " (see `accel config schema` for the valid keys)"
+    match = close[0]
+    if match not in BY_KEY and match not in SECTIONS:
+        match = next(f.key for f in FIELDS if f.key.endswith("." + match))
+    return f"; did you mean {match!r}?"
+
+
+def coerce(f: Field, value: Any) -> Any:
+    """Check a YAML value against ``f``; returns the normalised value or raises ValueError."""
+    if value is None:
+        if f.nullable:
+            return None
+        raise ValueError(f"expected {f.expected}, got null")
+    result = _COERCE[f.kind](f, value)
+    if f.choices and result not in f.choices:
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    if f.minimum is not None and isinstance(result, int) and result < f.minimum:
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    return result
+
+
+def parse_text(f: Field, text: str) -> Any:
+    """Read a value for ``f`` from a flag or an environment variable (always a string)."""
+    stripped = text.strip()
+    if f.nullable and stripped.lower() in ("", "null", "none"):
+        return None
+    if f.kind == "env":
+        return coerce(f, _parse_env_pairs(stripped))
+    if f.kind == "gpu_ids" and stripped.lower() != "all":
+        return coerce(f, [_int(p.strip()) for p in stripped.strip("[]").split(",") if p.strip()])
+    return coerce(f, stripped)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip(), re.ASCII):
+        return int(value)
+    raise ValueError
+
+
+def _coerce_int(f: Field, value: Any) -> int:
+    try:
+        return _int(value)
+    except ValueError:
+        raise ValueError(f"expected {f.expected}, got {value!r}") from None
+
+
+def _coerce_int_or_auto(f: Field, value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    return _coerce_int(f, value)
+
+
+def _coerce_bool(f: Field, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"expected {f.expected}, got {value!r}")
+
+
+def _coerce_str(f: Field, value: Any) -> str:
+    if isinstance(value, str) and value and "\0" not in value:
+        return value
+    raise ValueError(f"expected {f.expected}, got {value!r}")
+
+
+def _coerce_name(f: Field, value: Any) -> str:
+    text = _coerce_str(f, value)
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", text, re.ASCII) is None:
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    return text
+
+
+def _coerce_endpoint(f: Field, value: Any) -> str:
+    text = _coerce_str(f, value).strip()
+    match = _ENDPOINT_RE.fullmatch(text)
+    if match is None or (match.group(3) and not 0 < int(match.group(3)) < 65536):
+        raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {value!r}")
+    return text
+
+
+def _coerce_gpu_ids(f: Field, value: Any) -> str | list[int]:
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    if isinstance(value, str):
+        value = [p for p in value.split(",") if p.strip()]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    try:
+        ids = [_int(v) for v in value] if isinstance(value, list) and value else None
+    except ValueError:
+        ids = None
+    if ids is None or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    return ids
+
+
+def _coerce_env(f: Field, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    out: dict[str, str] = {}
+    for name, val in value.items():
+        if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None:
+            raise ValueError(f"invalid environment variable name {name!r}")
+        if isinstance(val, bool) or not isinstance(val, (str, int, float)):
+            raise ValueError(f"value of {name} must be a string, got {val!r}")
+        out[name] = str(val)
+    return out
+
+
+def _parse_env_pairs(text: str) -> dict[str, str]:
+    if text.startswith("{"):
+        import json
+
+        try:
+            loaded = json.loads(text)
+        except ValueError:
+            raise ValueError("expected a JSON object or KEY=VALUE,KEY=VALUE") from None
+        return loaded if isinstance(loaded, dict) else {}
+    pairs = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, val = part.partition("=")
+        if not sep:
+            raise ValueError(f"expected KEY=VALUE, got {part!r}")
+        pairs[name.strip()] = val
+    return pairs
+
+
+def _coerce_size(f: Field, value: Any) -> int:
+    try:
+        return parse_size(value)
+    except UsageError:
+        raise ValueError(f"expected {f.expected}, got {value!r}") from None
+
+
+def _coerce_duration(f: Field, value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    try:
+        return parse_duration(value)
+    except UsageError:
+        raise ValueError(f"expected {f.expected}, got {value!r}") from None
+
+
+_COERCE = {
+    "int": _coerce_int,
+    "int_or_auto": _coerce_int_or_auto,
+    "bool": _coerce_bool,
+    "str": _coerce_str,
+    "name": _coerce_name,
+    "enum": _coerce_str,
+    "endpoint": _coerce_endpoint,
+    "gpu_ids": _coerce_gpu_ids,
+    "env": _coerce_env,
+    "size": _coerce_size,
+    "duration": _coerce_duration,
+    "path": _coerce_str,
+}
+
+
+def defaults() -> dict[str, Any]:
+    return {f.key: f.default for f in FIELDS}
+
+
+def json_schema() -> dict[str, Any]:
+    """A JSON Schema (draft 2020-12) of the project file, for editors."""
+    sections: dict[str, Any] = {}
+    for f in FIELDS:
+        sec = sections.setdefault(
+            f.section, {"type": "object", "additionalProperties": False, "properties": {}}
+        )
+        sec["properties"][f.key.split(".", 1)[1]] = _json_type(f)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "accel configuration",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"version": {"const": SCHEMA_VERSION}, **sections},
+    }
+
+
+def _json_type(f: Field) -> dict[str, Any]:
+    kinds: dict[str, dict[str, Any]] = {
+        "int": {"type": "integer"},
+        "int_or_auto": {"anyOf": [{"type": "integer"}, {"const": "auto"}]},
+        "bool": {"type": "boolean"},
+        "enum": {"enum": list(f.choices)},
+        "gpu_ids": {"anyOf": [{"const": "all"}, {"type": "array", "items": {"type": "integer"}}]},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "size": {"type": ["string", "integer"]},
+        "duration": {"type": ["string", "number"]},
+    }
+    base = dict(kinds.get(f.kind, {"type": "string"}))
+    if f.minimum is not None and f.kind == "int":
+        base["minimum"] = f.minimum
+    if f.nullable:
+        base = {"anyOf": [base, {"type": "null"}]}
+    base["description"] = f.help
+    base["default"] = f.default
+    return base

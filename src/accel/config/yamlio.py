@@ -1,0 +1,136 @@
+"""Strict, safe YAML reading for configuration files.
+
+- SafeLoader only: no tag builds an object.
+- YAML 1.2 core scalars: ``no``/``on`` stay strings, ``1:20`` is not sexagesimal 80;
+  the typed schema then catches what was meant.
+- Duplicate keys are an error, not last-wins.
+- Alias expansion is bounded by counting the nodes visited (no billion laughs).
+- Every key of the result carries its line number for error messages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accel.errors import ConfigError
+
+MAX_NODES = 10_000
+
+
+class _StrictLoader(yaml.SafeLoader):
+    pass
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag not in _REPLACED]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for _REPLACED in [
+        {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+    ]
+}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"),
+)
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)$"),
+    list("-+.0123456789"),
+)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    return int(text, 0) if text[:2] in ("0x", "0o") else int(text, 10)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+@dataclass
+class LoadedYaml:
+    """A parsed document and the line (1-based) of each dotted key in it."""
+
+    data: Any
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+def load_yaml_text(text: str, source: str) -> LoadedYaml:
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return LoadedYaml({})
+        walker = _Walker(loader, source)
+        return LoadedYaml(walker.convert(node, ""), walker.lines)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_file(path: Path) -> LoadedYaml:
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save it as UTF-8") from None
+    return load_yaml_text(text, str(path))
+
+
+class _Walker:
+    def __init__(self, loader: _StrictLoader, source: str) -> None:
+        self.loader = loader
+        self.source = source
+        self.lines: dict[str, int] = {}
+        self.visited = 0
+
+    def convert(self, node: yaml.Node, prefix: str) -> Any:
+        self.visited += 1
+        if self.visited > MAX_NODES:
+            raise ConfigError(
+                f"{self.source}:{node.start_mark.line + 1}: document too large or aliases "
+                f"expand too far (more than {MAX_NODES} nodes)"
+            )
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, prefix)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(child, prefix) for child in node.value]
+        return self.loader.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, prefix: str) -> dict[Any, Any]:
+        self.loader.flatten_mapping(node)
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                raise ConfigError(f"{self.source}:{line}: keys must be plain strings")
+            if key in out:
+                dotted = f"{prefix}{key}"
+                raise ConfigError(
+                    f"{self.source}:{line}: duplicate key {dotted!r} "
+                    f"(first at line {self.lines.get(dotted, '?')}); keep only one"
+                )
+            dotted = f"{prefix}{key}"
+            self.lines[dotted] = line
+            out[key] = self.convert(value_node, dotted + ".")
+        return out

@@ -1,0 +1,115 @@
+"""Sizes (``20GB``, ``512MiB``) and durations (``30s``, ``7d``, ``1h30m``).
+
+One strict ASCII grammar shared by the configuration and every command-line flag.
+Pure functions: they raise :class:`~accel.errors.UsageError` with a message that says
+what was expected, and never return a negative, infinite or NaN value.
+"""
+
+from __future__ import annotations
+
+import re
+
+from accel.errors import UsageError
+
+__all__ = ["format_duration", "format_size", "parse_duration", "parse_size"]
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "p": 1000**5,
+    "pb": 1000**5,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "pib": 1024**5,
+}
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_MAX_BYTES = 2**63 - 1
+_MAX_SECONDS = 100 * 365 * 86400
+
+_SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]*)", re.ASCII)
+_DURATION_PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])", re.ASCII)
+
+SIZE_HELP = "a size like 512MiB, 20GB or 1024 (bytes)"
+DURATION_HELP = "a duration like 30s, 15m, 12h, 7d, 2w or 1h30m"
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in ``text``: decimal (KB = 1000) and binary (KiB = 1024) units, case-insensitive."""
+    if isinstance(text, bool):
+        raise UsageError(f"invalid size {text!r}: expected {SIZE_HELP}")
+    if isinstance(text, int):
+        if 0 <= text <= _MAX_BYTES:
+            return text
+        raise UsageError(f"invalid size {text!r}: expected {SIZE_HELP}")
+    raw = str(text).strip()
+    match = _SIZE_RE.fullmatch(raw) if raw.isascii() else None
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise UsageError(f"invalid size {text!r}: expected {SIZE_HELP}")
+    number = match.group(1)
+    value = _scaled(number, _SIZE_UNITS[unit])
+    if value > _MAX_BYTES:
+        raise UsageError(f"invalid size {text!r}: too large")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: one or more ``<number><unit>`` parts, units s m h d w."""
+    raw = str(text).strip()
+    if not raw or not raw.isascii() or isinstance(text, bool):
+        raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}")
+    pos, total, seen = 0, 0.0, set()
+    for match in _DURATION_PART_RE.finditer(raw):
+        if match.start() != pos or match.group(2) in seen:
+            break
+        seen.add(match.group(2))
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(raw):
+        raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}")
+    if total > _MAX_SECONDS:
+        raise UsageError(f"invalid duration {text!r}: longer than 100 years")
+    return total
+
+
+def _scaled(number: str, factor: int) -> int:
+    whole, _, frac = number.partition(".")
+    if len(whole) > 20:
+        return _MAX_BYTES + 1
+    value = int(whole) * factor
+    if frac:
+        value += int(frac[:18]) * factor // 10 ** len(frac[:18])
+    return value
+
+
+def format_size(num_bytes: int | float) -> str:
+    """``1536`` -> ``1.5 KiB``; for people, never parsed back."""
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float) -> str:
+    """``93784`` -> ``1d 2h``; two most significant units, for people."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    parts: list[str] = []
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, seconds = divmod(seconds, size)
+        if count or parts:
+            parts.append(f"{int(count)}{unit}")
+    return " ".join(p for p in parts[:2] if not p.startswith("0"))
