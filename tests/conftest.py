@@ -20,7 +20,12 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     for name in list(os.environ):
         if name.startswith(("ACCEL_", "ACCELERATE_", "TORCHELASTIC_", "SLURM_")) or name in (
-            "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
         ):
             monkeypatch.delenv(name, raising=False)
     project = tmp_path / "project"

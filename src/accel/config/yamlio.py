@@ -20,6 +20,7 @@ import yaml
 from accel.errors import ConfigError
 
 MAX_NODES = 10_000
+_PLAIN = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -109,6 +110,11 @@ class _Walker:
             raise ConfigError(
                 f"{self.source}:{node.start_mark.line + 1}: document too large or aliases "
                 f"expand too far (more than {MAX_NODES} nodes)"
+            )
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN:
+            raise ConfigError(
+                f"{self.source}:{node.start_mark.line + 1}: unsupported YAML tag {node.tag!r}; "
+                "remove it (config files hold plain values only)"
             )
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, prefix)

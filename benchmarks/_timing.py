@@ -1,0 +1,51 @@
+"""Shared helpers for the benchmarks: alternate commands, report medians and ratios."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+
+
+def time_command(
+    argv: Sequence[str], *, cwd: str | None = None, env: dict[str, str] | None = None
+) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return time.perf_counter() - start
+
+
+def alternate(
+    commands: dict[str, Sequence[str]], rounds: int, **kwargs: object
+) -> dict[str, float]:
+    """Run every command once per round, in turn, and return each one's median seconds."""
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            samples[name].append(time_command(argv, **kwargs))  # type: ignore[arg-type]
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def report(
+    title: str,
+    medians: dict[str, float],
+    baseline: str,
+    goal: float,
+    *,
+    lower_is_better: bool = True,
+) -> bool:
+    print(f"\n{title}  (baseline: {baseline} = {medians[baseline] * 1000:.0f} ms)")
+    ok = True
+    for name, value in medians.items():
+        if name == baseline:
+            continue
+        ratio = value / medians[baseline]
+        met = ratio <= goal if lower_is_better else ratio >= goal
+        ok &= met
+        print(
+            f"  {name:<32} {value * 1000:8.0f} ms   ratio {ratio:5.2f}   goal {'<=' if lower_is_better else '>='} {goal:.2f}  {'ok' if met else 'MISSED'}"
+        )
+    return ok

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from accel.config import project as config_project
+from accel.config.edit import set_in_text, unset_in_text
+from accel.errors import ConfigError, UsageError
+from accel.workspace import Workspace
+
+COMMENTED = """\
+# my project
+version: 1
+
+launch:
+  # how many workers
+  num_processes: 2  # per node
+  env:
+    A: "1"
+    B: "2"
+  max_restarts: 1
+
+cache:
+  max_size: 1GB
+"""
+
+
+def test_set_replaces_the_value_and_keeps_comments_and_order() -> None:
+    out = set_in_text(COMMENTED, "launch.num_processes", "4")
+    assert out == COMMENTED.replace("num_processes: 2  # per node", "num_processes: 4  # per node")
+
+
+def test_set_replaces_a_nested_block_value() -> None:
+    out = set_in_text(COMMENTED, "launch.env", "{C: '3'}")
+    assert "  env: {C: '3'}\n  max_restarts: 1\n" in out
+    assert 'A: "1"' not in out
+
+
+def test_set_adds_missing_key_and_section() -> None:
+    out = set_in_text(COMMENTED, "launch.use_cpu", "true")
+    assert "  max_restarts: 1\n  use_cpu: true\n\ncache:" in out
+    out = set_in_text(COMMENTED, "logs.level", "debug")
+    assert out.endswith("  max_size: 1GB\n\nlogs:\n  level: debug\n")
+
+
+def test_unset_removes_the_key_with_its_block() -> None:
+    out = unset_in_text(COMMENTED, "launch.env")
+    assert "env:" not in out and "A:" not in out and "max_restarts: 1" in out
+
+
+@pytest.fixture
+def ws(project: Path) -> Workspace:
+    ws = Workspace.discover().ensure()
+    ws.config_file.write_text(COMMENTED)
+    return ws
+
+
+def test_set_value_writes_atomically_and_validates(ws: Workspace) -> None:
+    inode = ws.config_file.stat().st_ino
+    assert config_project.set_value(ws, "cache.max_size", "20GB") == 20 * 10**9
+    assert "max_size: 20GB" in ws.config_file.read_text()
+    assert "# how many workers" in ws.config_file.read_text()
+    assert ws.config_file.stat().st_ino != inode  # replaced, not rewritten in place
+    assert Workspace.discover().config["cache.max_size"] == 20 * 10**9
+    leftovers = [p for p in ws.config_file.parent.iterdir() if p.name != ws.config_file.name]
+    assert leftovers == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("launch.num_processes", "-2", "expected an integer or 'auto' >= 1"),
+        ("launch.nope", "1", "unknown config key 'launch.nope'"),
+        ("cache.max_size", "7x", "expected a size"),
+    ],
+)
+def test_bad_set_changes_nothing(ws: Workspace, key: str, value: str, message: str) -> None:
+    before = ws.config_file.read_bytes()
+    with pytest.raises(UsageError, match=message):
+        config_project.set_value(ws, key, value)
+    assert ws.config_file.read_bytes() == before
+
+
+def test_set_refuses_to_edit_an_invalid_file(ws: Workspace) -> None:
+    ws.config_file.write_text("launch:\n  num_processes: [\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        config_project.set_value(ws, "launch.num_processes", "2")
+
+
+def test_unset_value(ws: Workspace) -> None:
+    assert config_project.unset_value(ws, "launch.max_restarts") is True
+    assert config_project.unset_value(ws, "launch.max_restarts") is False
+    assert Workspace.discover().config.origins["launch.max_restarts"].layer == "default"
+
+
+def test_flow_style_file_falls_back_to_a_rewrite_with_same_values(ws: Workspace) -> None:
+    ws.config_file.write_text("launch: {num_processes: 2, max_restarts: 1}\n")
+    config_project.set_value(ws, "launch.num_processes", "3")
+    cfg = Workspace.discover().config
+    assert (cfg["launch.num_processes"], cfg["launch.max_restarts"]) == (3, 1)
+
+
+@pytest.mark.timeout(60)
+def test_concurrent_sets_lose_no_update(ws: Workspace) -> None:
+    import subprocess
+    import sys
+
+    keys = [
+        "launch.max_restarts",
+        "launch.machine_rank",
+        "logs.backup_count",
+        "launch.num_machines",
+    ]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from accel.workspace import Workspace; from accel.config import project\n"
+                "for i in range(1, 16): project.set_value(Workspace.discover(), sys.argv[1], str(i))",
+                key,
+            ],
+            env=os.environ,
+        )
+        for key in keys
+    ]
+    assert [p.wait(timeout=50) for p in procs] == [0] * len(keys)
+    cfg = Workspace.discover().config
+    assert [cfg[k] for k in keys] == [15] * len(keys)

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import pytest
+
+from accel.errors import UsageError
+from accel.units import format_duration, format_size, parse_duration, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", 0),
+        ("1024", 1024),
+        ("10B", 10),
+        ("1KB", 1000),
+        ("1kb", 1000),
+        ("512MiB", 512 * 1024**2),
+        ("20GB", 20 * 1000**3),
+        ("1.5GiB", 3 * 1024**3 // 2),
+        ("2 TiB", 2 * 1024**4),
+        (" 3k ", 3000),
+        (4096, 4096),
+    ],
+)
+def test_parse_size(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "10QB",
+        "-1GB",
+        "1e3",
+        "nan",
+        "inf",
+        "GB",
+        "1..5GB",
+        "1 0GB",
+        "١٢GB",
+        "12GB!",
+        "9" * 30,
+        "99999999999PB",
+        True,
+        -5,
+        "0x10",
+    ],
+)
+def test_parse_size_rejects(text: object) -> None:
+    with pytest.raises(UsageError, match="size"):
+        parse_size(text)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30s", 30),
+        ("15m", 900),
+        ("12h", 43200),
+        ("7d", 604800),
+        ("2w", 1209600),
+        ("1h30m", 5400),
+        ("0s", 0),
+        ("1.5h", 5400),
+        (" 7d ", 604800),
+    ],
+)
+def test_parse_duration(text: str, expected: float) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "7",
+        "7dd",
+        "7x",
+        "-1d",
+        "nan",
+        "inf",
+        "1d1d",
+        "d",
+        "7 d",
+        "٧d",
+        "1e3s",
+        "99999999w",
+        "1h 30m",
+    ],
+)
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(UsageError, match="duration"):
+        parse_duration(text)
+
+
+def test_formatting_for_people() -> None:
+    assert format_size(512) == "512 B"
+    assert format_size(1536) == "1.5 KiB"
+    assert format_size(3 * 1024**3) == "3.0 GiB"
+    assert format_duration(5) == "5.0s"
+    assert format_duration(93784) == "1d 2h"
+    assert format_duration(3600) == "1h"

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accel.errors import WorkspaceError
+from accel.workspace import Workspace, find_workspace
+
+
+def test_discovery_prefers_flag_then_env_then_parents_then_cwd(tmp_path: Path) -> None:
+    (tmp_path / "a" / ".accelerate").mkdir(parents=True)
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    env = {"ACCEL_WORKSPACE": str(tmp_path / "envws")}
+    assert find_workspace(deep, env, tmp_path / "flagws") == tmp_path / "flagws"
+    assert find_workspace(deep, env) == tmp_path / "envws"
+    assert find_workspace(deep, {}) == tmp_path / "a" / ".accelerate"
+    assert find_workspace(tmp_path, {}) == tmp_path / ".accelerate"
+
+
+def test_relative_paths_resolve_against_cwd(tmp_path: Path) -> None:
+    assert find_workspace(tmp_path, {"ACCEL_WORKSPACE": "ws"}) == tmp_path / "ws"
+    assert find_workspace(tmp_path, {}, "x/../y") == tmp_path / "y"
+
+
+def test_nearest_workspace_wins(tmp_path: Path) -> None:
+    (tmp_path / ".accelerate").mkdir()
+    (tmp_path / "sub" / ".accelerate").mkdir(parents=True)
+    assert find_workspace(tmp_path / "sub", {}) == tmp_path / "sub" / ".accelerate"
+
+
+def test_discover_reads_nothing_and_creates_nothing(project: Path) -> None:
+    ws = Workspace.discover()
+    assert ws.path == project / ".accelerate"
+    assert not ws.exists
+    assert ws.config["launch.num_processes"] == 1
+    assert not ws.path.exists()
+
+
+def test_discover_from_start_folder(project: Path) -> None:
+    (project / ".accelerate").mkdir()
+    (project / "src").mkdir()
+    assert Workspace.discover(project / "src").path == project / ".accelerate"
+
+
+def test_ensure_creates_layout_and_version_marker(project: Path) -> None:
+    ws = Workspace.discover().ensure()
+    for part in ("config", "cache", "checkpoints", "logs/runs", "locks", "tmp"):
+        assert (ws.path / part).is_dir()
+    assert json.loads(ws.layout_file.read_text()) == {"layout_version": 1}
+    ws.ensure()  # idempotent
+
+
+def test_newer_layout_is_refused_not_misread(project: Path) -> None:
+    ws = Workspace.discover().ensure()
+    ws.layout_file.write_text('{"layout_version": 7}')
+    with pytest.raises(WorkspaceError, match="layout version 7, newer than this accel"):
+        Workspace.discover().ensure()
+    with pytest.raises(WorkspaceError, match="upgrade accel"):
+        _ = Workspace.discover().config
+
+
+def test_workspace_path_relocates_data(project: Path, tmp_path: Path) -> None:
+    ws = Workspace.discover().ensure()
+    ws.config_file.write_text(f"workspace:\n  path: {tmp_path / 'elsewhere'}\n")
+    ws = Workspace.discover()
+    assert ws.cache_dir == tmp_path / "elsewhere" / "cache"
+    assert ws.state_file == tmp_path / "elsewhere" / "state.bin"
+    assert ws.config_file.parent == project / ".accelerate" / "config"

@@ -1,0 +1,3 @@
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
