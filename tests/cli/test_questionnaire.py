@@ -32,7 +32,7 @@ def test_questionnaire_on_a_terminal_writes_the_answers(
 ) -> None:
     main_fd, sub_fd = pty.openpty()
     proc = subprocess.Popen(
-        accel_exe + ["config"],
+        [*accel_exe, "config"],
         stdin=sub_fd,
         stdout=sub_fd,
         stderr=sub_fd,
