@@ -108,6 +108,20 @@ FIELDS: tuple[Field, ...] = (
         "How long workers get after SIGTERM before they are killed.",
     ),
     Field(
+        "launch.hang_timeout",
+        "duration",
+        None,
+        "Declare the run hung when no rank printed, logged a metric or beat for this long.",
+        nullable=True,
+    ),
+    Field(
+        "launch.hang_action",
+        "enum",
+        "warn",
+        "On a hang: dump stacks and `warn`, or also `kill` the workers like a failure.",
+        choices=("warn", "kill"),
+    ),
+    Field(
         "checkpoints.keep_last",
         "int",
         3,
@@ -139,6 +153,12 @@ FIELDS: tuple[Field, ...] = (
         "logs.rotate_max_bytes", "size", 10 * 1024**2, "Size at which logs/training.log rotates."
     ),
     Field("logs.backup_count", "int", 5, "Rotated training.log files kept.", minimum=0),
+    Field(
+        "logs.resource_interval",
+        "duration",
+        10.0,
+        "How often the launcher samples CPU, memory and GPU use into resources.jsonl.",
+    ),
     Field(
         "store.lock_timeout",
         "duration",
