@@ -46,7 +46,9 @@ class Field:
     @property
     def expected(self) -> str:
         text = _EXPECTED[self.kind]
-        if self.choices:
+        if self.choices and self.kind == "names":
+            text = "a list of names from " + ", ".join(self.choices)
+        elif self.choices:
             text = "one of " + ", ".join(self.choices)
         if self.minimum is not None and self.kind in ("int", "int_or_auto"):
             text += f" >= {self.minimum}"
@@ -143,6 +145,14 @@ FIELDS: tuple[Field, ...] = (
         nullable=True,
     ),
     Field(
+        "cache.framework_caches",
+        "names",
+        ["inductor", "triton"],
+        "Framework caches `accel launch` keeps in cache/frameworks/ (inductor, triton, hf, "
+        "torch_hub); a variable the user already set wins.",
+        choices=("inductor", "triton", "hf", "torch_hub"),
+    ),
+    Field(
         "logs.level",
         "enum",
         "info",
@@ -190,6 +200,7 @@ _EXPECTED = {
     "size": SIZE_HELP,
     "duration": DURATION_HELP,
     "path": "a folder path",
+    "names": "a list of names",
 }
 
 
@@ -219,7 +230,7 @@ def coerce(f: Field, value: Any) -> Any:
             return None
         raise ValueError(f"expected {f.expected}, got null")
     result = _COERCE[f.kind](f, value)
-    if f.choices and result not in f.choices:
+    if f.choices and f.kind != "names" and result not in f.choices:
         raise ValueError(f"expected {f.expected}, got {value!r}")
     if f.minimum is not None and isinstance(result, int) and result < f.minimum:
         raise ValueError(f"expected {f.expected}, got {value!r}")
@@ -337,6 +348,17 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
     return pairs
 
 
+def _coerce_names(f: Field, value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = [p.strip() for p in value.strip().strip("[]").split(",") if p.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected {f.expected}, got {value!r}")
+    unknown = [v for v in value if f.choices and v not in f.choices]
+    if unknown:
+        raise ValueError(f"expected {f.expected}, got {unknown[0]!r}")
+    return list(dict.fromkeys(value))
+
+
 def _coerce_size(f: Field, value: Any) -> int:
     try:
         return parse_size(value)
@@ -368,6 +390,7 @@ _COERCE = {
     "size": _coerce_size,
     "duration": _coerce_duration,
     "path": _coerce_str,
+    "names": _coerce_names,
 }
 
 
@@ -402,6 +425,7 @@ def _json_type(f: Field) -> dict[str, Any]:
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
         "size": {"type": ["string", "integer"]},
         "duration": {"type": ["string", "number"]},
+        "names": {"type": "array", "items": {"enum": list(f.choices)}, "uniqueItems": True},
     }
     base = dict(kinds.get(f.kind, {"type": "string"}))
     if f.minimum is not None and f.kind == "int":
