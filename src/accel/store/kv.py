@@ -1,0 +1,149 @@
+"""The store: small key-value run state shared by all ranks and the CLI.
+
+``state.bin`` holds one JSON object behind a header line with its length and
+checksum::
+
+    accel-state 1 <crc32 hex> <body length>\\n
+    {"key": value, ...}
+
+Readers take no lock: the file is only ever replaced whole (temp file, fsync,
+``os.replace``, folder fsync), so they see the old state or the new one. Writers
+serialise on ``locks/state.lock`` and re-read under it (read-modify-write), so no
+update is lost. A holder killed mid-update releases the lock with its death (flock).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.errors import IntegrityError, UsageError
+from accel.fsutil import atomic_write
+from accel.locking import locked
+from accel.store._values import require_json
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
+
+__all__ = ["Store", "decode_state", "encode_state"]
+
+MAGIC = b"accel-state"
+FORMAT = 1
+_MISSING: Any = object()
+
+
+def encode_state(data: dict[str, Any]) -> bytes:
+    body = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    header = f"{MAGIC.decode()} {FORMAT} {zlib.crc32(body):08x} {len(body)}\n".encode()
+    return header + body
+
+
+def decode_state(raw: bytes, source: Path) -> dict[str, Any]:
+    """The state in ``raw``; :class:`IntegrityError` when it is not a whole state file."""
+    header, _, body = raw.partition(b"\n")
+    parts = header.split(b" ")
+    if len(parts) != 4 or parts[0] != MAGIC:
+        raise _corrupt(source, "it is not an accel state file")
+    if parts[1] != str(FORMAT).encode():
+        raise IntegrityError(
+            f"{source} has state format {parts[1].decode(errors='replace')}, which this accel "
+            "does not read; upgrade accel"
+        )
+    if not parts[3].isdigit() or int(parts[3]) != len(body):
+        raise _corrupt(source, "its length does not match its header")
+    if f"{zlib.crc32(body):08x}".encode() != parts[2]:
+        raise _corrupt(source, "its checksum does not match")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise _corrupt(source, "it does not hold an object")
+    return data
+
+
+def _corrupt(source: Path, why: str) -> IntegrityError:
+    return IntegrityError(
+        f"{source} is corrupt ({why}); move it aside to start with an empty store"
+    )
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or "\x00" in key:
+        raise UsageError(f"invalid store key {key!r}: use a non-empty string")
+    return key
+
+
+class Store:
+    """Key-value state in ``state.bin``; every method is safe across processes."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.path = ws.state_file
+        self.lock_path = ws.lock_path("state")
+        self._ensured = False
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    # -- reading (no lock: the file is replaced whole) ---------------------------------
+
+    def read(self) -> dict[str, Any]:
+        """A snapshot of the whole store."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        return decode_state(raw, self.path)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.read().get(_check_key(key), default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self.read()
+
+    def keys(self) -> list[str]:
+        return sorted(self.read())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    # -- writing (lock, re-read, write temp, replace) ----------------------------------
+
+    def set(self, key: str, value: Any) -> None:
+        _check_key(key)
+        require_json(value, f"store key {key!r}")
+        self._modify(lambda data: data.__setitem__(key, value))
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; False when it was not there."""
+        _check_key(key)
+        found: list[bool] = []
+        self._modify(lambda data: found.append(data.pop(key, _MISSING) is not _MISSING))
+        return found[0]
+
+    def update(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """Atomically replace ``key``'s value by ``fn(old)`` (``default`` when absent)."""
+        _check_key(key)
+        result: list[Any] = []
+
+        def apply(data: dict[str, Any]) -> None:
+            new = fn(data.get(key, default))
+            require_json(new, f"store key {key!r}")
+            data[key] = new
+            result.append(new)
+
+        self._modify(apply)
+        return result[0]
+
+    def _modify(self, change: Callable[[dict[str, Any]], None]) -> None:
+        if not self._ensured:
+            self.ws.ensure()
+            self._ensured = True
+        with locked(self.lock_path, self.ws):
+            data = self.read()
+            before = encode_state(data)
+            change(data)
+            after = encode_state(data)
+            if after != before:
+                atomic_write(self.path, after)
