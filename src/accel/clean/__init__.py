@@ -1,0 +1,118 @@
+"""``accel clean``: scan, plan (pure), show, execute.
+
+The Python twin of the command is :func:`clean`::
+
+    outcome = clean(ws, older_than="7d", dry_run=True)
+    outcome.plan.total_bytes   # what would be freed
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from accel.clean._execute import CleanResult, Skipped, execute
+from accel.clean._plan import (
+    DEBRIS_GRACE,
+    CleanPlan,
+    KeptItem,
+    PlanItem,
+    Policy,
+    make_plan,
+    parse_policy,
+    protection,
+)
+from accel.clean._scan import CATEGORIES, Item, WorkspaceScan, scan
+from accel.workspace import Workspace
+
+__all__ = [
+    "CATEGORIES",
+    "DEBRIS_GRACE",
+    "CleanOutcome",
+    "CleanPlan",
+    "CleanResult",
+    "Item",
+    "KeptItem",
+    "PlanItem",
+    "Policy",
+    "Skipped",
+    "WorkspaceScan",
+    "clean",
+    "execute",
+    "log_result",
+    "make_plan",
+    "parse_policy",
+    "plan_for",
+    "policy_for",
+    "protection",
+    "scan",
+]
+
+
+@dataclass(frozen=True)
+class CleanOutcome:
+    plan: CleanPlan
+    result: CleanResult | None  # None on a dry run
+
+
+def plan_for(ws: Workspace, policy: Policy, now: float | None = None) -> CleanPlan:
+    """Scan ``ws`` and plan ``policy`` against it (reads only)."""
+    return make_plan(scan(ws, time.time() if now is None else now), policy)
+
+
+def clean(
+    ws: Workspace,
+    *,
+    older_than: str | float | None = None,
+    keep_last: int | str | None = None,
+    max_size: str | int | None = None,
+    only: Iterable[str] | None = None,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> CleanOutcome:
+    """Plan, and unless ``dry_run`` execute, a clean of ``ws``.
+
+    Without selectors the configured retention applies (``checkpoints.keep_last``,
+    ``cache.max_size``) plus crash debris. Raises UsageError for a bad selector.
+    """
+    policy = policy_for(
+        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only
+    )
+    plan = plan_for(ws, policy, now)
+    if dry_run or not plan.items:
+        return CleanOutcome(plan, None)
+    result = execute(ws, plan)
+    log_result(ws, result)
+    return CleanOutcome(plan, result)
+
+
+def policy_for(
+    ws: Workspace,
+    *,
+    older_than: str | float | None = None,
+    keep_last: int | str | None = None,
+    max_size: str | int | None = None,
+    only: Iterable[str] | None = None,
+) -> Policy:
+    """The policy for these selectors; none given means the configured retention."""
+    config = ws.config
+    return parse_policy(
+        older_than=older_than,
+        keep_last=keep_last,
+        max_size=max_size,
+        only=only,
+        defaults={k: config[k] for k in ("checkpoints.keep_last", "cache.max_size")},
+    )
+
+
+def log_result(ws: Workspace, result: CleanResult) -> None:
+    """One line in logs/training.log for an executed clean."""
+    from accel.wslog import log_event
+
+    log_event(
+        ws,
+        f"clean removed {len(result.removed)} item(s), freed {result.freed_bytes} bytes"
+        + (f", kept {len(result.skipped)} in use" if result.skipped else ""),
+        command="accel clean",
+    )

@@ -1,0 +1,157 @@
+"""``accel clean``: plan what to remove, show it, then (unless ``--dry-run``) remove it."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from accel.cli import _app, _output
+
+if TYPE_CHECKING:
+    from accel.clean import CleanPlan, CleanResult, Policy
+
+
+def clean(
+    ctx: typer.Context,
+    older_than: str | None = typer.Option(
+        None, "--older-than", metavar="DURATION", help="Remove what was last used before, e.g. 7d."
+    ),
+    keep_last: str | None = typer.Option(
+        None, "--keep-last", metavar="N", help="Checkpoints kept per series (newest by step)."
+    ),
+    max_size: str | None = typer.Option(
+        None, "--max-size", metavar="SIZE", help="Evict least recently used until it fits."
+    ),
+    only: list[str] | None = typer.Option(
+        None, "--only", metavar="PART", help="cache, checkpoints, logs or runs (repeatable)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan and stop."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before removing."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
+) -> int:
+    """Remove old or oversized state; never what a live run holds.
+
+    Without selectors, applies the configured retention (checkpoints.keep_last,
+    cache.max_size) and removes crash debris.
+    """
+    from accel.clean import execute, log_result, plan_for, policy_for
+
+    ws = _app.workspace(ctx)
+    policy = policy_for(
+        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only
+    )
+    plan = plan_for(ws, policy)
+    for warning in plan.warnings:
+        _output.warn(warning)
+    if dry_run or not plan.items:
+        _show_plan(plan, as_json, dry_run=True)
+        return 0
+    if not _confirmed(plan, policy, yes):
+        return 1 if sys.stdin.isatty() and sys.stdout.isatty() else 2
+    result = execute(ws, plan)
+    log_result(ws, result)
+    _show_result(plan, result, as_json)
+    return 0
+
+
+def _confirmed(plan: CleanPlan, policy: Policy, yes: bool) -> bool:
+    if yes:
+        return True
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        _show_plan(plan, False, dry_run=False)
+        return typer.confirm(f"Remove {len(plan.items)} item(s)?", default=False)
+    if policy.explicit:
+        return True
+    _output.error(
+        "not a terminal: pass --yes to apply the configured retention, "
+        "or a selector (--older-than, --keep-last, --max-size)"
+    )
+    return False
+
+
+def _show_plan(plan: CleanPlan, as_json: bool, *, dry_run: bool) -> None:
+    from accel.units import format_size
+
+    if as_json:
+        _output.print_json(plan_json(plan, None, dry_run=dry_run))
+        return
+    if not plan.items:
+        _output.out("nothing to clean")
+        return
+    _output.table(
+        "Would remove" if dry_run else "To remove",
+        ["part", "item", "size", "last used", "why"],
+        [_row(p.item, p.reason, plan.scan.now) for p in plan.items],
+    )
+    _output.out(
+        f"{'would free' if dry_run else 'to free'} {format_size(plan.total_bytes)} "
+        f"in {len(plan.items)} item(s)"
+    )
+
+
+def _show_result(plan: CleanPlan, result: CleanResult, as_json: bool) -> None:
+    from accel.units import format_size
+
+    if as_json:
+        _output.print_json(plan_json(plan, result, dry_run=False))
+        return
+    for skipped in result.skipped:
+        _output.warn(f"kept {skipped.path}: {skipped.reason}")
+    _output.out(
+        f"freed {format_size(result.freed_bytes)} in {len(result.removed)} item(s)"
+        + (f", {len(result.skipped)} kept" if result.skipped else "")
+    )
+
+
+def _row(item: Any, reason: str, now: float) -> list[str]:
+    from accel.units import format_duration, format_size
+
+    age = now - item.last_used
+    return [
+        item.category,
+        item.name or item.path.name,
+        format_size(item.size),
+        f"{format_duration(age)} ago" if age >= 0 else "in the future",
+        REASONS.get(reason, reason),
+    ]
+
+
+REASONS = {
+    "debris": "crash debris",
+    "older_than": "older than --older-than",
+    "keep_last": "beyond --keep-last",
+    "max_size": "least recently used (--max-size)",
+}
+
+
+def plan_json(plan: CleanPlan, result: CleanResult | None, *, dry_run: bool) -> dict[str, Any]:
+    """The JSON form of a plan and, after execution, of its result."""
+    data: dict[str, Any] = {
+        "workspace": str(plan.scan.root),
+        "dry_run": dry_run,
+        "policy": plan.policy.to_json(),
+        "size_before": plan.scan.total_size,
+        "total_bytes": plan.total_bytes,
+        "items": [_item_json(p.item, p.reason) for p in plan.items],
+        "kept": [_item_json(k.item, k.reason) for k in plan.kept],
+        "warnings": list(plan.warnings),
+    }
+    if result is not None:
+        data["freed_bytes"] = result.freed_bytes
+        data["removed"] = [str(p.item.path) for p in result.removed]
+        data["skipped"] = [{"path": str(s.path), "reason": s.reason} for s in result.skipped]
+    return data
+
+
+def _item_json(item: Any, reason: str) -> dict[str, Any]:
+    return {
+        "category": item.category,
+        "kind": item.kind,
+        "name": item.name,
+        "path": str(item.path),
+        "size": item.size,
+        "last_used": item.last_used,
+        "reason": reason,
+    }
