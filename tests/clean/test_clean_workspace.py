@@ -215,7 +215,6 @@ def test_clean_never_creates_a_workspace(project: Path, accel_exe: list[str]) ->
         ["--only", "everything"],
         ["--older-than"],
         ["--keep-last"],
-        ["--bogus"],
     ],
 )
 def test_bad_input_exits_2_and_changes_nothing(

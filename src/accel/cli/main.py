@@ -17,7 +17,11 @@ import typer
 
 from accel._version import __version__
 from accel.cli import _app, _output
+from accel.cli import clean as clean_cmd
 from accel.cli import config as config_cmd
+from accel.cli import env as env_cmd
+from accel.cli import launch as launch_cmd
+from accel.cli import runs as runs_cmd
 from accel.cli import status as status_cmd
 from accel.errors import EXIT_INTERRUPTED, AccelError
 from accel.workspace import Workspace
@@ -58,6 +62,11 @@ def _root(
 
 app.add_typer(config_cmd.app, name="config")
 app.command("status")(status_cmd.status)
+app.command("launch", context_settings=launch_cmd.CONTEXT)(launch_cmd.launch)
+app.add_typer(runs_cmd.app, name="runs")
+app.command("logs")(runs_cmd.logs)
+app.command("env")(env_cmd.env)
+app.command("clean")(clean_cmd.clean)
 
 
 def main(argv: list[str] | None = None) -> int:
