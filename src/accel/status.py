@@ -1,13 +1,19 @@
-"""What the workspace holds, measured: the data behind ``accel status``."""
+"""What the workspace holds, measured: the data behind ``accel status``.
+
+Reads only, never imports torch. Sizes are raw bytes; formatting is the CLI's job.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from accel.errors import AccelError
 from accel.fsutil import tree_size
 from accel.workspace import Workspace
+
+TOP = 5
 
 
 @dataclass(frozen=True)
@@ -18,6 +24,18 @@ class PartSize:
 
 
 @dataclass(frozen=True)
+class StatusItem:
+    """One cache entry, checkpoint, run, log or piece of debris, for largest/oldest."""
+
+    category: str
+    kind: str
+    name: str
+    path: Path
+    size: int
+    last_used: float
+
+
+@dataclass(frozen=True)
 class WorkspaceStatus:
     path: Path
     exists: bool
@@ -25,13 +43,19 @@ class WorkspaceStatus:
     config_file: Path
     config_error: str | None
     parts: tuple[PartSize, ...]
+    live_runs: tuple[str, ...] = ()
+    largest: tuple[StatusItem, ...] = ()
+    oldest: tuple[StatusItem, ...] = ()
+    now: float = 0.0
 
     @property
     def total_size(self) -> int:
         return sum(p.size for p in self.parts)
 
 
-def collect(ws: Workspace) -> WorkspaceStatus:
+def collect(ws: Workspace, *, details: bool = True, now: float | None = None) -> WorkspaceStatus:
+    """Measure ``ws``; ``details`` adds live runs and the largest and oldest items."""
+    now = time.time() if now is None else now
     config_error = None
     try:
         _ = ws.config
@@ -42,20 +66,46 @@ def collect(ws: Workspace) -> WorkspaceStatus:
         layout = ws.layout_version()
     except AccelError as exc:
         config_error = config_error or str(exc)
-    parts = (
-        ("config", ws.path / "config"),
-        ("cache", ws.cache_dir if config_error is None else ws.path / "cache"),
-        ("checkpoints", ws.checkpoints_dir if config_error is None else ws.path / "checkpoints"),
-        ("logs", ws.logs_dir if config_error is None else ws.path / "logs"),
-        ("state", ws.state_file if config_error is None else ws.path / "state.bin"),
+    base = ws.data_path if config_error is None else ws.path
+    parts = _parts(ws.path, base)
+    status = WorkspaceStatus(
+        ws.path, ws.exists, layout, ws.config_file, config_error, parts, now=now
     )
+    if not details or not ws.exists or config_error is not None:
+        return status
+    return _with_details(ws, status)
+
+
+def _parts(path: Path, base: Path) -> tuple[PartSize, ...]:
+    runs = base / "logs" / "runs"
+    runs_size = _size(runs)
+    named = (
+        ("config", path / "config", None),
+        ("cache", base / "cache", None),
+        ("checkpoints", base / "checkpoints", None),
+        ("logs", base / "logs", runs_size),
+        ("runs", runs, None),
+        ("state", base / "state.bin", None),
+    )
+    return tuple(PartSize(n, p, _size(p) - (minus or 0)) for n, p, minus in named)
+
+
+def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
+    from accel.clean import scan
+
+    found = scan(ws, status.now)
+    items = [
+        StatusItem(i.category, i.kind, i.name, i.path, i.size, i.last_used) for i in found.items
+    ]
+    largest = sorted(items, key=lambda i: (-i.size, str(i.path)))[:TOP]
+    oldest = sorted(items, key=lambda i: (i.last_used, str(i.path)))[:TOP]
     return WorkspaceStatus(
-        path=ws.path,
-        exists=ws.exists,
-        layout_version=layout,
-        config_file=ws.config_file,
-        config_error=config_error,
-        parts=tuple(PartSize(name, p, _size(p)) for name, p in parts),
+        **{
+            **status.__dict__,
+            "live_runs": tuple(sorted(found.live_runs)),
+            "largest": tuple(largest),
+            "oldest": tuple(oldest),
+        }
     )
 
 

@@ -1,35 +1,95 @@
-"""``accel status``: the workspace at a glance."""
+"""``accel status``: the workspace at a glance (a tree on a terminal, ``--json`` for machines)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from accel.cli import _app, _output
+
+if TYPE_CHECKING:
+    from accel.status import StatusItem, WorkspaceStatus
 
 
 def status(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
 ) -> int:
-    """Where the workspace is, whether its config is valid, how big each part is."""
+    """Where the workspace is, whether its config is valid, what it holds and how big."""
     from accel.status import collect
-    from accel.units import format_size
 
     st = collect(_app.workspace(ctx))
     if as_json:
-        _output.print_json(
-            {
-                "workspace": str(st.path),
-                "exists": st.exists,
-                "layout_version": st.layout_version,
-                "config_file": str(st.config_file),
-                "config_valid": st.config_error is None,
-                "config_error": st.config_error,
-                "sizes": {p.name: p.size for p in st.parts},
-                "total_size": st.total_size,
-            }
-        )
-        return 0 if st.config_error is None else 2
+        _output.print_json(status_json(st))
+    elif _output.is_terminal():
+        _print_tree(st)
+    else:
+        _print_plain(st)
+    return 0 if st.config_error is None else 2
+
+
+def status_json(st: WorkspaceStatus) -> dict[str, Any]:
+    return {
+        "workspace": str(st.path),
+        "exists": st.exists,
+        "layout_version": st.layout_version,
+        "config_file": str(st.config_file),
+        "config_valid": st.config_error is None,
+        "config_error": st.config_error,
+        "sizes": {p.name: p.size for p in st.parts},
+        "total_size": st.total_size,
+        "live_runs": list(st.live_runs),
+        "largest": [_item_json(i) for i in st.largest],
+        "oldest": [_item_json(i) for i in st.oldest],
+    }
+
+
+def _item_json(item: StatusItem) -> dict[str, Any]:
+    return {
+        "category": item.category,
+        "kind": item.kind,
+        "name": item.name,
+        "path": str(item.path),
+        "size": item.size,
+        "last_used": item.last_used,
+    }
+
+
+def _item_text(item: StatusItem, now: float) -> str:
+    from accel.units import format_duration, format_size
+
+    age = now - item.last_used
+    when = f"{format_duration(age)} ago" if age >= 0 else "in the future"
+    return f"{item.category}: {item.name or item.path.name}  {format_size(item.size)}  {when}"
+
+
+def _print_tree(st: WorkspaceStatus) -> None:
+    from rich.tree import Tree
+
+    from accel.units import format_size
+
+    root = Tree(f"[bold]{st.path}[/]" + ("" if st.exists else "  (not created yet)"))
+    root.add("config: " + ("[green]valid[/]" if st.config_error is None else "[red]INVALID[/]"))
+    sizes = root.add(f"size: {format_size(st.total_size)}")
+    for part in st.parts:
+        sizes.add(f"{part.name}: {format_size(part.size)}")
+    live = root.add(f"live runs: {len(st.live_runs)}")
+    for run_id in st.live_runs:
+        live.add(run_id)
+    for title, items in (("largest", st.largest), ("oldest", st.oldest)):
+        if items:
+            branch = root.add(title)
+            for item in items:
+                branch.add(_item_text(item, st.now), highlight=False)
+    _output.console().print(root)
+    if st.config_error:
+        _output.error(st.config_error)
+
+
+def _print_plain(st: WorkspaceStatus) -> None:
+    from accel.units import format_size
+
     _output.out(f"workspace  {st.path}" + ("" if st.exists else "  (not created yet)"))
     _output.out("config     " + ("valid" if st.config_error is None else "INVALID"))
     if st.config_error:
@@ -39,4 +99,7 @@ def status(
         ["part", "size"],
         [[p.name, format_size(p.size)] for p in st.parts] + [["total", format_size(st.total_size)]],
     )
-    return 0 if st.config_error is None else 2
+    _output.out("live runs  " + (", ".join(st.live_runs) or "none"))
+    for title, items in (("largest", st.largest), ("oldest", st.oldest)):
+        for item in items:
+            _output.out(f"{title:<10} {_item_text(item, st.now)}")

@@ -1,0 +1,459 @@
+"""What ``accel env`` reports: versions, devices, backends, variables, config, workspace.
+
+:func:`collect` gathers everything into a frozen :class:`EnvReport` of raw values; every
+part that can fail (torch missing, config invalid, HOME unset, an unreadable folder)
+becomes ``None``/an error string plus a :class:`Problem`, never an exception. Secrets
+are redacted here, by the pure :func:`redact_value`/:func:`redact_text`, so no form of
+the report (text, markdown, JSON) and no log line can show one.
+
+torch is imported inside :func:`torch_info` only; devices are probed only when asked.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _platform
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel._version import __version__
+from accel.errors import AccelError
+from accel.workspace import LAYOUT_VERSION, Workspace
+
+REDACTED = "***"
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|COOKIE|(^|_)KEY($|_)|(^|_)AUTH($|_)|APIKEY",
+    re.IGNORECASE,
+)
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+_ASSIGNMENT = re.compile(
+    r"(--[A-Za-z0-9][A-Za-z0-9_-]*|\b[A-Za-z_][A-Za-z0-9_.]*)(\s*[=:]\s*|(?<=[A-Za-z0-9])\s+)(\S+)"
+)
+_BEARER = re.compile(r"\b(Bearer|Basic|token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_KNOWN_TOKENS = re.compile(
+    r"\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[A-Z0-9]{16})\b"
+)
+_PROSE_WORDS = {"key", "keys", "auth", "token", "tokens"}
+ENV_PREFIXES = (
+    "ACCEL_",
+    "ACCELERATE_",
+    "CUDA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_",
+    "PYTORCH_",
+    "TORCHELASTIC_",
+    "HIP_",
+    "ROCR_",
+    "HF_",
+    "SLURM_",
+)
+ENV_NAMES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+)
+PACKAGES = ("numpy", "accelerate", "transformers", "safetensors", "filelock", "typer", "rich")
+
+
+# -- redaction (pure) ---------------------------------------------------------------------
+
+
+def is_secret_name(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
+
+def redact_value(name: str, value: str) -> str:
+    """``value`` as it may be shown: hidden for a secret-looking ``name``, URLs stripped."""
+    if is_secret_name(name):
+        return REDACTED if value else value
+    return redact_text(value)
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log line, a command) with credentials in URLs, ``KEY=value`` pairs
+    with secret-looking names and well-known token formats replaced by ``***``."""
+    text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    text = _KNOWN_TOKENS.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+    def assignment(m: re.Match[str]) -> str:
+        name, separator = m.group(1), m.group(2)
+        is_flag = name.startswith("--")
+        if not separator.strip() and not is_flag:
+            return m.group(0)  # "key value" in prose is not an assignment; "--key value" is
+        bare = name.lstrip("-").replace("-", "_")
+        if bare.lower() in _PROSE_WORDS or not is_secret_name(bare) or m.group(3) == REDACTED:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}{REDACTED}"
+
+    return _ASSIGNMENT.sub(assignment, text)
+
+
+def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy with every string value under a secret-looking key hidden (recursively)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out[key] = redact_mapping(value)
+        elif isinstance(value, str):
+            out[key] = redact_value(str(key), value)
+        else:
+            out[key] = value
+    return out
+
+
+def relevant_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that matter to training, redacted, sorted by name."""
+    chosen = {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+    return {k: redact_value(k, chosen[k]) for k in sorted(chosen)}
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing ``accel env --check`` fails for; ``kind`` is a stable identifier."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    version: str | None
+    build: str | None  # cpu, cuda or rocm
+    cuda: str | None
+    hip: str | None
+    cudnn: int | None
+    backends: Mapping[str, bool]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    name: str
+    total_memory: int
+    capability: str | None
+
+
+@dataclass(frozen=True)
+class ConfigInfo:
+    file: str
+    exists: bool
+    valid: bool
+    error: str | None
+    values: Mapping[str, Any]
+    origins: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class WorkspaceInfo:
+    path: str
+    exists: bool
+    writable: bool
+    layout_version: int | None
+    sizes: Mapping[str, int]
+    live_runs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    accel_version: str
+    python: Mapping[str, str]
+    platform: Mapping[str, str]
+    torch: TorchInfo
+    devices: tuple[DeviceInfo, ...] | None  # None: not probed
+    environment: Mapping[str, str]
+    packages: Mapping[str, str | None]
+    config: ConfigInfo
+    workspace: WorkspaceInfo
+    problems: tuple[Problem, ...] = field(default=())
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["healthy"] = self.healthy
+        return data
+
+
+def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = None) -> EnvReport:
+    """Everything ``accel env`` shows; never raises for a broken environment.
+
+    ``devices`` None probes the GPUs only when the configuration asks for some.
+    """
+    torch = torch_info()
+    config = config_info(ws)
+    if devices is None:
+        devices = requested_gpus(config) is not None
+    found = device_info() if devices and torch.error is None else None
+    workspace = workspace_info(ws, config.valid)
+    report = EnvReport(
+        accel_version=__version__,
+        python=python_info(),
+        platform=platform_info(),
+        torch=torch,
+        devices=found,
+        environment=relevant_environment(env),
+        packages=package_versions(),
+        config=config,
+        workspace=workspace,
+    )
+    return EnvReport(**{**report.__dict__, "problems": tuple(problems(ws, report))})
+
+
+def python_info() -> dict[str, str]:
+    return {
+        "version": _platform.python_version(),
+        "implementation": _platform.python_implementation(),
+        "executable": sys.executable or "",
+    }
+
+
+def platform_info() -> dict[str, str]:
+    uname = _platform.uname()
+    return {
+        "system": uname.system,
+        "release": uname.release,
+        "machine": uname.machine,
+        "platform": _platform.platform(),
+        "cpu_count": str(os.cpu_count() or ""),
+    }
+
+
+def package_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except Exception:  # noqa: BLE001 - a broken distribution is just "unknown"
+            versions[name] = None
+    return versions
+
+
+def torch_info() -> TorchInfo:
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install
+        return TorchInfo(None, None, None, None, None, {}, error=f"{type(exc).__name__}: {exc}")
+    cuda = getattr(torch.version, "cuda", None)
+    hip = getattr(torch.version, "hip", None)
+    build = "rocm" if hip else "cuda" if cuda else "cpu"
+    return TorchInfo(
+        version=str(torch.__version__),
+        build=build,
+        cuda=cuda,
+        hip=hip,
+        cudnn=_cudnn_version(torch),
+        backends=_backends(torch),
+    )
+
+
+def _cudnn_version(torch: Any) -> int | None:
+    try:
+        version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:  # noqa: BLE001
+        return None
+    return int(version) if version is not None else None
+
+
+def _backends(torch: Any) -> dict[str, bool]:
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return {"gloo": False, "nccl": False, "mpi": False}
+    return {
+        name: bool(getattr(dist, f"is_{name}_available", lambda: False)())
+        for name in ("gloo", "nccl", "mpi")
+    }
+
+
+def device_info() -> tuple[DeviceInfo, ...]:
+    """The visible GPUs (CUDA or ROCm); empty without any. Initialises the driver."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return ()
+        return tuple(_device(torch, i) for i in range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - a broken driver is reported as no devices
+        return ()
+
+
+def _device(torch: Any, index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    capability = f"{props.major}.{props.minor}" if hasattr(props, "major") else None
+    return DeviceInfo(index, str(props.name), int(props.total_memory), capability)
+
+
+def config_info(ws: Workspace) -> ConfigInfo:
+    file = str(ws.config_file)
+    exists = ws.config_file.exists()
+    try:
+        config = ws.config
+    except AccelError as exc:
+        return ConfigInfo(file, exists, False, redact_text(str(exc)), {}, {})
+    except Exception as exc:  # noqa: BLE001 - e.g. an unreadable user file
+        return ConfigInfo(file, exists, False, f"{type(exc).__name__}: {exc}", {}, {})
+    values = redact_mapping(config.nested())
+    origins = {k: str(o) for k, o in config.origins.items()}
+    return ConfigInfo(file, exists, True, None, values, origins)
+
+
+def workspace_info(ws: Workspace, config_valid: bool) -> WorkspaceInfo:
+    from accel.status import collect as status
+
+    exists = ws.exists
+    layout: int | None = None
+    try:
+        layout = ws.layout_version()
+    except AccelError:
+        layout = None
+    sizes: dict[str, int] = {}
+    live: tuple[str, ...] = ()
+    if exists and (layout is None or layout <= LAYOUT_VERSION):
+        st = status(ws, details=False)
+        sizes = {p.name: p.size for p in st.parts}
+        live = st.live_runs
+    return WorkspaceInfo(str(ws.path), exists, writable(ws.path), layout, sizes, live)
+
+
+def writable(path: Path) -> bool:
+    """Whether accel could write in ``path`` (or create it, when it does not exist)."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    if not probe.is_dir():
+        return False
+    return os.access(probe, os.W_OK | os.X_OK) and not _read_only_mount(probe)
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (OSError, AttributeError):
+        return False
+
+
+# -- health (``--check``) ------------------------------------------------------------------
+
+
+def requested_gpus(config: ConfigInfo) -> list[int] | None:
+    """GPU indices the configuration asks for, or None (``all``, CPU mode, invalid)."""
+    launch = config.values.get("launch", {}) if config.valid else {}
+    ids = launch.get("gpu_ids")
+    if launch.get("use_cpu") or not isinstance(ids, list):
+        return None
+    return [int(i) for i in ids]
+
+
+def problems(ws: Workspace, report: EnvReport) -> list[Problem]:
+    """Everything that makes the environment or the workspace unhealthy, one per line."""
+    found: list[Problem] = []
+    if report.config.error is not None:
+        found.append(Problem("config", report.config.error))
+    found += _workspace_problems(ws, report.workspace)
+    if report.torch.error is not None:
+        found.append(
+            Problem("torch", f"torch cannot be imported ({report.torch.error}); pip install torch")
+        )
+    found += _gpu_problems(report)
+    if report.workspace.exists and report.config.valid and not _newer(report.workspace):
+        found += _stale_locks(ws) + _debris(ws)
+    return found
+
+
+def _newer(info: WorkspaceInfo) -> bool:
+    return info.layout_version is not None and info.layout_version > LAYOUT_VERSION
+
+
+def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
+    found: list[Problem] = []
+    try:
+        ws.check_layout()
+    except AccelError as exc:
+        found.append(Problem("layout", str(exc)))
+    if not info.writable:
+        verb = "written to" if info.exists else "created"
+        found.append(
+            Problem(
+                "workspace_unwritable",
+                f"the workspace {info.path} cannot be {verb}; fix its permissions or "
+                "choose another with --workspace or ACCEL_WORKSPACE",
+            )
+        )
+    return found
+
+
+def _gpu_problems(report: EnvReport) -> list[Problem]:
+    wanted = requested_gpus(report.config)
+    if not wanted or report.torch.error is not None:
+        return []
+    count = len(report.devices or ())
+    missing = [i for i in wanted if i >= count]
+    if not missing:
+        return []
+    return [
+        Problem(
+            "gpus",
+            f"launch.gpu_ids asks for GPU(s) {missing} but {count} GPU(s) are visible; "
+            "change launch.gpu_ids or set launch.use_cpu: true",
+        )
+    ]
+
+
+def _stale_locks(ws: Workspace) -> list[Problem]:
+    from accel.runs import list_runs
+
+    return [
+        Problem(
+            "stale_lock",
+            f"run {run.id} is recorded as running but no launcher holds its lock "
+            f"(it was killed); its record in {run.path} is stale",
+        )
+        for run in list_runs(ws)
+        if run.raw.get("status") == "running" and not run.live
+    ]
+
+
+def _debris(ws: Workspace) -> list[Problem]:
+    import time
+
+    from accel.clean import Policy, protection, scan
+
+    found = scan(ws, time.time())
+    policy = Policy()
+    return [
+        Problem(
+            "debris",
+            f"{_debris_kind(item.category)} {item.path} was left by a crash; "
+            "`accel clean` removes it",
+        )
+        for item in found.items
+        if item.kind == "debris" and protection(item, found, policy, None) is None
+    ]
+
+
+def _debris_kind(category: str) -> str:
+    return "torn checkpoint" if category == "checkpoints" else "temporary file"

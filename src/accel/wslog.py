@@ -1,0 +1,124 @@
+"""``logs/training.log``: one line per thing the workspace did, rotated by size.
+
+``log_event(ws, "clean removed 3 items")`` appends::
+
+    2026-11-29T15:02:39.123+00:00 INFO pid=4242 clean: clean removed 3 items
+
+Appends are single ``O_APPEND`` writes under ``locks/training-log.lock``, and so is the
+rotation (``training.log`` -> ``.1`` -> ... -> ``.N``, at ``logs.rotate_max_bytes``,
+keeping ``logs.backup_count``), so several processes never lose or tear a line. Logging
+is best effort: a failure here never breaks the command that logs. Secrets are redacted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+
+from accel.workspace import Workspace
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+LOG_NAME = "training.log"
+LOCK_NAME = "training-log"
+LOCK_TIMEOUT = 5.0
+_DEFAULTS = {"logs.level": "info", "logs.rotate_max_bytes": 10 * 1024**2, "logs.backup_count": 5}
+
+
+def log_event(
+    ws: Workspace, message: str, level: str = "info", *, command: str | None = None
+) -> bool:
+    """Append one line to the workspace log; False when it was not written (never raises).
+
+    Nothing is written for a workspace that does not exist yet: logging never creates one.
+    """
+    try:
+        if not ws.exists:
+            return False
+        settings = _settings(ws)
+        if LEVELS.get(level, 20) < LEVELS.get(str(settings["logs.level"]), 20):
+            return False
+        line = format_line(message, level, command=command or _command())
+        _append(ws, line.encode("utf-8", "replace"), settings)
+        return True
+    except Exception:  # noqa: BLE001 - a log line is never worth failing a command for
+        return False
+
+
+def format_line(
+    message: str, level: str, *, command: str, now: float | None = None, pid: int | None = None
+) -> str:
+    """One log line (pure apart from defaults): time, level, pid, command, message."""
+    from accel.envreport import redact_text
+
+    when = _dt.datetime.fromtimestamp(
+        _now() if now is None else now, tz=_dt.timezone.utc
+    ).isoformat(timespec="milliseconds")
+    text = redact_text(" ".join(str(message).split()))
+    pid = os.getpid() if pid is None else pid
+    return f"{when} {level.upper()} pid={pid} {command}: {text}\n"
+
+
+def log_paths(ws: Workspace, backup_count: int) -> list[Path]:
+    """``training.log`` then its backups ``.1`` (newest) .. ``.N`` (oldest)."""
+    base = ws.logs_dir / LOG_NAME
+    return [base] + [base.with_name(f"{LOG_NAME}.{n}") for n in range(1, backup_count + 1)]
+
+
+def _append(ws: Workspace, line: bytes, settings: dict[str, object]) -> None:
+    from accel.locking import locked
+
+    ws.logs_dir.mkdir(parents=True, exist_ok=True)
+    path = ws.logs_dir / LOG_NAME
+    max_bytes = int(str(settings["logs.rotate_max_bytes"]))
+    backups = int(str(settings["logs.backup_count"]))
+    with locked(ws.lock_path(LOCK_NAME), ws, timeout=LOCK_TIMEOUT):
+        if max_bytes > 0 and _size(path) + len(line) > max_bytes and _size(path) > 0:
+            _rotate(ws, backups)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _rotate(ws: Workspace, backups: int) -> None:
+    paths = log_paths(ws, backups)
+    if backups == 0:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(paths[0])
+        return
+    for older, newer in zip(reversed(paths[1:]), reversed(paths[:-1]), strict=True):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(newer, older)
+
+
+def _settings(ws: Workspace) -> dict[str, object]:
+    try:
+        config = ws.config
+        return {k: config[k] for k in _DEFAULTS}
+    except Exception:  # noqa: BLE001 - an invalid config still gets its errors logged
+        return dict(_DEFAULTS)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def _command() -> str:
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    if prog not in ("accel", "__main__.py"):
+        return prog
+    sub = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+    return f"accel {sub}".strip()
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
