@@ -1,0 +1,233 @@
+"""``accel launch SCRIPT [ARGS]``: start the script as torch.distributed workers.
+
+Parses, plans (pure), runs, renders. torch is imported only once the plan is made.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from accel.cli import _app, _output
+from accel.errors import InterruptedRun, JobFailed
+
+if TYPE_CHECKING:
+    from accel.launch.plan import LaunchPlan
+    from accel.launch.runner import RunOutcome
+
+# Everything after SCRIPT belongs to the script, options included.
+CONTEXT = {"allow_interspersed_args": False}
+_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+
+
+def launch(
+    ctx: typer.Context,
+    script: str = typer.Argument(..., help="The training script (or module with -m)."),
+    script_args: list[str] = typer.Argument(None, help="Passed to the script untouched."),
+    num_processes: str | None = typer.Option(
+        None,
+        "--num-processes",
+        "-n",
+        "--nproc-per-node",
+        help="Workers on this node; `auto` = one per GPU, else 1. (config launch.num_processes)",
+    ),
+    nnodes: int | None = typer.Option(
+        None, "--nnodes", "--num-machines", help="Nodes in the job. (config launch.num_machines)"
+    ),
+    node_rank: int | None = typer.Option(
+        None, "--node-rank", "--machine-rank", help="This node's rank. (config launch.machine_rank)"
+    ),
+    rdzv_endpoint: str | None = typer.Option(
+        None, "--rdzv-endpoint", help="HOST:PORT of node 0 (c10d). (config launch.rdzv_endpoint)"
+    ),
+    rdzv_id: str | None = typer.Option(
+        None, "--rdzv-id", help="Job id shared by all nodes. (config launch.rdzv_id)"
+    ),
+    max_restarts: int | None = typer.Option(
+        None, "--max-restarts", help="Restarts after a failure. (config launch.max_restarts)"
+    ),
+    mixed_precision: str | None = typer.Option(
+        None, "--mixed-precision", help="no, fp16 or bf16. (config launch.mixed_precision)"
+    ),
+    cpu: bool = typer.Option(False, "--cpu", help="Run on the CPU. (config launch.use_cpu)"),
+    gpu_ids: str | None = typer.Option(
+        None, "--gpu-ids", help="GPUs to use: all or 0,1. (config launch.gpu_ids)"
+    ),
+    run_name: str | None = typer.Option(
+        None, "--run-name", help="Series name for checkpoints. (config launch.run_name)"
+    ),
+    grace: str | None = typer.Option(
+        None,
+        "--stop-grace-period",
+        help="Time workers get after SIGTERM before SIGKILL. (config launch.stop_grace_period)",
+    ),
+    module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module: python -m."),
+    env: list[str] = typer.Option(
+        None, "--env", "-e", help="KEY=VALUE for every worker (repeatable). (config launch.env)"
+    ),
+    tee: bool = typer.Option(
+        True, "--tee/--quiet", help="Show worker output on the console (logs keep it all)."
+    ),
+    ranks: str | None = typer.Option(
+        None, "--ranks", help="Console shows only these ranks, e.g. 0 (a failure always shows)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the command, environment and config; start nothing."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: one JSON object."),
+) -> int:
+    """Start SCRIPT as N torch.distributed workers on this node, or join a multi-node job."""
+    from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks
+
+    flags = {
+        "launch.num_processes": num_processes,
+        "launch.num_machines": nnodes,
+        "launch.machine_rank": node_rank,
+        "launch.rdzv_endpoint": rdzv_endpoint,
+        "launch.rdzv_id": rdzv_id,
+        "launch.max_restarts": max_restarts,
+        "launch.mixed_precision": mixed_precision,
+        "launch.use_cpu": True if cpu else None,
+        "launch.gpu_ids": gpu_ids,
+        "launch.run_name": run_name,
+        "launch.stop_grace_period": grace,
+    }
+    request = LaunchRequest(
+        script=script,
+        script_args=tuple(script_args or ()),
+        module=module,
+        extra_env=parse_env_pairs(env or []),
+        console="tee" if tee else "quiet",
+        console_ranks=parse_ranks(ranks),
+        command=("accel", *sys.argv[1:]),
+    )
+    ws = _app.workspace(ctx, flags=flags)
+    plan = _plan(ws, request)
+    if dry_run:
+        _show_plan(plan, as_json)
+        return 0
+    from accel.launch.runner import launch as run_plan
+
+    _output.info(f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}")
+    outcome = run_plan(plan, ws, sink=_console_sink(plan.world_size), notify=_output.info)
+    return _report(plan, outcome)
+
+
+def _plan(ws: Any, request: Any) -> LaunchPlan:
+    from accel import runs
+    from accel.launch.plan import plan_launch
+    from accel.launch.runner import now_utc
+
+    now = now_utc()
+    config = ws.config
+    return plan_launch(
+        config,
+        request,
+        env=os.environ,
+        cwd=Path.cwd(),
+        now=now,
+        run_id=runs.new_run_id(now),
+        workspace=ws.path,
+        runs_dir=ws.runs_dir,
+        cache_dir=ws.cache_dir,
+        python=sys.executable,
+        gpu_count=_gpu_count(config),
+    )
+
+
+def _gpu_count(config: Any) -> int:
+    if config["launch.use_cpu"] or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
+def _console_sink(world_size: int) -> Any:
+    width = len(str(max(world_size - 1, 0)))
+    if not _output.is_terminal():
+
+        def plain(rank: int, line: str) -> None:
+            sys.stdout.write(f"[rank{rank:<{width}}] {line}\n")
+            sys.stdout.flush()
+
+        return plain
+    from rich.text import Text
+
+    console = _output.console()
+
+    def coloured(rank: int, line: str) -> None:
+        prefix = Text(f"[rank{rank:<{width}}] ", style=_COLOURS[rank % len(_COLOURS)])
+        console.print(prefix + Text(line), soft_wrap=True)
+
+    return coloured
+
+
+def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
+    from accel import runs
+
+    if outcome.status == runs.SUCCEEDED:
+        restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
+        _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
+        return 0
+    if outcome.status == runs.INTERRUPTED:
+        raise InterruptedRun(
+            f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code
+        )
+    root = outcome.root
+    if root is None:
+        raise JobFailed(f"run {outcome.run_id} failed; see {outcome.run_dir}", outcome.exit_code)
+    shown = plan.console == "tee" and (
+        plan.console_ranks is None or root.rank in plan.console_ranks
+    )
+    if not shown:  # the rank's own lines never reached the console: show them now
+        for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
+            _output.info(f"[rank{root.rank}] {line}")
+    if outcome.collateral_ranks:
+        stopped = ", ".join(str(r) for r in outcome.collateral_ranks)
+        _output.info(f"accel: rank(s) {stopped} were stopped as collateral")
+    why = f" ({root.explanation})" if root.type else ""
+    raise JobFailed(
+        f"rank {root.rank} failed first: {root.summary}{why}; "
+        f"its log: {outcome.run_dir / f'rank-{root.rank}.log'}",
+        outcome.exit_code,
+    )
+
+
+def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
+    data = {
+        "run_id": plan.run_id,
+        "worker_command": list(plan.worker_command),
+        "nproc_per_node": plan.nproc_per_node,
+        "nnodes": plan.nnodes,
+        "node_rank": plan.node_rank,
+        "world_size": plan.world_size,
+        "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
+        "max_restarts": plan.max_restarts,
+        "stop_grace_period": plan.grace_period,
+        "worker_env": dict(plan.worker_env),
+        "run_dir": str(plan.run_dir),
+        "config": dict(plan.config),
+    }
+    if as_json:
+        _output.print_json(data)
+        return
+    _output.out(f"command    {' '.join(plan.worker_command)}")
+    _output.out(
+        f"workers    {plan.nproc_per_node} per node x {plan.nnodes} node(s) = {plan.world_size}"
+        f" (this is node {plan.node_rank})"
+    )
+    _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
+    _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
+    _output.out(f"logs       {plan.run_dir}")
+    _output.table(
+        "environment (added to torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ...)",
+        ["variable", "value"],
+        sorted(plan.worker_env.items()),
+    )
+    rows = [[f"{s}.{k}", v] for s, body in plan.config.items() for k, v in body.items()]
+    _output.table("config", ["key", "value"], rows)

@@ -1,0 +1,293 @@
+"""Planning a launch: the resolved config + flags + environment -> a frozen :class:`LaunchPlan`.
+
+Pure: the environment, the folder, the clock, the GPU count and the run id come in as
+arguments, nothing is read or changed here. The runner applies the plan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from accel.config.resolve import ResolvedConfig
+from accel.errors import UsageError
+
+DEFAULT_RDZV_PORT = 29400
+BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
+
+# Set by the launcher itself; --env and launch.env cannot override them.
+RESERVED_ENV = ("ACCEL_WORKSPACE", "ACCEL_RUN_ID", "ACCEL_RUN_NAME")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What the command line asked for, beyond the config keys the flags already set."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    module: bool = False
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    console: str = "tee"  # tee | quiet
+    console_ranks: frozenset[int] | None = None
+    command: tuple[str, ...] = ()  # the launcher's own argv, for the record
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything the runner needs; printed as is by ``accel launch --dry-run``."""
+
+    run_id: str
+    run_name: str
+    started_at: str
+    cwd: Path
+    workspace: Path
+    run_dir: Path
+    command: tuple[str, ...]
+    entrypoint: str
+    worker_args: tuple[str, ...]
+    worker_env: Mapping[str, str]
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+    rdzv_backend: str
+    rdzv_endpoint: str
+    rdzv_id: str
+    rdzv_is_host: bool | None
+    max_restarts: int
+    grace_period: float
+    console: str
+    console_ranks: frozenset[int] | None
+    config: Mapping[str, Any]
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def worker_command(self) -> tuple[str, ...]:
+        return (self.entrypoint, *self.worker_args)
+
+
+def plan_launch(
+    config: ResolvedConfig,
+    request: LaunchRequest,
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    now: datetime,
+    run_id: str,
+    workspace: Path,
+    runs_dir: Path,
+    cache_dir: Path,
+    python: str,
+    gpu_count: int,
+) -> LaunchPlan:
+    """Resolve the launch; :class:`UsageError` for anything that cannot start."""
+    _check_target(request, cwd)
+    nodes = _nodes(config, env)
+    nproc = _nproc(config["launch.num_processes"], gpu_count)
+    endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
+    return LaunchPlan(
+        run_id=run_id,
+        run_name=str(config["launch.run_name"]),
+        started_at=now.isoformat(timespec="milliseconds"),
+        cwd=cwd,
+        workspace=workspace,
+        run_dir=runs_dir / run_id,
+        command=request.command,
+        entrypoint=python,
+        worker_args=_worker_args(request),
+        worker_env=worker_env(config, request, env, nproc, gpu_count, workspace, cache_dir, run_id),
+        nproc_per_node=nproc,
+        nnodes=nodes.nnodes,
+        node_rank=nodes.node_rank,
+        rdzv_backend="c10d",
+        rdzv_endpoint=endpoint,
+        rdzv_id=rdzv_id,
+        rdzv_is_host=is_host,
+        max_restarts=int(config["launch.max_restarts"]),
+        grace_period=float(config["launch.stop_grace_period"]),
+        console=request.console,
+        console_ranks=request.console_ranks,
+        config=config.nested(),
+    )
+
+
+def _check_target(request: LaunchRequest, cwd: Path) -> None:
+    if request.module:
+        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", request.script):
+            raise UsageError(f"-m expects a module name such as pkg.train, got {request.script!r}")
+        return
+    path = Path(request.script)
+    if not (path if path.is_absolute() else cwd / path).is_file():
+        raise UsageError(f"no such script: {request.script} (run from {cwd})")
+
+
+def _worker_args(request: LaunchRequest) -> tuple[str, ...]:
+    mode = ("-m",) if request.module else ()
+    return ("-u", str(BOOTSTRAP), *mode, request.script, *request.script_args)
+
+
+def _nproc(value: int | str, gpu_count: int) -> int:
+    if value == "auto":
+        return max(1, gpu_count)
+    return int(value)
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    nnodes: int
+    node_rank: int
+    endpoint: str | None
+    rdzv_id: str | None
+
+
+def _nodes(config: ResolvedConfig, env: Mapping[str, str]) -> _Nodes:
+    """Nodes from the config, with SLURM filling in what was not set anywhere."""
+    slurm = slurm_defaults(env)
+
+    def pick(key: str, slurm_key: str) -> Any:
+        unset = config.origins[key].layer == "default"
+        return slurm.get(slurm_key, config[key]) if unset else config[key]
+
+    nodes = _Nodes(
+        nnodes=int(pick("launch.num_machines", "nnodes")),
+        node_rank=int(pick("launch.machine_rank", "node_rank")),
+        endpoint=pick("launch.rdzv_endpoint", "endpoint"),
+        rdzv_id=pick("launch.rdzv_id", "rdzv_id"),
+    )
+    if nodes.node_rank >= nodes.nnodes:
+        raise UsageError(
+            f"--node-rank {nodes.node_rank} is out of range for --nnodes {nodes.nnodes} "
+            f"(expected 0 to {nodes.nnodes - 1})"
+        )
+    if nodes.nnodes > 1 and not nodes.endpoint:
+        raise UsageError(
+            f"--nnodes {nodes.nnodes} needs --rdzv-endpoint HOST:PORT, the same on every node "
+            "(the host of node 0)"
+        )
+    return nodes
+
+
+def _rendezvous(
+    config: ResolvedConfig, nodes: _Nodes, run_id: str, env: Mapping[str, str]
+) -> tuple[str, str, bool | None]:
+    if nodes.nnodes == 1 and not nodes.endpoint:
+        # Like torchrun --standalone: the store binds a free port and keeps it.
+        return "localhost:0", run_id, True
+    endpoint = str(nodes.endpoint)
+    if not re.search(r":\d+$", endpoint):
+        endpoint = f"{endpoint}:{DEFAULT_RDZV_PORT}"
+    # Node 0 hosts the store: deterministic even when every node is on one host.
+    return endpoint, nodes.rdzv_id or "accel", nodes.node_rank == 0
+
+
+def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
+    """What a SLURM allocation says about the job's nodes (empty outside SLURM)."""
+    if not env.get("SLURM_JOB_ID"):
+        return {}
+    out: dict[str, Any] = {"rdzv_id": f"slurm-{env['SLURM_JOB_ID']}"}
+    nnodes = env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
+    if nnodes and nnodes.isdigit():
+        out["nnodes"] = int(nnodes)
+    if env.get("SLURM_NODEID", "").isdigit():
+        out["node_rank"] = int(env["SLURM_NODEID"])
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if nodelist:
+        out["endpoint"] = f"{first_host(nodelist)}:{DEFAULT_RDZV_PORT}"
+    return out
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if match is None:
+        raise UsageError(f"cannot read the SLURM node list {nodelist!r}")
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def worker_env(
+    config: ResolvedConfig,
+    request: LaunchRequest,
+    env: Mapping[str, str],
+    nproc: int,
+    gpu_count: int,
+    workspace: Path,
+    cache_dir: Path,
+    run_id: str,
+) -> dict[str, str]:
+    """Variables added to every worker's environment (torchrun's own come on top)."""
+    out: dict[str, str] = {}
+    if "OMP_NUM_THREADS" not in env and nproc > 1:
+        out["OMP_NUM_THREADS"] = "1"  # torchrun's default, so as not to oversubscribe
+    out.update(_accelerate_env(config, gpu_count))
+    out.update(_framework_caches(env, cache_dir))
+    out.update(config["launch.env"])
+    out.update(request.extra_env)
+    out.update(
+        {
+            "ACCEL_WORKSPACE": str(workspace),
+            "ACCEL_RUN_ID": run_id,
+            "ACCEL_RUN_NAME": str(config["launch.run_name"]),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return out
+
+
+def _accelerate_env(config: ResolvedConfig, gpu_count: int) -> dict[str, str]:
+    """What Hugging Face Accelerate's ``Accelerator()`` reads."""
+    use_cpu = bool(config["launch.use_cpu"]) or gpu_count == 0
+    out = {
+        "ACCELERATE_MIXED_PRECISION": str(config["launch.mixed_precision"]),
+        "ACCELERATE_USE_CPU": "true" if use_cpu else "false",
+    }
+    backend = str(config["launch.dynamo_backend"])
+    if backend.lower() != "no":
+        out["ACCELERATE_DYNAMO_BACKEND"] = backend.upper()
+    gpu_ids = config["launch.gpu_ids"]
+    if isinstance(gpu_ids, list) and not use_cpu:
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    return out
+
+
+def _framework_caches(env: Mapping[str, str], cache_dir: Path) -> dict[str, str]:
+    frameworks = cache_dir / "frameworks"
+    wanted = {
+        "TORCHINDUCTOR_CACHE_DIR": frameworks / "inductor",
+        "TRITON_CACHE_DIR": frameworks / "triton",
+    }
+    return {name: str(path) for name, path in wanted.items() if name not in env}
+
+
+def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` (repeatable) -> a mapping; UsageError naming a bad pair."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UsageError(f"invalid --env {pair!r}: expected KEY=VALUE, e.g. --env A=1")
+        if name in RESERVED_ENV:
+            raise UsageError(f"--env cannot set {name}: accel launch sets it for every worker")
+        out[name] = value
+    return out
+
+
+def parse_ranks(text: str | None) -> frozenset[int] | None:
+    """``--ranks 0,2`` -> {0, 2}; None shows every rank."""
+    if text is None or text.strip().lower() in ("", "all"):
+        return None
+    try:
+        ranks = frozenset(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"invalid --ranks {text!r}: expected ranks like 0 or 0,1 or all") from None
+    if not ranks or min(ranks) < 0:
+        raise UsageError(f"invalid --ranks {text!r}: expected ranks like 0 or 0,1 or all")
+    return ranks
