@@ -48,9 +48,14 @@ class HashingWriter:
         self._fh = fh
         self._hasher = xxhash.xxh3_64()
         self.size = 0
+        self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
-        written = int(self._fh.write(data))
+        try:
+            written = int(self._fh.write(data))
+        except OSError as exc:
+            self.error = exc  # torch replaces it by its own RuntimeError; keep the cause
+            raise
         self._hasher.update(data)
         self.size += written
         return written

@@ -49,6 +49,7 @@ def save_tensor_file(obj: Any, path: Path) -> FileDigest:
     """``torch.save`` ``obj`` to a new file at ``path``, hashed and fsynced."""
     import torch
 
+    writer: HashingWriter | None = None
     try:
         with open(path, "xb") as fh:
             writer = HashingWriter(fh)
@@ -56,7 +57,8 @@ def save_tensor_file(obj: Any, path: Path) -> FileDigest:
             fh.flush()
             os.fsync(fh.fileno())
     except (OSError, RuntimeError) as exc:
-        raise write_error(path, exc) from exc
+        cause = writer.error if writer is not None and writer.error is not None else exc
+        raise write_error(path, cause) from exc
     return FileDigest(writer.size, writer.checksum())
 
 

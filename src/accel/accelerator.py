@@ -1,0 +1,428 @@
+"""``accel.Accelerator``: the small facade a training script uses.
+
+Works the same under ``accel launch``, under plain ``torchrun`` and as a single
+``python train.py``: it reads the torchrun environment (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``), sets up the process group when
+there is more than one rank (nccl on GPU, gloo on CPU) and tears it down at the end.
+
+Precision comes from the ``mixed_precision`` argument, else
+``ACCELERATE_MIXED_PRECISION`` (set by ``accel launch``), else the config's
+``launch.mixed_precision``; CPU mode likewise from ``cpu``, ``ACCELERATE_USE_CPU``,
+``launch.use_cpu``, or the absence of a GPU.
+
+Checkpoints go through the workspace's store (``ws.checkpoints``): ``save_state``
+commits every prepared model, optimizer, scheduler and data loader plus each rank's
+RNG states; ``load_state`` restores the latest committed one, so a restarted run
+continues exactly where the checkpoint left it (bit for bit on CPU).
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.errors import UsageError
+from accel.workspace import Workspace
+
+if TYPE_CHECKING:
+    import torch
+
+    from accel.store.cache import CacheEntryInfo
+
+__all__ = ["Accelerator"]
+
+_log = logging.getLogger("accel")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _env_int(env: dict[str, str], name: str, default: int) -> int:
+    try:
+        return int(env.get(name, default))
+    except ValueError:
+        raise UsageError(f"environment variable {name}={env[name]!r} is not an integer") from None
+
+
+class Accelerator:
+    """Rank, device, process group, ``prepare()``, precision, checkpoints, metrics."""
+
+    def __init__(
+        self,
+        *,
+        mixed_precision: str | None = None,
+        cpu: bool | None = None,
+        seed: int = 0,
+        workspace: Workspace | None = None,
+        log_all_ranks: bool = False,
+    ) -> None:
+        env = dict(os.environ)
+        self.workspace = workspace or Workspace.discover()
+        self.rank = _env_int(env, "RANK", 0)
+        self.local_rank = _env_int(env, "LOCAL_RANK", 0)
+        self.world_size = _env_int(env, "WORLD_SIZE", 1)
+        self.run_id = env.get("ACCEL_RUN_ID") or None
+        self.seed = seed
+        self.log_all_ranks = log_all_ranks
+        self.mixed_precision = self._precision(mixed_precision, env)
+        self.device = self._pick_device(cpu, env)
+        self._owns_group = self._init_group()
+        self._models: list[Any] = []
+        self._optimizers: list[Any] = []
+        self._schedulers: list[Any] = []
+        self._loaders: list[Any] = []
+        self.extra_state: Any = None
+        self._ended = False
+        atexit.register(_end_at_exit, weakref.ref(self))
+
+    # -- environment --------------------------------------------------------------------
+
+    def _precision(self, value: str | None, env: dict[str, str]) -> str:
+        chosen = value or env.get("ACCELERATE_MIXED_PRECISION")
+        chosen = chosen or self.workspace.config["launch.mixed_precision"]
+        if chosen not in ("no", "fp16", "bf16"):
+            raise UsageError(f"mixed precision {chosen!r} is not one of no, fp16, bf16")
+        return str(chosen)
+
+    def _pick_device(self, cpu: bool | None, env: dict[str, str]) -> torch.device:
+        import torch
+
+        if cpu is None:
+            flag = env.get("ACCELERATE_USE_CPU")
+            cpu = flag.lower() in _TRUE if flag else bool(self.workspace.config["launch.use_cpu"])
+        if cpu or not torch.cuda.is_available():
+            return torch.device("cpu")
+        torch.cuda.set_device(self.local_rank)
+        return torch.device("cuda", self.local_rank)
+
+    def _init_group(self) -> bool:
+        if self.world_size <= 1:
+            return False
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return False
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        kwargs: dict[str, Any] = {"device_id": self.device} if backend == "nccl" else {}
+        dist.init_process_group(
+            backend=backend, rank=self.rank, world_size=self.world_size, **kwargs
+        )
+        return True
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def checkpoints(self) -> Any:
+        return self.workspace.checkpoints
+
+    def end(self) -> None:
+        """Finish pending saves and tear down the process group this object made."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self.workspace.checkpoints.wait()
+        finally:
+            if self._owns_group:
+                import torch.distributed as dist
+
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+
+    # -- prepare ------------------------------------------------------------------------
+
+    def prepare(self, *objs: Any) -> Any:
+        """Models to the device (+ DDP), loaders sharded; optimizers/schedulers tracked."""
+        prepared = tuple(self._prepare_one(obj) for obj in objs)
+        return prepared[0] if len(prepared) == 1 else prepared
+
+    def _prepare_one(self, obj: Any) -> Any:
+        import torch
+
+        if isinstance(obj, torch.nn.Module):
+            return self._prepare_model(obj)
+        if isinstance(obj, torch.optim.Optimizer):
+            self._optimizers.append(obj)
+            return obj
+        if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+            self._schedulers.append(obj)
+            return obj
+        if isinstance(obj, torch.utils.data.DataLoader):
+            loader = _shard_loader(obj, self.world_size, self.rank, self.seed)
+            self._loaders.append(loader)
+            return loader
+        raise UsageError(
+            f"prepare() does not know {type(obj).__name__}: pass models, optimizers, "
+            "LR schedulers and DataLoaders"
+        )
+
+    def _prepare_model(self, model: Any) -> Any:
+        model = model.to(self.device)
+        if self.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=ids)
+        self._models.append(model)
+        return model
+
+    @staticmethod
+    def unwrap_model(model: Any) -> Any:
+        return getattr(model, "module", model)
+
+    # -- training helpers ---------------------------------------------------------------
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast per the configured precision (a no-op for ``no``)."""
+        if self.mixed_precision == "no":
+            return contextlib.nullcontext()
+        import torch
+
+        dtype = torch.bfloat16 if self.mixed_precision == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()
+
+    def wait_for_everyone(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only."""
+        if self.is_main_process:
+            builtins.print(*args, **kwargs)
+
+    # -- metrics ------------------------------------------------------------------------
+
+    @property
+    def metrics_file(self) -> Path:
+        """``logs/runs/<ACCEL_RUN_ID>/metrics.jsonl``, or ``logs/runs/local/`` outside a run."""
+        return self.workspace.runs_dir / (self.run_id or "local") / "metrics.jsonl"
+
+    def log(self, metrics: dict[str, Any], step: int, *, all_ranks: bool | None = None) -> None:
+        """Append ``{"step", "time", "rank", **metrics}`` to the run's metrics file.
+
+        Main process only unless ``all_ranks``. A write error is logged, never raised:
+        metrics must not kill training.
+        """
+        if not (self.is_main_process or (self.log_all_ranks if all_ranks is None else all_ranks)):
+            return
+        record = {"step": step, "time": time.time(), "rank": self.rank}
+        record.update({str(k): _scalar(k, v) for k, v in metrics.items()})
+        line = json.dumps(record, allow_nan=True) + "\n"
+        try:
+            self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.metrics_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            try:
+                os.write(fd, line.encode("utf-8"))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _log.warning("accel: could not write metrics to %s: %s", self.metrics_file, exc)
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def save_state(
+        self,
+        step: int,
+        *,
+        tag: str | None = None,
+        extra: Any = None,
+        async_save: bool | None = None,
+    ) -> Any:
+        """Checkpoint every prepared object, the RNG states and ``step`` (a collective)."""
+        state = {
+            "step": step,
+            "models": [self.unwrap_model(m).state_dict() for m in self._models],
+            "optimizers": [o.state_dict() for o in self._optimizers],
+            "schedulers": [s.state_dict() for s in self._schedulers],
+            "loaders": [{"epoch": loader.epoch} for loader in self._loaders],
+            "extra": extra,
+        }
+        return self.checkpoints.save(
+            state, step, tag=tag, async_save=async_save, rank_state={"rng": _rng_state()}
+        )
+
+    def load_state(self, step: int | None = None) -> int | None:
+        """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none."""
+        found = self._agreed_step(step)
+        if found is None:
+            return None
+        state = self.checkpoints.load(found, map_location="cpu")
+        for model, sd in zip(self._models, state["models"], strict=True):
+            self.unwrap_model(model).load_state_dict(sd)
+        for opt, sd in zip(self._optimizers, state["optimizers"], strict=True):
+            opt.load_state_dict(sd)
+        for sched, sd in zip(self._schedulers, state["schedulers"], strict=True):
+            sched.load_state_dict(sd)
+        for loader, sd in zip(self._loaders, state["loaders"], strict=True):
+            loader.set_epoch(int(sd["epoch"]))
+        self.extra_state = state.get("extra")
+        rank_state = self.checkpoints.load_rank_state(found, self.rank)
+        if rank_state is not None:
+            _set_rng_state(rank_state["rng"])
+        return int(state["step"])
+
+    def _agreed_step(self, step: int | None) -> int | None:
+        """Every rank loads the step rank 0 found, even if a save lands meanwhile."""
+        if step is None:
+            latest = self.checkpoints.latest() if self.is_main_process else None
+            step = None if latest is None else latest.step
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            box = [step]
+            dist.broadcast_object_list(box, src=0)
+            step = box[0]
+        return step
+
+    def clean_cache(self, older_than: float | str | None = None) -> list[CacheEntryInfo]:
+        """Delete cache entries unused for ``older_than`` (all when None); main process."""
+        removed = self.workspace.cache.clean(older_than) if self.is_main_process else []
+        self.wait_for_everyone()
+        return removed
+
+
+def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:
+    acc = ref()
+    if acc is not None:
+        acc.end()
+
+
+def _scalar(key: Any, value: Any) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        return item()
+    raise UsageError(f"metric {key!r} is a {type(value).__name__}; log numbers or strings")
+
+
+def _rng_state() -> dict[str, Any]:
+    import torch
+
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    with contextlib.suppress(ImportError):
+        import numpy as np
+
+        raw: Any = np.random.get_state()
+        name, keys, pos, has_gauss, cached = raw
+        state["numpy"] = {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        }
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+
+        npst = state["numpy"]
+        keys = npst["keys"].numpy().astype(np.uint32)
+        np.random.set_state((npst["name"], keys, npst["pos"], npst["has_gauss"], npst["cached"]))
+
+
+def _shard_loader(loader: Any, world_size: int, rank: int, seed: int) -> PreparedDataLoader:
+    """A copy of ``loader`` drawing from a seeded, epoch-aware DistributedSampler."""
+    from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
+        raise UsageError(
+            "prepare() shards DataLoaders over map-style datasets built with batch_size; "
+            "shard iterable datasets or custom batch samplers yourself"
+        )
+    sampler: Any = DistributedSampler(
+        loader.dataset,
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=isinstance(loader.sampler, RandomSampler),
+        seed=seed,
+        drop_last=loader.drop_last,
+    )
+    options: dict[str, Any] = {}
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+        options["persistent_workers"] = loader.persistent_workers
+    rebuilt = DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        **options,
+    )
+    return PreparedDataLoader(rebuilt, sampler)
+
+
+class PreparedDataLoader:
+    """A DataLoader sharded across ranks; call :meth:`set_epoch` at each epoch's start.
+
+    The order of an epoch depends only on the seed and the epoch, so a resumed run
+    sees the same batches: :meth:`skip_batches` drops the ones a checkpoint already
+    covered. Other attributes are those of the underlying DataLoader.
+    """
+
+    def __init__(self, loader: Any, sampler: Any) -> None:
+        self.loader = loader
+        self.sampler = sampler
+        self.epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self.sampler.set_epoch(self.epoch)
+
+    def skip_batches(self, count: int) -> None:
+        """Skip the first ``count`` batches of the next iteration (mid-epoch resume)."""
+        self._skip = int(count)
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self._skip = self._skip, 0
+        for index, batch in enumerate(self.loader):
+            if index >= skip:
+                yield batch
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)

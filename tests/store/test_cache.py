@@ -1,0 +1,234 @@
+"""The cache: kinds of artifacts, key validation, safe loading, metadata for clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from accel import Workspace
+from accel.errors import IntegrityError, UsageError
+from accel.store._hashing import hash_file
+from accel.store._keys import key_problem
+
+
+def test_kinds_round_trip(ws: Workspace, tmp_path: Path) -> None:
+    cache = ws.cache
+    cache.put("plain", {"a": [1, 2.5, None, "s"]})
+    cache.put("raw", b"\x00\x01bytes")
+    tensors = {"w": torch.arange(6.0).reshape(2, 3), "meta": (1, "x"), "list": [torch.ones(2)]}
+    cache.put("ns/model", tensors)
+    source = tmp_path / "shard.idx"
+    source.write_bytes(b"index data")
+    cache.put("datasets/train/index", source)
+
+    assert cache.get("plain") == {"a": [1, 2.5, None, "s"]}
+    assert cache.get("raw") == b"\x00\x01bytes"
+    loaded = cache.get("ns/model")
+    assert torch.equal(loaded["w"], tensors["w"]) and loaded["meta"] == (1, "x")
+    path = cache.path("datasets/train/index")
+    assert path is not None and path.read_bytes() == b"index data" and path.name == "shard.idx"
+    assert path.is_relative_to(ws.cache_dir)
+    assert "plain" in cache and "nope" not in cache
+    assert cache.get("nope", "dflt") == "dflt" and cache.path("nope") is None
+    with pytest.raises(UsageError, match="not a file"):
+        cache.path("plain")
+
+
+def test_entry_layout_and_metadata(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_RUN_ID", "run-1")
+    info = ws.cache.put("a/b", [1, 2])
+    entry = ws.cache_dir / "entries" / "a" / "b.entry"
+    assert info.path == entry
+    meta = json.loads((entry / "meta.json").read_text())
+    assert {"key", "kind", "size", "created", "last_used", "run_id"} <= set(meta)
+    assert meta["key"] == "a/b" and meta["run_id"] == "run-1" and meta["kind"] == "json"
+    assert meta["size"] == (entry / meta["payload"]).stat().st_size
+
+    monkeypatch.setenv("ACCEL_RUN_ID", "run-2")
+    ws.cache.get("a/b")
+    after = ws.cache.info("a/b")
+    assert after is not None
+    assert after.last_used > meta["last_used"] and after.created == meta["created"]
+    assert after.run_id == "run-2"
+    assert [e.key for e in ws.cache.entries()] == ["a/b"]
+
+
+def test_put_replaces_and_delete_removes(ws: Workspace) -> None:
+    ws.cache.put("k", 1)
+    ws.cache.put("k", b"two")
+    assert ws.cache.get("k") == b"two"
+    assert ws.cache.delete("k") is True
+    assert ws.cache.delete("k") is False
+    assert "k" not in ws.cache
+    assert not (ws.cache_dir / "entries" / "k.entry").exists()
+
+
+def test_torn_entries_are_invisible_debris(ws: Workspace) -> None:
+    ws.cache.put("whole", 1)
+    ws.cache.put("torn", 2)
+    (ws.cache_dir / "entries" / "torn.entry" / "meta.json").unlink()
+    assert ws.cache.get("torn") is None and "torn" not in ws.cache
+    assert [e.key for e in ws.cache.entries()] == ["whole"]
+    assert ws.cache.debris() == [ws.cache_dir / "entries" / "torn.entry"]
+
+
+BAD_KEYS = [
+    "",
+    "..",
+    "../escape",
+    "a/../../escape",
+    "/abs/path",
+    "a//b",
+    "a/",
+    "./a",
+    ".hidden",
+    "a\\..\\b",
+    "nul\x00byte",
+    "new\nline",
+    "x.entry",
+    "x.entry/y",
+    "a" * 600,
+    "b" * 201,
+    None,
+    42,
+]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_traversal_keys_never_escape(ws: Workspace, key: Any) -> None:
+    before = sorted(p for p in ws.path.parent.rglob("*"))
+    for call in (
+        lambda: ws.cache.put(key, 1),
+        lambda: ws.cache.get(key),
+        lambda: ws.cache.delete(key),
+        lambda: ws.cache.path(key),
+        lambda: key in ws.cache,
+    ):
+        with pytest.raises(UsageError, match="invalid cache key"):
+            call()
+    assert sorted(p for p in ws.path.parent.rglob("*")) == before
+
+
+def test_good_keys_are_accepted() -> None:
+    for key in ["a", "a/b/c", "model:v1", "data set/train 01", "x.entryy", "ünï"]:
+        assert key_problem(key) is None, key
+
+
+def test_a_symlinked_namespace_cannot_lead_outside(ws: Workspace, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws.cache_dir / "entries").mkdir(parents=True, exist_ok=True)
+    (ws.cache_dir / "entries" / "ns").symlink_to(outside)
+    with pytest.raises(UsageError, match="outside the cache"):
+        ws.cache.put("ns/key", 1)
+    assert list(outside.iterdir()) == []
+
+
+class _Unsafe:
+    pass
+
+
+@pytest.mark.parametrize("value", [_Unsafe(), {"x": _Unsafe()}, lambda: 1, {1, 2}])
+def test_objects_that_cannot_be_stored_safely_are_refused(ws: Workspace, value: Any) -> None:
+    with pytest.raises(UsageError, match="cannot cache"):
+        ws.cache.put("k", value)
+    assert "k" not in ws.cache
+
+
+class _Exploit:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _forge(entry: Path, payload: bytes) -> None:
+    """Replace an entry's payload and fix its metadata, as an attacker would."""
+    meta = json.loads((entry / "meta.json").read_text())
+    target = entry / meta["payload"]
+    target.write_bytes(payload)
+    meta["checksum"], meta["size"] = hash_file(target)
+    (entry / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_pickle_payload_is_never_executed(ws: Workspace, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    info = ws.cache.put("model", {"w": torch.ones(2)})
+    evil = tmp_path / "evil.pt"
+    torch.save({"w": _Exploit(str(marker))}, evil)  # a torch zip whose pickle runs code
+    _forge(info.path, evil.read_bytes())
+    with pytest.raises(IntegrityError, match="refused"):
+        ws.cache.get("model")
+    _forge(info.path, pickle.dumps(_Exploit(str(marker))))  # a bare pickle
+    with pytest.raises(IntegrityError, match="refused"):
+        ws.cache.get("model")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", [{"w": torch.ones(64)}, b"x" * 64, {"j": "x" * 64}])
+def test_a_flipped_byte_is_refused(ws: Workspace, value: Any) -> None:
+    info = ws.cache.put("k", value)
+    meta = json.loads((info.path / "meta.json").read_text())
+    payload = info.path / meta["payload"]
+    data = bytearray(payload.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    payload.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError):
+        ws.cache.get("k")
+
+
+def test_memoize(ws: Workspace) -> None:
+    calls: list[Any] = []
+
+    @ws.cache.memoize(version=1)
+    def square(x: int, scale: float = 1.0) -> dict[str, Any]:
+        calls.append(x)
+        return {"y": torch.tensor([x * x * scale])}
+
+    assert square(3)["y"].item() == 9
+    assert square(3)["y"].item() == 9
+    assert square(x=3, scale=1.0)["y"].item() == 9  # same call, spelled differently
+    assert square(4)["y"].item() == 16
+    assert calls == [3, 4]
+
+    @ws.cache.memoize(version=2, name="square")
+    def square_v2(x: int) -> int:
+        calls.append(("v2", x))
+        return x * x
+
+    assert square_v2(3) == 9 and square_v2(3) == 9
+    assert calls[-1] == ("v2", 3) and len(calls) == 3
+
+    @ws.cache.memoize
+    def none_result(t: torch.Tensor) -> None:
+        calls.append("none")
+
+    none_result(torch.ones(2))
+    none_result(torch.ones(2))
+    assert calls.count("none") == 1
+    none_result(torch.zeros(2))
+    assert calls.count("none") == 2
+    with pytest.raises(UsageError, match="memoize cannot key"):
+        none_result(_Unsafe())  # type: ignore[arg-type]
+
+
+def test_clean_by_last_use(ws: Workspace) -> None:
+    ws.cache.put("old", 1)
+    ws.cache.put("new", 2)
+    old = ws.cache.info("old")
+    assert old is not None
+    removed = ws.cache.clean(older_than=60, now=old.last_used + 30)
+    assert removed == []
+    new = ws.cache.info("new")
+    assert new is not None
+    removed = ws.cache.clean(older_than="1m", now=new.last_used + 60.0 + 1e-3)
+    assert sorted(e.key for e in removed) == ["new", "old"]
+    ws.cache.put("x", 1)
+    assert [e.key for e in ws.cache.clean()] == ["x"]

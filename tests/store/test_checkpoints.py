@@ -1,0 +1,325 @@
+"""Checkpoints: commit protocol, verification, retention, async, lease, crashes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from accel import Workspace
+from accel.errors import AccelError, IntegrityError, UsageError
+from accel.store._hashing import hash_file
+from accel.store.checkpoints import MANIFEST, Checkpoints
+from accel.store.lease import LeaseHeld, SeriesLease, holder_of
+
+Ctx = multiprocessing.context.BaseContext
+
+
+def _state(value: float, n: int = 16) -> dict[str, Any]:
+    return {"model": {"w": torch.full((n,), value)}, "step": int(value), "note": "x"}
+
+
+def test_save_list_latest_load(ws: Workspace) -> None:
+    ckpts = ws.checkpoints
+    assert ckpts.latest() is None and ckpts.list() == []
+    with pytest.raises(UsageError, match="no committed checkpoint"):
+        ckpts.load()
+    for step in (10, 2, 7):
+        info = ckpts.save(_state(step), step, tag=f"t{step}")
+        assert info is not None and info.step == step and info.size > 0
+    assert [i.step for i in ckpts.list()] == [2, 7, 10]
+    latest = ckpts.latest()
+    assert latest is not None and latest.step == 10 and latest.tag == "t10"
+    assert torch.equal(ckpts.load()["model"]["w"], torch.full((16,), 10.0))
+    assert ckpts.load(7)["step"] == 7
+    assert latest.path == ws.checkpoints_dir / "default" / "step-000000000010"
+
+
+def test_manifest_format(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_RUN_ID", "r1")
+    info = ws.checkpoints.save(_state(1), 1, tag="best")
+    assert info is not None
+    manifest = json.loads((info.path / MANIFEST).read_text())
+    assert manifest["format"] == 1 and manifest["series"] == "default"
+    assert manifest["step"] == 1 and manifest["tag"] == "best" and manifest["run_id"] == "r1"
+    assert isinstance(manifest["created"], float)
+    checksum, size = hash_file(info.path / "state.pt")
+    assert manifest["files"] == {"state.pt": {"size": size, "checksum": checksum}}
+    assert sorted(p.name for p in info.path.iterdir()) == [MANIFEST, "state.pt"]
+
+
+def test_series_from_run_name(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_RUN_NAME", "exp-1")
+    ckpts = Workspace.discover().checkpoints
+    ckpts.save(_state(1), 1)
+    assert ckpts.series() == ["exp-1"] and ckpts.latest() is not None
+    assert Checkpoints(ws, series="default").latest() is None
+    assert [i.series for i in ckpts.all()] == ["exp-1"]
+    with pytest.raises(UsageError, match="run name"):
+        Checkpoints(ws, series="../x")
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, "3", True, 10**12])
+def test_bad_steps_are_refused(ws: Workspace, step: Any) -> None:
+    with pytest.raises(UsageError, match="checkpoint step"):
+        ws.checkpoints.save(_state(1), step)
+
+
+def test_unsafe_state_is_refused_before_writing(ws: Workspace) -> None:
+    with pytest.raises(UsageError, match=r"state\['model'\]"):
+        ws.checkpoints.save({"model": object()}, 1)
+    assert ws.checkpoints.debris() == [] and ws.checkpoints.list() == []
+
+
+def test_torn_checkpoints_are_invisible_and_listed_as_debris(ws: Workspace) -> None:
+    ws.checkpoints.save(_state(1), 1)
+    good = ws.checkpoints.save(_state(2), 2)
+    assert good is not None
+    (good.path / MANIFEST).unlink()
+    tmp = good.path.parent / ".tmp-000000000003-abc"
+    tmp.mkdir()
+    latest = ws.checkpoints.latest()
+    assert latest is not None and latest.step == 1
+    assert ws.checkpoints.debris() == [tmp, good.path]
+
+
+def test_a_flipped_byte_is_refused(ws: Workspace) -> None:
+    info = ws.checkpoints.save(_state(1, n=4096), 1)
+    assert info is not None
+    data = bytearray((info.path / "state.pt").read_bytes())
+    data[len(data) // 2] ^= 0x10
+    (info.path / "state.pt").write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="checksum"):
+        ws.checkpoints.load()
+
+
+def test_a_truncated_file_is_refused(ws: Workspace) -> None:
+    info = ws.checkpoints.save(_state(1), 1)
+    assert info is not None
+    with open(info.path / "state.pt", "r+b") as fh:
+        fh.truncate(100)
+    with pytest.raises(IntegrityError, match="manifest says"):
+        ws.checkpoints.load()
+
+
+class _Exploit:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_payload_is_never_executed(ws: Workspace, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    info = ws.checkpoints.save(_state(1), 1)
+    assert info is not None
+    torch.save({"model": _Exploit(str(marker))}, info.path / "state.pt")
+    manifest = json.loads((info.path / MANIFEST).read_text())
+    checksum, size = hash_file(info.path / "state.pt")
+    manifest["files"]["state.pt"] = {"size": size, "checksum": checksum}
+    (info.path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match="refused"):
+        ws.checkpoints.load()
+    assert not marker.exists()
+
+
+def test_retention_keeps_exactly_keep_last_by_step(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_KEEP_LAST", "2")
+    ckpts = Workspace.discover().checkpoints
+    for step in range(1, 6):
+        ckpts.save(_state(step), step)
+        assert [i.step for i in ckpts.list()] == list(range(max(1, step - 1), step + 1))
+    # Ordered by step, not by save order: an older step saved late is not kept over newer.
+    ckpts.save(_state(3), 3)
+    assert [i.step for i in ckpts.list()] == [3, 4, 5]  # the one just saved always stays
+    ckpts.save(_state(9), 9)
+    assert [i.step for i in ckpts.list()] == [5, 9]
+    assert ckpts.debris() == []
+
+
+def test_keep_all_when_keep_last_is_null(ws: Workspace) -> None:
+    ws.config_file.write_text("checkpoints:\n  keep_last: null\n")
+    ckpts = Workspace.discover().checkpoints
+    for step in range(5):
+        ckpts.save(_state(step), step)
+    assert len(ckpts.list()) == 5
+
+
+def test_saving_an_existing_step_replaces_it(ws: Workspace) -> None:
+    ws.checkpoints.save(_state(1), 5)
+    ws.checkpoints.save(_state(2), 5)
+    assert ws.checkpoints.load(5)["step"] == 2
+    assert len(ws.checkpoints.list()) == 1 and ws.checkpoints.debris() == []
+
+
+def test_delete_removes_the_checkpoint(ws: Workspace) -> None:
+    ws.checkpoints.save(_state(1), 1)
+    ws.checkpoints.save(_state(2), 2)
+    assert ws.checkpoints.delete(2) is True and ws.checkpoints.delete(2) is False
+    assert [i.step for i in ws.checkpoints.list()] == [1]
+    assert ws.checkpoints.debris() == []
+
+
+def test_async_save(ws: Workspace) -> None:
+    state = _state(1, n=1000)
+    assert ws.checkpoints.save(state, 1, async_save=True) is None
+    state["model"]["w"].fill_(99.0)  # the snapshot was taken before returning
+    info = ws.checkpoints.wait()
+    assert info is not None and info.step == 1
+    assert torch.equal(ws.checkpoints.load(1)["model"]["w"], torch.full((1000,), 1.0))
+    ws.checkpoints.save(_state(2), 2, async_save=True)
+    latest = ws.checkpoints.load()  # joins the pending save first
+    assert latest["step"] == 2
+
+
+def test_async_save_from_config(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_ASYNC_SAVE", "true")
+    ckpts = Workspace.discover().checkpoints
+    assert ckpts.save(_state(1), 1) is None
+    info = ckpts.wait()
+    assert info is not None and info.step == 1
+
+
+# -- the series lease --------------------------------------------------------------------
+
+
+def _hold_lease(ws_path: str, run_id: str | None, ready: Any) -> None:
+    SeriesLease(Workspace(ws_path), "default", run_id=run_id).acquire()
+    ready.set()
+    time.sleep(60)
+
+
+def _save_in_child(ws_path: str, step: int, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    Workspace(ws_path).checkpoints.save(_state(step), step)
+
+
+@pytest.mark.timeout(30)
+def test_a_second_live_run_fails_fast_naming_the_holder(ws: Workspace, fork: Ctx) -> None:
+    child = fork.Process(target=_save_in_child, args=(str(ws.path), 1, {}))
+    child.start()
+    child.join()
+    assert child.exitcode == 0  # a plain process leased the series and died: free again
+    ws.checkpoints.save(_state(2), 2)  # this process takes it over at once
+    holder = holder_of(ws, "default")
+    assert holder is not None and holder.pid == os.getpid()
+
+    rival = fork.Process(target=_save_in_child, args=(str(ws.path), 3, {}))
+    started = time.monotonic()
+    rival.start()
+    rival.join()
+    assert rival.exitcode != 0 and time.monotonic() - started < 20
+    with pytest.raises(LeaseHeld, match=rf"pid {os.getpid()} on {socket.gethostname()}"):
+        SeriesLease(ws, "default").acquire()  # a fresh lease object conflicts as well
+    assert [i.step for i in ws.checkpoints.list()] == [1, 2]
+
+
+@pytest.mark.timeout(30)
+def test_workers_of_the_holding_run_save_without_acquiring(
+    ws: Workspace, fork: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ready = fork.Event()
+    launcher = fork.Process(target=_hold_lease, args=(str(ws.path), "run-A", ready))
+    launcher.start()
+    try:
+        assert ready.wait(10)
+        monkeypatch.setenv("ACCEL_RUN_ID", "run-B")
+        with pytest.raises(LeaseHeld, match=rf"pid {launcher.pid} .*run-A"):
+            Workspace.discover().checkpoints.save(_state(1), 1)
+        monkeypatch.setenv("ACCEL_RUN_ID", "run-A")
+        Workspace.discover().checkpoints.save(_state(2), 2)
+        holder = holder_of(ws, "default")
+        assert holder is not None and holder.pid == launcher.pid
+        assert Workspace.discover().checkpoints.load()["step"] == 2  # reading needs no lease
+    finally:
+        launcher.kill()
+        launcher.join()
+    monkeypatch.setenv("ACCEL_RUN_ID", "run-B")
+    Workspace.discover().checkpoints.save(_state(3), 3)  # the dead holder's lease is taken
+    holder = holder_of(ws, "default")
+    assert holder is not None and holder.pid == os.getpid() and holder.run_id == "run-B"
+
+
+# -- crashes and write errors ------------------------------------------------------------
+
+
+def _save_forever(ws_path: str, first: int) -> None:
+    ckpts = Workspace(ws_path).checkpoints
+    state = {"a": torch.arange(200_000, dtype=torch.float32), "b": torch.ones(50_000)}
+    step = first
+    while True:
+        state["a"][0] = step
+        ckpts.save({"model": state, "step": step}, step)
+        step += 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigkill_at_random_instants_never_tears_or_loses_the_latest(
+    ws: Workspace, fork: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_KEEP_LAST", "2")  # deletion is killed too
+    ckpts = Workspace.discover().checkpoints
+    rng = random.Random(20261129)
+    next_step = 0
+    for _ in range(40):
+        before = ckpts.latest()
+        child = fork.Process(target=_save_forever, args=(str(ws.path), next_step))
+        child.start()
+        time.sleep(rng.uniform(0.0, 0.25))
+        os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        child.join()
+        infos = ckpts.list()
+        latest = ckpts.latest()
+        if before is not None:
+            assert latest is not None and latest.step >= before.step
+        for info in infos:
+            loaded = ckpts.load(info.step)
+            assert loaded["step"] == info.step and loaded["model"]["a"][0] == info.step
+        next_step = (latest.step + 1) if latest else 0
+    assert next_step > 0
+
+
+def _save_under_fsize_limit(ws_path: str, limit: int, queue: Any) -> None:
+    import resource
+
+    ckpts = Workspace(ws_path).checkpoints
+    ckpts.save({"w": torch.zeros(1000)}, 1)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    outcome = []
+    for async_save in (False, True):
+        try:
+            ckpts.save({"w": torch.zeros(limit)}, 2, async_save=async_save)
+            ckpts.wait()
+            outcome.append("saved")
+        except AccelError as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+    queue.put(outcome)
+
+
+@pytest.mark.timeout(60)
+def test_a_save_over_the_file_size_limit_fails_cleanly(ws: Workspace, fork: Ctx) -> None:
+    queue = fork.Queue()
+    child = fork.Process(target=_save_under_fsize_limit, args=(str(ws.path), 64_000, queue))
+    child.start()
+    outcome = queue.get(timeout=50)
+    child.join()
+    assert child.exitcode == 0  # the process was not killed (SIGXFSZ) and went on
+    assert len(outcome) == 2
+    for line in outcome:
+        assert line.startswith("WriteFailed") and "state.pt" in line and "free space" in line
+    assert [i.step for i in ws.checkpoints.list()] == [1]
+    assert torch.equal(ws.checkpoints.load()["w"], torch.zeros(1000))
+    assert ws.checkpoints.debris() == []

@@ -1,0 +1,173 @@
+"""The key-value store: atomic read-modify-write across processes, SIGKILL-safe."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accel import Workspace
+from accel.errors import AccelError, IntegrityError, LockTimeout, UsageError
+from accel.store.kv import decode_state, encode_state
+
+
+def test_get_set_delete_update(ws: Workspace) -> None:
+    store = ws.store
+    assert store.get("missing") is None
+    assert store.get("missing", 7) == 7
+    store.set("a", {"x": [1, 2.5, "s", None, True]})
+    assert store.get("a") == {"x": [1, 2.5, "s", None, True]}
+    assert "a" in store and "b" not in store
+    assert store.update("n", lambda v: v + 1, default=0) == 1
+    assert store.update("n", lambda v: v + 1, default=0) == 2
+    assert store.keys() == ["a", "n"]
+    assert store.delete("a") is True
+    assert store.delete("a") is False
+    assert Workspace.discover().store.read() == {"n": 2}
+
+
+@pytest.mark.parametrize(
+    "value", [object(), (1, 2), {1: "int key"}, float("nan"), b"bytes", {"a": {3}}]
+)
+def test_non_json_values_are_refused_and_change_nothing(ws: Workspace, value: Any) -> None:
+    ws.store.set("k", 1)
+    with pytest.raises(UsageError, match="JSON"):
+        ws.store.set("k", value)
+    with pytest.raises(UsageError, match="JSON"):
+        ws.store.update("k", lambda _: value)
+    assert ws.store.get("k") == 1
+
+
+@pytest.mark.parametrize("key", ["", None, 3, "a\x00b"])
+def test_bad_keys_are_refused(ws: Workspace, key: Any) -> None:
+    with pytest.raises(UsageError, match="store key"):
+        ws.store.set(key, 1)
+
+
+def test_a_failing_update_function_changes_nothing(ws: Workspace) -> None:
+    ws.store.set("k", 1)
+
+    def boom(_: Any) -> Any:
+        raise RuntimeError("user bug")
+
+    with pytest.raises(RuntimeError):
+        ws.store.update("k", boom)
+    assert ws.store.get("k") == 1
+
+
+def test_state_file_is_checksummed(ws: Workspace) -> None:
+    ws.store.set("k", "value")
+    raw = ws.state_file.read_bytes()
+    assert decode_state(raw, ws.state_file) == {"k": "value"}
+    assert raw == encode_state({"k": "value"})
+    ws.state_file.write_bytes(raw.replace(b"value", b"valuf"))
+    with pytest.raises(IntegrityError, match="checksum"):
+        ws.store.get("k")
+    ws.state_file.write_bytes(raw[:-3])
+    with pytest.raises(IntegrityError, match="length"):
+        ws.store.get("k")
+
+
+def test_reading_creates_nothing(project: Path) -> None:
+    ws = Workspace.discover()
+    assert ws.store.get("k") is None
+    assert not ws.path.exists()
+
+
+def _hold_store_lock(ws_path: str, ready: Any, hold: float) -> None:
+    ws = Workspace(ws_path)
+
+    def slow(value: Any) -> Any:
+        ready.set()
+        time.sleep(hold)
+        return "from child"
+
+    ws.store.update("k", slow)
+
+
+@pytest.mark.timeout(30)
+def test_lock_timeout_names_the_lock_file(
+    ws: Workspace, fork: multiprocessing.context.BaseContext
+) -> None:
+    ready = fork.Event()
+    child = fork.Process(target=_hold_store_lock, args=(str(ws.path), ready, 30))
+    child.start()
+    try:
+        assert ready.wait(10)
+        impatient = Workspace(ws.path, env={"ACCEL_STORE_LOCK_TIMEOUT": "0.2s"})
+        with pytest.raises(LockTimeout, match=r"locks/state\.lock") as info:
+            impatient.store.set("k", "mine")
+        assert isinstance(info.value, AccelError)
+        assert ws.store.get("k") is None
+    finally:
+        child.kill()
+        child.join()
+
+
+@pytest.mark.timeout(30)
+def test_a_holder_killed_mid_update_does_not_block_the_next(
+    ws: Workspace, fork: multiprocessing.context.BaseContext
+) -> None:
+    ws.store.set("k", "before")
+    ready = fork.Event()
+    child = fork.Process(target=_hold_store_lock, args=(str(ws.path), ready, 60))
+    child.start()
+    assert ready.wait(10)
+    os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    child.join()
+    assert ws.store.get("k") == "before"
+    patient = Workspace(ws.path, env={"ACCEL_STORE_LOCK_TIMEOUT": "5s"})
+    assert patient.store.update("k", lambda v: v + " after") == "before after"
+
+
+def _increment(ws_path: str, times: int) -> None:
+    store = Workspace(ws_path).store
+    for _ in range(times):
+        store.update("counter", lambda v: v + 1, default=0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_no_lost_update_with_four_processes(
+    ws: Workspace, fork: multiprocessing.context.BaseContext
+) -> None:
+    children = [fork.Process(target=_increment, args=(str(ws.path), 250)) for _ in range(4)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(100)
+        assert child.exitcode == 0
+    assert ws.store.get("counter") == 1000
+
+
+def _update_forever(ws_path: str) -> None:
+    store = Workspace(ws_path).store
+    while True:
+        store.update("counter", lambda v: v + 1, default=0)
+        store.set("blob", ["x" * 1000] * 50)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_sigkill_at_random_instants_leaves_a_readable_store(
+    ws: Workspace, fork: multiprocessing.context.BaseContext
+) -> None:
+    import random
+
+    rng = random.Random(1234)
+    last = 0
+    for _ in range(15):
+        child = fork.Process(target=_update_forever, args=(str(ws.path),))
+        child.start()
+        time.sleep(rng.uniform(0.05, 0.15))
+        os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        child.join()
+        value = ws.store.get("counter", 0)  # raises if the file were torn
+        assert value >= last
+        last = value
+    assert last > 0
