@@ -23,6 +23,7 @@ from accel.cli import env as env_cmd
 from accel.cli import launch as launch_cmd
 from accel.cli import runs as runs_cmd
 from accel.cli import status as status_cmd
+from accel.cli import sync as sync_cmd
 from accel.errors import EXIT_INTERRUPTED, AccelError
 from accel.workspace import Workspace
 
@@ -67,6 +68,7 @@ app.add_typer(runs_cmd.app, name="runs")
 app.command("logs")(runs_cmd.logs)
 app.command("env")(env_cmd.env)
 app.command("clean")(clean_cmd.clean)
+app.add_typer(sync_cmd.app, name="sync")
 
 
 def main(argv: list[str] | None = None) -> int:

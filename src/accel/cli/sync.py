@@ -1,0 +1,164 @@
+"""``accel sync push|pull URL``: the workspace to and from remote storage (fsspec)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from accel.cli import _app, _output
+
+if TYPE_CHECKING:
+    from accel.sync import SyncResult
+
+app = typer.Typer(
+    help="Copy checkpoints, finished runs and the config to or from remote storage.",
+    no_args_is_help=True,
+)
+
+URL_HELP = "s3://bucket/prefix, gs://..., file:///path or any fsspec URL."
+_INCLUDE_CACHE = typer.Option(False, "--include-cache", help="Also sync the cache.")
+_DRY_RUN = typer.Option(False, "--dry-run", help="Show what would move; move nothing.")
+_JSON = typer.Option(False, "--json", help="One JSON object, for machines.")
+_OPTIONS = typer.Option(
+    [],
+    "--storage-option",
+    "-o",
+    metavar="KEY=VALUE",
+    help="An option for the fsspec backend, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable).",
+)
+
+
+@app.command()
+def push(
+    ctx: typer.Context,
+    url: str = typer.Argument(..., help=URL_HELP),
+    include_cache: bool = _INCLUDE_CACHE,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+    storage_option: list[str] = _OPTIONS,
+) -> int:
+    """Copy committed checkpoints, finished runs and the config to URL (only what changed)."""
+    return _sync("push", ctx, url, include_cache, dry_run, as_json, storage_option)
+
+
+@app.command()
+def pull(
+    ctx: typer.Context,
+    url: str = typer.Argument(..., help=URL_HELP),
+    include_cache: bool = _INCLUDE_CACHE,
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = _JSON,
+    storage_option: list[str] = _OPTIONS,
+) -> int:
+    """Copy what this workspace lacks from URL; every file is verified before it is visible."""
+    return _sync("pull", ctx, url, include_cache, dry_run, as_json, storage_option)
+
+
+def _sync(
+    direction: str,
+    ctx: typer.Context,
+    url: str,
+    include_cache: bool,
+    dry_run: bool,
+    as_json: bool,
+    pairs: list[str],
+) -> int:
+    from accel import sync
+
+    ws = _app.workspace(ctx)
+    remote = sync.open_remote(url, sync.parse_storage_options(pairs), os.environ)
+    run = sync.push if direction == "push" else sync.pull
+    reporter = _ProgressBar(direction) if sys.stderr.isatty() and not as_json else None
+    result = run(ws, remote, include_cache=include_cache, dry_run=dry_run, reporter=reporter)
+    _log(ws, result)
+    if as_json:
+        _output.print_json(result.to_json())
+    else:
+        _render(result)
+    return 0 if result.ok else 1
+
+
+def _render(result: SyncResult) -> None:
+    from accel.units import format_duration, format_size
+
+    plan = result.plan
+    if result.dry_run and plan.transfers:
+        rows = [(u, len(ts), format_size(sum(t.size for t in ts))) for u, ts in plan.units()]
+        _output.table(f"would {plan.direction}", ["unit", "files", "size"], rows)
+    for s in plan.skipped:
+        _output.info(f"skipped {s.unit}: {s.reason}")
+    for s in result.failed:
+        _output.error(f"{s.unit}: {s.reason}")
+    verb = {"push": "pushed", "pull": "pulled"}[plan.direction]
+    prep = "to" if plan.direction == "push" else "from"
+    if result.dry_run:
+        head = f"would {plan.direction} {len(plan.transfers)} files"
+        _output.out(f"{head} ({format_size(plan.total_bytes)}) {prep} {result.url}")
+        return
+    rate = result.bytes / result.seconds if result.seconds > 0 else 0.0
+    _output.out(
+        f"{verb} {result.files} files ({format_size(result.bytes)}) {prep} {result.url} "
+        f"in {format_duration(result.seconds)} ({format_size(rate)}/s); "
+        f"{plan.unchanged} unchanged"
+    )
+
+
+def _log(ws: Any, result: SyncResult) -> None:
+    if result.dry_run or not ws.exists:
+        return
+    try:
+        from accel.wslog import log_event
+    except ImportError:
+        return
+    state = "ok" if result.ok else f"{len(result.failed)} units failed"
+    log_event(
+        ws,
+        f"sync {result.plan.direction} {result.url}: {result.files} files, "
+        f"{result.bytes} bytes, {result.plan.unchanged} unchanged, {state}",
+        "info" if result.ok else "warning",
+        command="sync",
+    )
+
+
+class _ProgressBar:
+    """A rich bar with bytes and rate on stderr, for terminals."""
+
+    def __init__(self, direction: str) -> None:
+        self._label = "pushing" if direction == "push" else "pulling"
+        self._progress: Any = None
+        self._task: Any = None
+
+    def begin(self, total_bytes: int, total_files: int) -> None:
+        if not total_files:
+            return
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn(f"{self._label} {total_files} files"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=_output.console(stderr=True),
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(self._label, total=total_bytes)
+
+    def advance(self, num_bytes: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=num_bytes)
+
+    def end(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()

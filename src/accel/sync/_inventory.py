@@ -1,0 +1,159 @@
+"""What the local workspace holds that sync may push: reading only.
+
+- committed checkpoints: a step folder whose manifest is valid and whose files are all
+  there with the sizes it records (their checksums come from the manifest, not a hash);
+- the files of finished runs (``accel.runs.is_live`` is false);
+- the config file;
+- with ``include_cache``, the cache (committed entries only: ``meta.json`` present).
+
+Never locks, temp debris, hidden files, ``state.bin`` or ``layout.json``; links are not
+followed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, LocalFile, Skipped
+from accel.sync._paths import CONFIG_REL, MARKERS, is_debris
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
+
+MANIFEST = "manifest.json"
+
+
+def inventory(ws: Workspace, include_cache: bool) -> tuple[list[LocalFile], list[Skipped]]:
+    """The files to consider for a push, and the units left out with the reason."""
+    files: list[LocalFile] = []
+    skipped: list[Skipped] = []
+    files += _config(ws)
+    for found in (_checkpoints(ws), _runs(ws), _cache(ws) if include_cache else iter(())):
+        for item in found:
+            if isinstance(item, Skipped):
+                skipped.append(item)
+            else:
+                files.append(item)
+    return files, skipped
+
+
+def _config(ws: Workspace) -> list[LocalFile]:
+    try:
+        size = ws.config_file.stat().st_size
+    except OSError:
+        return []
+    return [LocalFile(CONFIG_REL, ws.config_file, size, None, CONFIG_REL, CONFIG)]
+
+
+def _subdirs(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as it:
+            found = [e for e in it if e.is_dir(follow_symlinks=False) and not is_debris(e.name)]
+    except OSError:
+        return []
+    return sorted(found, key=lambda e: e.name)
+
+
+def _checkpoints(ws: Workspace) -> Iterator[LocalFile | Skipped]:
+    for series in _subdirs(ws.checkpoints_dir):
+        for step in _subdirs(Path(series.path)):
+            unit = f"checkpoints/{series.name}/{step.name}"
+            yield from checkpoint_files(Path(step.path), unit)
+
+
+def checkpoint_files(step_dir: Path, unit: str) -> Iterator[LocalFile | Skipped]:
+    """A committed checkpoint's files (manifest last), or why it is not one."""
+    from accel.store.checkpoints import read_manifest
+    from accel.sync._checksum import hash_file
+
+    manifest = read_manifest(step_dir)
+    if manifest is None:
+        yield Skipped(unit, "no valid manifest (a save in progress or a torn checkpoint)")
+        return
+    found: list[LocalFile] = []
+    for name, raw in sorted(manifest["files"].items()):
+        entry = manifest_entry(raw)
+        path = step_dir / name
+        if entry is None or is_debris(name) or "/" in name or _size(path) != entry.size:
+            yield Skipped(unit, f"{name} is missing or differs from its manifest")
+            return
+        rel = f"{unit}/{name}"
+        found.append(LocalFile(rel, path, entry.size, entry.checksum, unit, CHECKPOINT))
+    try:
+        checksum, size = hash_file(step_dir / MANIFEST)
+    except OSError:
+        yield Skipped(unit, "deleted while it was read")
+        return
+    yield from found
+    yield LocalFile(f"{unit}/{MANIFEST}", step_dir / MANIFEST, size, checksum, unit, CHECKPOINT)
+
+
+def manifest_entry(raw: object) -> FileEntry | None:
+    if not isinstance(raw, dict):
+        return None
+    size, checksum = raw.get("size"), raw.get("checksum")
+    if isinstance(size, bool) or not isinstance(size, int) or not isinstance(checksum, str):
+        return None
+    return FileEntry(size, checksum)
+
+
+def _size(path: Path) -> int:
+    try:
+        st = path.lstat()
+    except OSError:
+        return -1
+    return st.st_size if path.is_file() and not path.is_symlink() else -1
+
+
+def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
+    from accel.runs import is_live
+
+    for run in _subdirs(ws.runs_dir):
+        unit = f"logs/runs/{run.name}"
+        if is_live(ws, run.name):
+            yield Skipped(unit, "live run")
+            continue
+        yield from _tree(Path(run.path), unit, RUN)
+
+
+def _cache(ws: Workspace) -> Iterator[LocalFile | Skipped]:
+    yield from _tree(ws.cache_dir, "cache", CACHE)
+
+
+def _tree(root: Path, prefix: str, kind: str) -> Iterator[LocalFile | Skipped]:
+    """Regular files under ``root``; a cache entry folder counts only once committed."""
+    stack = [(root, prefix)]
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        committed = any(e.name == "meta.json" for e in entries)
+        if kind == CACHE and folder.name.endswith(".entry") and not committed:
+            yield Skipped(rel, "cache entry not committed (no meta.json)")
+            continue
+        for entry in entries:
+            if is_debris(entry.name):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((Path(entry.path), f"{rel}/{entry.name}"))
+            elif entry.is_file(follow_symlinks=False):
+                yield _plain(Path(entry.path), f"{rel}/{entry.name}", kind, entry)
+
+
+def _plain(path: Path, rel: str, kind: str, entry: os.DirEntry[str]) -> LocalFile:
+    from accel.sync._paths import unit_of
+
+    try:
+        size = entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        size = 0
+    return LocalFile(rel, path, size, None, unit_of(rel), kind)
+
+
+__all__ = ["MARKERS", "checkpoint_files", "inventory", "manifest_entry"]

@@ -1,0 +1,262 @@
+"""The remote side, through fsspec: the index file and streamed, verified transfers.
+
+Object stores (s3, gcs, azure) make a PUT visible whole, so files go straight to
+their names there. Elsewhere (``file://``, sftp, ...) a file is written under a temp
+name beside its target and renamed, so a reader never sees half of one.
+
+Credentials come only from the backend's usual sources (environment, profiles,
+instance metadata) or ``--storage-option``; none of it is written anywhere, and URLs
+are shown with their credentials redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from accel._version import __version__
+from accel.errors import IntegrityError, JobFailed, UsageError
+from accel.sync._checksum import (
+    CHUNK,
+    DEFAULT_ALGORITHM,
+    algorithm_of,
+    format_checksum,
+    new_hasher,
+)
+from accel.sync._model import FileEntry
+
+INDEX_NAME = "accel-sync.json"
+INDEX_FORMAT = "accel-sync"
+INDEX_VERSION = 1
+TMP_MARK = ".accel-tmp-"
+ENDPOINT_VARS = ("ACCEL_SYNC_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+_ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
+_EXTRAS = {"s3": "accel[s3]", "s3a": "accel[s3]", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
+_SECRET_PARAM = re.compile(r"(sig|signature|token|key|secret|password|credential)", re.I)
+
+Progress = Callable[[int], None]
+
+
+def redact_url(url: str) -> str:
+    """``s3://KEY:SECRET@bucket/p?X-Amz-Signature=..`` -> ``s3://***@bucket/p?X-Amz-Signature=***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = [(k, "***" if _SECRET_PARAM.search(k) else v) for k, v in parse_qsl(parts.query)]
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), ""))
+
+
+def parse_storage_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` flags -> options; ``true``/``false`` and integers are typed."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
+            raise UsageError(f"invalid --storage-option {key!r}: expected KEY=VALUE")
+        options[key.strip()] = _typed(value)
+    return options
+
+
+def _typed(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return int(value) if re.fullmatch(r"-?[0-9]+", value) else value
+
+
+def storage_options_for(
+    protocol: str, options: Mapping[str, Any], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """The flags' options, plus an S3 endpoint from the environment when none was given."""
+    out = dict(options)
+    if protocol in ("s3", "s3a") and "endpoint_url" not in out:
+        endpoint = next((env[v] for v in ENDPOINT_VARS if env.get(v)), None)
+        if endpoint:
+            out["endpoint_url"] = endpoint
+    return out
+
+
+class Remote:
+    """A remote folder (``root`` on ``fs``) holding a synced workspace."""
+
+    def __init__(self, fs: Any, root: str, url: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.url = redact_url(url)
+        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        self.atomic_put = any(p in _ATOMIC_PUT for p in protocols)
+        self._made: set[str] = set()
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if self.root else rel
+
+    # -- the index ------------------------------------------------------------------------
+
+    def read_index(self) -> dict[str, FileEntry] | None:
+        """The files the remote holds, None when nothing was ever pushed there."""
+        try:
+            raw = self.fs.cat_file(self.path(INDEX_NAME))
+        except FileNotFoundError:
+            return None
+        return parse_index(raw, self.url)
+
+    def write_index(self, files: Mapping[str, FileEntry]) -> None:
+        """Merge ``files`` into the remote index (a concurrent push's entries survive)."""
+        merged = dict(self.read_index() or {})
+        merged.update(files)
+        payload = {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "accel_version": __version__,
+            "updated_at": time.time(),
+            "files": {rel: merged[rel].to_json() for rel in sorted(merged)},
+        }
+        data = (json.dumps(payload, indent=1) + "\n").encode()
+        self._write_whole(INDEX_NAME, lambda fh: fh.write(data))
+
+    # -- transfers ------------------------------------------------------------------------
+
+    def upload(self, local: Path, rel: str, expected: str | None, progress: Progress) -> FileEntry:
+        """Stream ``local`` to ``rel``, hashing it; IntegrityError when ``expected`` differs."""
+        algorithm = algorithm_of(expected) if expected else DEFAULT_ALGORITHM
+        hasher = new_hasher(algorithm)
+        size = 0
+
+        def copy(dst: Any) -> None:
+            nonlocal size
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            with open(local, "rb", buffering=0) as src:
+                while n := src.readinto(buf):
+                    hasher.update(view[:n])
+                    dst.write(view[:n])
+                    size += n
+                    progress(n)
+            if expected and format_checksum(algorithm, hasher) != expected:
+                raise IntegrityError(f"{local} fails its manifest checksum; not pushed")
+
+        self._write_whole(rel, copy)
+        return FileEntry(size, format_checksum(algorithm, hasher))
+
+    def download(self, rel: str, dest: Path, expected: FileEntry, progress: Progress) -> None:
+        """Write ``rel`` to the new file ``dest``, fsynced; IntegrityError unless it matches."""
+        hasher = new_hasher(algorithm_of(expected.checksum))
+        size = 0
+        with self.fs.open(self.path(rel), "rb") as src, open(dest, "xb") as dst:
+            while chunk := src.read(CHUNK):
+                hasher.update(chunk)
+                dst.write(chunk)
+                size += len(chunk)
+                progress(len(chunk))
+            dst.flush()
+            os.fsync(dst.fileno())
+        got = format_checksum(algorithm_of(expected.checksum), hasher)
+        if size != expected.size or got != expected.checksum:
+            raise IntegrityError(
+                f"{self.url}/{rel} does not match the remote index ({size} bytes, {got}; "
+                f"expected {expected.size} bytes, {expected.checksum}): refused"
+            )
+
+    def remove_debris(self, unit: str) -> None:
+        """Temp files an interrupted push left in ``unit`` (never on object stores)."""
+        if self.atomic_put:
+            return
+        try:
+            found = self.fs.find(self.path(unit))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for path in found:
+            if path.rsplit("/", 1)[-1].startswith(TMP_MARK):
+                try:
+                    self.fs.rm_file(path)
+                except FileNotFoundError:
+                    pass
+
+    def _write_whole(self, rel: str, write: Callable[[Any], Any]) -> None:
+        final = self.path(rel)
+        if self.atomic_put:
+            with self.fs.open(final, "wb") as fh:
+                write(fh)
+            return
+        parent, _, name = final.rpartition("/")
+        self._mkdir(parent)
+        tmp = f"{parent}/{TMP_MARK}{secrets.token_hex(4)}-{name}"
+        try:
+            with self.fs.open(tmp, "wb") as fh:
+                write(fh)
+            self.fs.mv(tmp, final)
+        except BaseException:
+            try:
+                self.fs.rm_file(tmp)
+            except Exception:  # noqa: BLE001 - the original error matters, not this one
+                pass
+            raise
+
+    def _mkdir(self, folder: str) -> None:
+        if folder and folder not in self._made:
+            self.fs.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
+
+
+def parse_index(raw: bytes, url: str) -> dict[str, FileEntry]:
+    try:
+        data = json.loads(raw)
+        if data.get("format") != INDEX_FORMAT:
+            raise ValueError
+    except (ValueError, AttributeError):
+        raise IntegrityError(f"{url}/{INDEX_NAME} is not an accel sync index") from None
+    if not isinstance(data.get("version"), int) or data["version"] > INDEX_VERSION:
+        raise UsageError(f"{url} was written by a newer accel; upgrade accel to sync with it")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise IntegrityError(f"{url}/{INDEX_NAME} is damaged (no file list)")
+    return {str(rel): _entry(rel, raw_entry, url) for rel, raw_entry in files.items()}
+
+
+def _entry(rel: str, raw: Any, url: str) -> FileEntry:
+    from accel.sync._inventory import manifest_entry
+
+    entry = manifest_entry(raw)
+    if entry is None:
+        raise IntegrityError(f"{url}/{INDEX_NAME} is damaged at {rel!r}")
+    return entry
+
+
+def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) -> Remote:
+    """The remote at ``url``; a missing backend or bad URL is one line, exit 2."""
+    try:
+        import fsspec  # type: ignore[import-untyped]
+    except ImportError:
+        raise UsageError("remote sync needs fsspec: pip install 'accel[sync]'") from None
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    shown = redact_url(url)
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **storage_options_for(protocol, options, env))
+    except ImportError:
+        extra = _EXTRAS.get(protocol, f"the fsspec backend for {protocol}://")
+        raise UsageError(f"{shown}: {protocol}:// needs a backend: install {extra}") from None
+    except ValueError as exc:
+        raise UsageError(f"{shown}: {_first_line(exc)}") from None
+    except TypeError as exc:
+        raise UsageError(f"{shown}: bad --storage-option ({_first_line(exc)})") from None
+    return Remote(fs, root, url)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def backend_error(remote_url: str, exc: BaseException) -> JobFailed:
+    """A transfer error as one line (the URL already redacted)."""
+    return JobFailed(f"{remote_url}: {type(exc).__name__}: {_first_line(exc)}")
