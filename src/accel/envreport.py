@@ -31,7 +31,8 @@ _SECRET_NAME = re.compile(
 )
 _URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 _ASSIGNMENT = re.compile(
-    r"(--[A-Za-z0-9][A-Za-z0-9_-]*|\b[A-Za-z_][A-Za-z0-9_.]*)(\s*[=:]\s*|(?<=[A-Za-z0-9])\s+)(\S+)"
+    r"(--[A-Za-z0-9][A-Za-z0-9_-]*|\b[A-Za-z_][A-Za-z0-9_.]*)"
+    r"([\"']?\s*[=:]\s*[\"']?|(?<=[A-Za-z0-9])\s+)([^\s\"',;}]+)"
 )
 _BEARER = re.compile(r"\b(Bearer|Basic|token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 _KNOWN_TOKENS = re.compile(
@@ -96,7 +97,8 @@ def redact_text(text: str) -> str:
         if not separator.strip() and not is_flag:
             return m.group(0)  # "key value" in prose is not an assignment; "--key value" is
         bare = name.lstrip("-").replace("-", "_")
-        if bare.lower() in _PROSE_WORDS or not is_secret_name(bare) or m.group(3) == REDACTED:
+        prose = not is_flag and bare.lower() in _PROSE_WORDS
+        if prose or not is_secret_name(bare) or m.group(3) == REDACTED:
             return m.group(0)
         return f"{m.group(1)}{m.group(2)}{REDACTED}"
 

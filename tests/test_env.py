@@ -1,0 +1,310 @@
+"""``accel env``: three forms, secrets never shown, a partial report in a bare environment,
+and ``--check`` failing for each class of problem."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from accel.envreport import (
+    REDACTED,
+    redact_mapping,
+    redact_text,
+    redact_value,
+    relevant_environment,
+)
+from accel.workspace import Workspace
+
+SECRETS = {
+    "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
+    "WANDB_API_KEY": "wandb-secret-value-1",
+    "NCCL_PASSWORD": "nccl-secret-value-2",
+    "ACCELERATE_SECRET_THING": "accelerate-secret-3",
+    "HF_ENDPOINT": "https://alice:url-secret-4@hub.example.org/api",
+}
+SECRET_VALUES = (
+    "abcdefghijklmnopqrstuvwxyz0123",
+    "wandb-secret-value-1",
+    "nccl-secret-value-2",
+    "accelerate-secret-3",
+    "url-secret-4",
+    "config-secret-5",
+)
+
+
+def run_env(
+    exe: list[str],
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*exe, "env", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env if env is not None else dict(os.environ),
+    )
+
+
+def env_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The Typer app in this process (torch is imported once for the whole module)."""
+    from accel.cli.main import main
+
+    code = main(["env", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def make_ws(project: Path) -> Workspace:
+    return Workspace(project / ".accelerate").ensure()
+
+
+# -- redaction (pure) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "GITHUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "WANDB_API_KEY",
+        "DB_PASSWORD",
+        "MY_CREDENTIALS",
+        "API_KEY",
+    ],
+)
+def test_secret_looking_names_are_hidden(name: str) -> None:
+    assert redact_value(name, "value") == REDACTED
+
+
+@pytest.mark.parametrize(
+    "name", ["OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "MONKEY_BUSINESS", "KEYBOARD"]
+)
+def test_ordinary_names_are_shown(name: str) -> None:
+    assert redact_value(name, "4") == "4"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("https://bob:pw@host/x", "https://***@host/x"),
+        ("pip install --index-url https://tok@pypi.example/simple", "https://***@pypi.example"),
+        ("HF_TOKEN=abc and OTHER=1", "HF_TOKEN=*** and OTHER=1"),
+        ("--token abc --name run", "--token *** --name run"),
+        ('{"WANDB_API_KEY": "zz", "A": "b"}', '{"WANDB_API_KEY": "***", "A": "b"}'),
+        ("Authorization: Bearer abcdefghijkl", "Bearer ***"),
+        ("got hf_abcdefghijklmnopqrstuvwxyz in a message", "got *** in"),
+        ("unknown key 'launch.foo' at line 3", "unknown key 'launch.foo' at line 3"),
+    ],
+)
+def test_redact_text(text: str, shown: str) -> None:
+    assert shown in redact_text(text)
+
+
+def test_relevant_environment_picks_training_variables_and_redacts() -> None:
+    env = {
+        "OMP_NUM_THREADS": "4",
+        "NCCL_DEBUG": "INFO",
+        "HOME": "/h",
+        "HF_TOKEN": "x",
+        "ACCEL_WORKSPACE": "/w",
+        "UNRELATED": "1",
+    }
+    assert relevant_environment(env) == {
+        "ACCEL_WORKSPACE": "/w",
+        "HF_TOKEN": REDACTED,
+        "NCCL_DEBUG": "INFO",
+        "OMP_NUM_THREADS": "4",
+    }
+
+
+def test_redact_mapping_is_recursive() -> None:
+    assert redact_mapping({"launch": {"env": {"MY_TOKEN": "t", "A": "b"}}}) == {
+        "launch": {"env": {"MY_TOKEN": REDACTED, "A": "b"}}
+    }
+
+
+# -- the three forms ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_text_markdown_and_json_never_show_a_secret(
+    project: Path,
+    accel_exe: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ws = make_ws(project)
+    ws.config_file.write_text("launch:\n  env:\n    SERVICE_TOKEN: config-secret-5\n")
+    for name, value in {**SECRETS, "OMP_NUM_THREADS": "3"}.items():
+        monkeypatch.setenv(name, value)
+    text = run_env(accel_exe)  # the installed executable, no terminal
+    forms = {(): (text.returncode, text.stdout, text.stderr)}
+    forms.update({form: env_in_process(capsys, *form) for form in [("--markdown",), ("--json",)]})
+    for form, (code, out, err) in forms.items():
+        assert code == 0, (form, err)
+        assert not [s for s in SECRET_VALUES if s in out + err], form
+        assert "OMP_NUM_THREADS" in out and "HF_TOKEN" in out
+    assert forms[("--markdown",)][1].startswith("## accel env")
+    assert "| OMP_NUM_THREADS | 3 |" in forms[("--markdown",)][1]
+    assert "torch" in text.stdout and "2." in text.stdout and "\x1b[" not in text.stdout
+    data = json.loads(forms[("--json",)][1])
+    for key in (
+        "accel_version",
+        "python",
+        "platform",
+        "torch",
+        "devices",
+        "workspace",
+        "config",
+        "environment",
+        "packages",
+        "problems",
+        "healthy",
+    ):
+        assert key in data
+    assert data["devices"] is None  # not probed unless asked for
+    assert data["torch"]["build"] in ("cpu", "cuda", "rocm")
+    assert data["torch"]["backends"]["gloo"] is True
+    assert data["config"]["values"]["launch"]["env"] == {"SERVICE_TOKEN": REDACTED}
+    assert data["config"]["origins"]["launch.env"].startswith("project")
+    assert data["workspace"]["path"] == str(ws.path) and data["workspace"]["exists"]
+    assert set(data["workspace"]["sizes"]) >= {"config", "cache", "checkpoints", "logs", "runs"}
+    assert data["healthy"] is True and data["problems"] == []
+
+
+@pytest.mark.timeout(120)
+def test_a_bare_environment_gets_a_report_not_a_crash(
+    project: Path, accel_exe: list[str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CONFIG_HOME", "LANG")}
+    env.update(LANG="C", LC_ALL="C", TERM="dumb")
+    for form in [(), ("--check", "--json")]:
+        result = run_env(accel_exe, *form, env=env)
+        assert result.returncode == 0, (form, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert not (project / ".accelerate").exists()  # reading never creates the workspace
+
+
+def test_devices_are_probed_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(env_in_process(capsys, "--json", "--devices")[1])
+    assert isinstance(data["devices"], list)
+    for device in data["devices"]:
+        assert {"index", "name", "total_memory", "capability"} <= set(device)
+
+
+# -- --check ------------------------------------------------------------------------------
+
+
+def _torch_shim(tmp_path: Path) -> dict[str, str]:
+    shim = tmp_path / "shim" / "torch"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named torch (simulated)')\n")
+    return {"PYTHONPATH": str(shim.parent)}
+
+
+def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
+    def invalid_config() -> dict[str, str]:
+        make_ws(project).config_file.write_text("launch:\n  num_processes: many\n")
+        return {}
+
+    def unwritable() -> dict[str, str]:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        return {"ACCEL_WORKSPACE": str(blocker / ".accelerate")}
+
+    def newer_layout() -> dict[str, str]:
+        make_ws(project).layout_file.write_text('{"layout_version": 99}')
+        return {}
+
+    def gpus() -> dict[str, str]:
+        return {"ACCEL_LAUNCH_GPU_IDS": "63"}
+
+    def stale_lock() -> dict[str, str]:
+        folder = make_ws(project).runs_dir / "20200101-000000-dead00"
+        folder.mkdir()
+        (folder / "run.json").write_text('{"status": "running"}')
+        return {}
+
+    def torn_checkpoint() -> dict[str, str]:
+        step = make_ws(project).checkpoints_dir / "main" / "step-000000000007"
+        step.mkdir(parents=True)
+        (step / "model.pt").write_bytes(b"half")
+        _age(step)
+        return {}
+
+    def temp_debris() -> dict[str, str]:
+        stage = make_ws(project).tmp_dir / "cache-crashed"
+        stage.mkdir()
+        _age(stage)
+        return {}
+
+    return {
+        "config": invalid_config,
+        "workspace_unwritable": unwritable,
+        "layout": newer_layout,
+        "gpus": gpus,
+        "stale_lock": stale_lock,
+        "debris": torn_checkpoint,
+        "debris-tmp": temp_debris,
+    }
+
+
+def _age(path: Path) -> None:
+    old = time.time() - 3 * 3600
+    for p in [path, *path.rglob("*")]:
+        os.utime(p, (old, old))
+
+
+def test_check_passes_on_a_healthy_workspace(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_ws(project)
+    code, out, _ = env_in_process(capsys, "--check")
+    assert (code, out.strip()) == (0, "ok: the environment and the workspace are healthy")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["config", "workspace_unwritable", "layout", "gpus", "stale_lock", "debris", "debris-tmp"],
+)
+def test_check_fails_for_each_problem(
+    project: Path,
+    tmp_path: Path,
+    kind: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extra = _problem_setups(project, tmp_path)[kind]()  # type: ignore[operator]
+    for name, value in extra.items():
+        monkeypatch.setenv(name, value)
+    code, out, _ = env_in_process(capsys, "--check")
+    assert code == 1, out
+    lines = out.splitlines()
+    expected = kind.split("-")[0]
+    assert any(line.startswith(f"problem: {expected}: ") for line in lines), lines
+    assert all(line.startswith("problem: ") for line in lines)
+    data = json.loads(env_in_process(capsys, "--check", "--json")[1])
+    assert data["healthy"] is False and expected in {p["kind"] for p in data["problems"]}
+
+
+@pytest.mark.timeout(120)
+def test_check_fails_when_torch_is_missing(
+    project: Path, tmp_path: Path, accel_exe: list[str]
+) -> None:
+    make_ws(project)
+    env = {**os.environ, **_torch_shim(tmp_path)}
+    result = run_env(accel_exe, "--check", env=env)
+    assert result.returncode == 1, result
+    assert result.stdout.splitlines() == [
+        "problem: torch: torch cannot be imported (ImportError: No module named torch "
+        "(simulated)); pip install torch"
+    ]
+    report = run_env(accel_exe, "--markdown", env=env)
+    assert report.returncode == 0 and "torch**: missing" in report.stdout
