@@ -1,0 +1,197 @@
+"""What ``accel runs show`` displays about one run, as frozen data (no formatting).
+
+:func:`build_view` is pure: a run record, the current config, the metric points and
+the resource summary in, a :class:`RunView` out. :func:`load_view` is the IO edge that
+reads them from the run folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from accel.runs import RUNNING, RunRecord, read_run, resolve_run_id
+from accel.runview._metrics import METRICS_FILE, MetricPoint, MetricView, metric_views, read_metrics
+from accel.telemetry import RESOURCES_FILE, ResourceSummary, read_samples, summarize
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
+
+_MISSING = "(unset)"
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """A key whose value in the run differs from the current configuration."""
+
+    key: str
+    run: Any
+    current: Any
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: int
+    status: str  # running | succeeded | failed | stopped | interrupted | hung | crashed | ...
+    exit_code: int | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class RunView:
+    record: RunRecord
+    config_diff: tuple[ConfigChange, ...] | None  # None: no current config to compare with
+    ranks: tuple[RankView, ...]
+    resources: ResourceSummary
+    metrics: tuple[MetricView, ...]
+    hangs: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def error_summary(self) -> str | None:
+        error = self.record.error
+        if not error:
+            return None
+        kind, message = error.get("type"), error.get("message")
+        if kind:
+            return f"{kind}: {message}" if message else str(kind)
+        return str(error.get("explanation") or error.get("message") or "") or None
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "id": r.id,
+            "name": r.name,
+            "status": r.status,
+            "command": list(r.command),
+            "started_at": r.started_at,
+            "ended_at": r.ended_at,
+            "duration": r.duration,
+            "exit_code": r.exit_code,
+            "restarts": r.restarts,
+            "failed_rank": r.failed_rank,
+            "error": dict(r.error) if r.error else None,
+            "config_diff": None
+            if self.config_diff is None
+            else [asdict(c) for c in self.config_diff],
+            "ranks": [asdict(v) for v in self.ranks],
+            "resources": self.resources.to_json(),
+            "metrics": [_metric_json(m) for m in self.metrics],
+            "hangs": [dict(h) for h in self.hangs],
+        }
+
+
+def _metric_json(m: MetricView) -> dict[str, Any]:
+    data = asdict(m)
+    data.pop("values")
+    return data
+
+
+def flatten(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"launch": {"num_processes": 2}}`` -> ``{"launch.num_processes": 2}`` (two levels:
+    a value that is itself a mapping, like ``launch.env``, stays whole)."""
+    out: dict[str, Any] = {}
+    for section, values in config.items():
+        if isinstance(values, Mapping):
+            out.update({f"{section}.{key}": value for key, value in values.items()})
+        else:
+            out[section] = values
+    return out
+
+
+def config_diff(run: Mapping[str, Any], current: Mapping[str, Any]) -> list[ConfigChange]:
+    """Keys whose value differs between the run's resolved config and the current one."""
+    a, b = flatten(run), flatten(current)
+    return [
+        ConfigChange(key, a.get(key, _MISSING), b.get(key, _MISSING))
+        for key in sorted(set(a) | set(b))
+        if a.get(key, _MISSING) != b.get(key, _MISSING) and key != "version"
+    ]
+
+
+def rank_views(record: RunRecord) -> list[RankView]:
+    """Each rank's fate: the last attempt's failures decide, else the run's status."""
+    failures = _last_failures(record.raw)
+    ranks = set(failures) | set(range(record.world_size or 0))
+    ranks |= set(record.rank_logs())
+    out = []
+    for rank in sorted(ranks):
+        failure = failures.get(rank)
+        if record.live:
+            out.append(RankView(rank, "hung" if record.raw.get("status") == "hung" else RUNNING))
+        elif failure is not None:
+            out.append(_failed(rank, failure, record.failed_rank))
+        else:
+            code = 0 if record.status == "succeeded" else None
+            out.append(RankView(rank, record.status, code))
+    return out
+
+
+def _last_failures(raw: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    attempts = [a for a in raw.get("attempts") or () if isinstance(a, Mapping)]
+    failures = attempts[-1].get("failures") if attempts else None
+    out = {}
+    for f in failures or ():
+        if isinstance(f, Mapping) and isinstance(f.get("rank"), int):
+            out[int(f["rank"])] = f
+    return out
+
+
+def _failed(rank: int, failure: Mapping[str, Any], failed_rank: int | None) -> RankView:
+    code = failure.get("exitcode")
+    code = code if isinstance(code, int) else None
+    collateral = bool(failure.get("collateral")) or (
+        failed_rank is not None and rank != failed_rank
+    )
+    if collateral:
+        return RankView(rank, "stopped", code, "stopped because another rank failed")
+    kind, message = failure.get("type"), failure.get("message")
+    detail = f"{kind}: {message}" if kind else failure.get("explanation")
+    return RankView(rank, "failed", code, None if detail is None else str(detail))
+
+
+def build_view(
+    record: RunRecord,
+    current_config: Mapping[str, Any] | None,
+    points: Sequence[MetricPoint],
+    resources: ResourceSummary,
+) -> RunView:
+    run_config = record.raw.get("config")
+    diff = None
+    if current_config is not None and isinstance(run_config, Mapping):
+        diff = tuple(config_diff(run_config, current_config))
+    hangs = tuple(h for h in record.raw.get("hangs") or () if isinstance(h, Mapping))
+    return RunView(
+        record=record,
+        config_diff=diff,
+        ranks=tuple(rank_views(record)),
+        resources=resources,
+        metrics=tuple(metric_views(points)),
+        hangs=hangs,
+    )
+
+
+def run_resources(record: RunRecord) -> ResourceSummary:
+    """run.json's summary once the run ended; summarised from resources.jsonl before."""
+    stored = record.raw.get("resources")
+    if isinstance(stored, Mapping) and not record.live:
+        return ResourceSummary.from_json(stored)
+    return summarize(read_samples(record.path / RESOURCES_FILE))
+
+
+def load_view(ws: Workspace, ref: str | None) -> RunView:
+    """The view of run ``ref`` (id, prefix, ``latest``/None) from its folder."""
+    record = read_run(ws, resolve_run_id(ws, ref))
+    return build_view(
+        record, current_config(ws), read_metrics(record.path / METRICS_FILE), run_resources(record)
+    )
+
+
+def current_config(ws: Workspace) -> dict[str, Any] | None:
+    """The workspace's effective config, or None when it is invalid (the diff is skipped)."""
+    from accel.errors import AccelError
+
+    try:
+        return dict(ws.config.nested())
+    except AccelError:
+        return None

@@ -1,0 +1,186 @@
+"""accel.runview: metrics, sparklines, config diff, rank fates, the run view and the plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from accel import runs
+from accel.errors import AccelError, UsageError
+from accel.runview import (
+    build_view,
+    config_diff,
+    direction,
+    load_view,
+    metric_views,
+    parse_metrics,
+    rank_views,
+    sparkline,
+)
+from accel.runview import plot as plotting
+from accel.telemetry import RankStats, ResourceSummary, Sample, summarize
+from accel.workspace import Workspace
+
+LINES = [
+    '{"step": 0, "time": 100.0, "rank": 0, "loss": 2.0, "lr": 0.1, "acc": 0.1, "note": "x"}',
+    '{"step": 0, "time": 100.0, "rank": 1, "loss": 2.5}',
+    '{"step": 1, "time": 101.0, "rank": 0, "loss": 1.0, "lr": 0.05, "acc": 0.7}',
+    '{"step": 2, "time": 102.0, "rank": 0, "loss": NaN, "lr": 0.01, "acc": 0.6}',
+    '{"step": 3, "time": 103.0, "rank": 0, "loss": 1.5}',
+    "torn {",
+]
+
+
+def test_sparkline_scales_buckets_and_leaves_gaps_for_nan() -> None:
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5, 5, 5]) == "▁▁▁"
+    assert sparkline([0, math.nan, 1]) == "▁ █"
+    ramp = sparkline(list(range(100)), width=10)
+    assert len(ramp) == 10 and ramp[0] == "▁" and ramp[-1] == "█" and list(ramp) == sorted(ramp)
+    assert sparkline([]) == "" and sparkline([math.nan]) == " "
+
+
+def test_direction_guesses_from_the_name() -> None:
+    assert direction("train/loss") == "min" and direction("val_perplexity") == "min"
+    assert direction("val/acc") == "max" and direction("f1_macro") == "max"
+    assert direction("lr") is None and direction("train/epoch") is None
+
+
+def test_metric_views_use_the_main_rank_and_skip_nan_for_best() -> None:
+    points = parse_metrics(LINES)
+    assert len(points) == 5
+    views = {v.name: v for v in metric_views(points)}
+    assert list(views) == ["loss", "lr", "acc"]
+    loss = views["loss"]
+    assert (loss.count, loss.last, loss.last_step) == (4, 1.5, 3)
+    assert (loss.best, loss.best_step, loss.direction) == (1.0, 1, "min")
+    assert (views["acc"].best, views["acc"].best_step) == (0.7, 1)
+    assert views["lr"].best is None and views["lr"].last == 0.01
+    assert len(loss.sparkline()) == 4 and loss.sparkline()[2] == " "
+
+
+def test_config_diff_names_changed_added_and_removed_keys() -> None:
+    run = {"version": 1, "launch": {"num_processes": 2, "env": {"A": "1"}, "old": 1}}
+    now = {"version": 1, "launch": {"num_processes": 4, "env": {"A": "1"}, "new": 2}}
+    diff = [(c.key, c.run, c.current) for c in config_diff(run, now)]
+    assert diff == [
+        ("launch.new", "(unset)", 2),
+        ("launch.num_processes", 2, 4),
+        ("launch.old", 1, "(unset)"),
+    ]
+
+
+def _record(tmp_path: Path, **raw: object) -> runs.RunRecord:
+    data = {"id": "r1", "world_size": 3, **raw}
+    return runs._record("r1", tmp_path, data, live=False)
+
+
+def test_rank_views_tell_the_root_cause_from_the_collateral(tmp_path: Path) -> None:
+    failures = [
+        {"rank": 1, "exitcode": 1, "type": "ValueError", "message": "bad batch"},
+        {"rank": 0, "exitcode": -15, "collateral": True},
+    ]
+    record = _record(
+        tmp_path, status="failed", failed_rank=1, attempts=[{"attempt": 0, "failures": failures}]
+    )
+    views = {v.rank: v for v in rank_views(record)}
+    assert views[1].status == "failed" and views[1].detail == "ValueError: bad batch"
+    assert views[0].status == "stopped" and views[0].exit_code == -15
+    assert views[2].status == "failed" and views[2].exit_code is None
+    ok = {v.rank: v for v in rank_views(_record(tmp_path, status="succeeded"))}
+    assert [v.status for v in ok.values()] == ["succeeded"] * 3 and ok[0].exit_code == 0
+
+
+def _samples() -> list[Sample]:
+    return [
+        Sample(1000.0 + i * 10, {0: RankStats(10, 90.0 + i, 2**30 + i * 2**20, 8)})
+        for i in range(6)
+    ]
+
+
+def _make_run(ws: Workspace, run_id: str, **raw: object) -> Path:
+    folder = runs.run_dir(ws, run_id)
+    folder.mkdir(parents=True)
+    record = {
+        "id": run_id,
+        "name": "default",
+        "command": ["accel", "launch", "-n", "2", "train.py"],
+        "status": "failed",
+        "exit_code": 1,
+        "failed_rank": 1,
+        "world_size": 2,
+        "restarts": 1,
+        "started_at": "2026-11-29T10:00:00+00:00",
+        "ended_at": "2026-11-29T10:05:30+00:00",
+        "config": {"version": 1, "launch": {"num_processes": 2}},
+        "error": {"rank": 1, "type": "RuntimeError", "message": "CUDA out of memory"},
+        "resources": summarize(_samples()).to_json(),
+        **raw,
+    }
+    (folder / "run.json").write_text(json.dumps(record))
+    (folder / "metrics.jsonl").write_text("\n".join(LINES) + "\n")
+    (folder / "resources.jsonl").write_text(
+        "".join(json.dumps(s.to_json()) + "\n" for s in _samples())
+    )
+    return folder
+
+
+@pytest.fixture
+def ws(project: Path) -> Workspace:
+    return Workspace.discover().ensure()
+
+
+def test_load_view_gathers_summary_diff_ranks_resources_and_metrics(ws: Workspace) -> None:
+    _make_run(ws, "20261129-100000-aaaaaa")
+    view = load_view(ws, "latest")
+    assert view.record.status == "failed" and view.record.restarts == 1
+    assert view.error_summary == "RuntimeError: CUDA out of memory"
+    assert view.record.duration == 330.0
+    diff = {c.key: (c.run, c.current) for c in view.config_diff or ()}
+    assert diff["launch.num_processes"] == (2, 1)
+    assert diff["launch.hang_action"] == ("(unset)", "warn")
+    assert view.resources.ranks[0]["cpu_percent"].peak == 95.0
+    assert [m.name for m in view.metrics] == ["loss", "lr", "acc"]
+    data = json.loads(json.dumps(view.to_json()))
+    assert data["metrics"][0]["best"] == 1.0 and data["ranks"][0]["rank"] == 0
+
+
+def test_build_view_without_a_current_config_skips_the_diff(tmp_path: Path) -> None:
+    view = build_view(_record(tmp_path, status="succeeded"), None, [], ResourceSummary())
+    assert view.config_diff is None and view.metrics == () and view.error_summary is None
+
+
+def test_plot_writes_a_png_with_the_series_of_every_run(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    points = parse_metrics(LINES)
+    first = plotting.PlotRun("run-a", points, _samples())
+    second = plotting.PlotRun("run-b", parse_metrics(LINES[2:4]), _samples()[:3])
+    panels = plotting.metric_panels([first, second], ["loss", "acc"])
+    panels += plotting.resource_panels([first, second])
+    out = plotting.plot(panels, tmp_path / "plots" / "loss.png", title="compare")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width == 1000 and height > 1000
+    drawn = {(s["panel"], s["label"]): s["points"] for s in plotting.read_png_series(out)}
+    assert drawn[("loss", "run-a rank 0")] == 4 and drawn[("loss", "run-a rank 1")] == 1
+    assert drawn[("loss", "run-b")] == 2 and drawn[("acc", "run-a")] == 3
+    assert drawn[("CPU %", "run-a rank 0")] == 6 and drawn[("RSS (MiB)", "run-b rank 0")] == 3
+
+
+def test_plot_refuses_an_unknown_metric_and_explains_a_missing_matplotlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = plotting.PlotRun("r", parse_metrics(LINES))
+    with pytest.raises(UsageError, match="no metric 'los'.*acc, loss, lr"):
+        plotting.metric_panels([run], ["los"])
+    with pytest.raises(UsageError, match="nothing to plot"):
+        plotting.plot([], tmp_path / "x.png")
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(AccelError, match=r"pip install 'accel\[plot\]'"):
+        plotting.plot(plotting.metric_panels([run], ["loss"]), tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
