@@ -63,20 +63,31 @@ def format_line(
 
 def log_paths(ws: Workspace, backup_count: int) -> list[Path]:
     """``training.log`` then its backups ``.1`` (newest) .. ``.N`` (oldest)."""
-    base = ws.logs_dir / LOG_NAME
-    return [base] + [base.with_name(f"{LOG_NAME}.{n}") for n in range(1, backup_count + 1)]
+    return _numbered(_logs_dir(ws) / LOG_NAME, backup_count)
+
+
+def _numbered(base: Path, backup_count: int) -> list[Path]:
+    return [base] + [base.with_name(f"{base.name}.{n}") for n in range(1, backup_count + 1)]
+
+
+def _logs_dir(ws: Workspace) -> Path:
+    try:
+        return ws.logs_dir
+    except Exception:  # noqa: BLE001 - an invalid config cannot say where data lives
+        return ws.path / "logs"
 
 
 def _append(ws: Workspace, line: bytes, settings: dict[str, object]) -> None:
     from accel.locking import locked
 
-    ws.logs_dir.mkdir(parents=True, exist_ok=True)
-    path = ws.logs_dir / LOG_NAME
+    folder = _logs_dir(ws)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOG_NAME
     max_bytes = int(str(settings["logs.rotate_max_bytes"]))
     backups = int(str(settings["logs.backup_count"]))
     with locked(ws.lock_path(LOCK_NAME), ws, timeout=LOCK_TIMEOUT):
         if max_bytes > 0 and _size(path) + len(line) > max_bytes and _size(path) > 0:
-            _rotate(ws, backups)
+            _rotate(path, backups)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         try:
             os.write(fd, line)
@@ -84,8 +95,8 @@ def _append(ws: Workspace, line: bytes, settings: dict[str, object]) -> None:
             os.close(fd)
 
 
-def _rotate(ws: Workspace, backups: int) -> None:
-    paths = log_paths(ws, backups)
+def _rotate(path: Path, backups: int) -> None:
+    paths = _numbered(path, backups)
     if backups == 0:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(paths[0])
