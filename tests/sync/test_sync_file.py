@@ -1,0 +1,196 @@
+"""``accel sync`` end to end against a file:// remote."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from sync_helpers import finished_run, save_checkpoints, tree
+
+from accel import Workspace
+from accel.cli.main import main
+from accel.runs import run_lock
+from accel.sync import open_remote, push
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def sync(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    rc = main(["sync", *argv, "--json"])
+    out = capsys.readouterr().out
+    return rc, json.loads(out) if out.strip() else {}
+
+
+def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
+    ws: Workspace, remote_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    states = save_checkpoints(ws)
+    finished_run(ws)
+    rc, report = sync(capsys, "push", remote_url)
+    assert rc == 0 and report["transferred_files"] == 7  # 2 x (state, manifest), run x2, config
+
+    fresh = tmp_path / "fresh" / ".accelerate"
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 0
+    pulled = Workspace(fresh)
+    assert [c.step for c in pulled.checkpoints.list()] == [1, 2]
+    for step, state in states.items():
+        loaded = pulled.checkpoints.load(step)
+        assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == step
+    for sub in ("checkpoints", "logs/runs"):
+        assert tree(fresh / sub) == tree(ws.path / sub)
+    assert (fresh / "config/accelerate_config.yaml").read_bytes() == ws.config_file.read_bytes()
+    assert not list((fresh / "checkpoints/default").glob(".tmp-*"))
+
+
+def test_second_push_moves_only_what_changed(
+    ws: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1,))
+    run = finished_run(ws)
+    assert sync(capsys, "push", remote_url)[1]["transferred_files"] == 5
+    rc, report = sync(capsys, "push", remote_url)
+    assert rc == 0 and report["transferred_files"] == 0 and report["unchanged_files"] == 5
+    (run / "rank-0.log").write_text("epoch 0 loss 1.0\nepoch 1 loss 0.5\n")
+    save_checkpoints(ws, (2,))
+    rc, report = sync(capsys, "push", remote_url)
+    moved = sorted(t["path"] for t in report["transfers"])
+    assert moved == [
+        "checkpoints/default/step-000000000002/manifest.json",
+        "checkpoints/default/step-000000000002/state.pt",
+        "logs/runs/20261129-150000-aaaaaa/rank-0.log",
+    ]
+
+
+def test_never_pushes_live_runs_torn_checkpoints_debris_or_state(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1,))
+    ws.store.set("k", 1)
+    torn = ws.checkpoints_dir / "default" / "step-000000000009"
+    torn.mkdir()
+    (torn / "state.pt").write_bytes(b"half")
+    (ws.checkpoints_dir / "default" / ".tmp-000000000010-abc").mkdir()
+    (ws.tmp_dir / ".accel-tmp-x").write_bytes(b"x")
+    finished_run(ws, "20261129-140000-bbbbbb")
+    live = finished_run(ws, "20261129-150000-cccccc")
+    with run_lock(ws, live.name):
+        rc, report = sync(capsys, "push", remote_url)
+    assert rc == 0
+    names = set(tree(remote_dir))
+    assert not any("cccccc" in n or "step-000000000009" in n or "tmp" in n for n in names)
+    assert not any(n.startswith(("locks", "state.bin", "tmp", "layout")) for n in names)
+    assert "logs/runs/20261129-140000-bbbbbb/run.json" in names
+    reasons = {s["unit"]: s["reason"] for s in report["skipped"]}
+    assert reasons["logs/runs/20261129-150000-cccccc"] == "live run"
+    assert "no valid manifest" in reasons["checkpoints/default/step-000000000009"]
+
+
+def test_dry_run_moves_nothing(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1,))
+    rc, report = sync(capsys, "push", remote_url, "--dry-run")
+    assert rc == 0 and report["dry_run"] and report["planned_files"] == 3
+    assert not remote_dir.exists()
+    assert main(["sync", "push", remote_url]) == 0
+    fresh = ws.path.parent / "other" / ".accelerate"
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh), "sync", "pull", remote_url, "--dry-run"]) == 0
+    assert "would pull 3 files" in capsys.readouterr().out
+    assert not fresh.exists()
+
+
+class Interrupt:
+    """A progress reporter that interrupts the push once ``limit`` bytes have moved."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.seen = limit, 0
+
+    def begin(self, total_bytes: int, total_files: int) -> None:
+        pass
+
+    def advance(self, num_bytes: int) -> None:
+        self.seen += num_bytes
+        if self.seen > self.limit:
+            raise KeyboardInterrupt
+
+    def end(self) -> None:
+        pass
+
+
+def test_an_interrupted_push_resumes_where_it_stopped(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1, 2, 3))
+    remote = open_remote(remote_url, {}, os.environ)
+    first = sum(p.stat().st_size for p in ws.checkpoints.list()[0].path.iterdir())
+    with pytest.raises(KeyboardInterrupt):  # stops inside the second checkpoint
+        push(ws, remote, reporter=Interrupt(first + 100))
+    index = json.loads((remote_dir / "accel-sync.json").read_text())["files"]
+    assert sum(rel.endswith("manifest.json") for rel in index) == 1  # the first one
+    rc, report = sync(capsys, "push", remote_url)
+    moved = {t["path"].rsplit("/", 1)[0] for t in report["transfers"]}
+    assert rc == 0 and moved == {
+        "checkpoints/default/step-000000000002",
+        "checkpoints/default/step-000000000003",
+        "config",
+    }
+    assert not [p for p in tree(remote_dir) if ".accel-tmp-" in p]  # debris swept
+
+
+def test_a_tampered_remote_file_is_refused_at_pull(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1, 2))
+    assert main(["sync", "push", remote_url]) == 0
+    target = remote_dir / "checkpoints/default/step-000000000002/state.pt"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    fresh = ws.path.parent / "other" / ".accelerate"
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 1
+    err = capsys.readouterr().err
+    assert "step-000000000002" in err and "refused" in err
+    pulled = Workspace(fresh)
+    assert [c.step for c in pulled.checkpoints.list()] == [1]
+    assert sorted(p.name for p in (fresh / "checkpoints/default").iterdir()) == [
+        "step-000000000001"
+    ]
+
+
+def test_a_forged_index_cannot_write_outside_the_workspace(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sync", "push", remote_url]) == 0
+    index_path = remote_dir / "accel-sync.json"
+    index = json.loads(index_path.read_text())
+    index["files"]["checkpoints/../../../evil"] = {"size": 1, "checksum": "xxh3_64:00"}
+    index_path.write_text(json.dumps(index))
+    fresh = ws.path.parent / "other" / ".accelerate"
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 1
+    assert "unsafe path" in capsys.readouterr().err
+    assert not fresh.exists()
+
+
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(
+    ws: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(ws.path)
+    for argv, expected in (
+        (["pull", remote_url], "nothing was pushed"),
+        (["push", "gs://bucket/x"], "install gcsfs"),
+        (["push", "nope://x"], "Protocol not known"),
+        (["push", remote_url, "--storage-option", "oops"], "KEY=VALUE"),
+    ):
+        capsys.readouterr()
+        assert main(["sync", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert expected in err and len(err.splitlines()) == 1, err
+    assert tree(ws.path) == before
