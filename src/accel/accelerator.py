@@ -357,6 +357,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 def _shard_loader(loader: Any, world_size: int, rank: int, seed: int) -> PreparedDataLoader:
     """A copy of ``loader`` drawing from a seeded, epoch-aware DistributedSampler."""
+    import torch
     from torch.utils.data import DataLoader, IterableDataset, RandomSampler
     from torch.utils.data.distributed import DistributedSampler
 
@@ -387,10 +388,12 @@ def _shard_loader(loader: Any, world_size: int, rank: int, seed: int) -> Prepare
         drop_last=loader.drop_last,
         timeout=loader.timeout,
         worker_init_fn=loader.worker_init_fn,
-        generator=loader.generator,
+        # Its own generator: creating an iterator must not draw from the global RNG,
+        # or a resumed run (one iterator mid-epoch) would drift from the original.
+        generator=torch.Generator(),
         **options,
     )
-    return PreparedDataLoader(rebuilt, sampler)
+    return PreparedDataLoader(rebuilt, sampler, seed)
 
 
 class PreparedDataLoader:
@@ -401,9 +404,10 @@ class PreparedDataLoader:
     covered. Other attributes are those of the underlying DataLoader.
     """
 
-    def __init__(self, loader: Any, sampler: Any) -> None:
+    def __init__(self, loader: Any, sampler: Any, seed: int) -> None:
         self.loader = loader
         self.sampler = sampler
+        self.seed = seed
         self.epoch = 0
         self._skip = 0
 
@@ -417,6 +421,8 @@ class PreparedDataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         skip, self._skip = self._skip, 0
+        # Worker seeds depend on the epoch only, like the order of the samples.
+        self.loader.generator.manual_seed(self.seed * 1_000_003 + self.epoch)
         for index, batch in enumerate(self.loader):
             if index >= skip:
                 yield batch

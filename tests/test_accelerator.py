@@ -1,0 +1,201 @@
+"""accel.Accelerator: single process, and a real 2-rank gloo job resumed bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import accel
+from accel.errors import UsageError
+
+SCRIPT = Path(__file__).parent / "store" / "scripts" / "train.py"
+
+
+def test_import_accel_does_not_import_torch() -> None:
+    code = (
+        "import sys, accel, accel.store.kv, accel.store.cache, accel.store.checkpoints\n"
+        "ws = accel.Workspace.discover(); ws.store.get('x'); ws.cache.get('x')\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _setup() -> tuple[accel.Accelerator, torch.nn.Module, torch.optim.Optimizer, object, object]:
+    acc = accel.Accelerator(seed=3)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    data = TensorDataset(torch.arange(40.0).reshape(10, 4), torch.zeros(10, 2))
+    loader = DataLoader(data, batch_size=2, shuffle=True)
+    return acc, *acc.prepare(model, opt, sched, loader)
+
+
+def test_single_process_defaults(project: Path) -> None:
+    acc = accel.Accelerator()
+    assert (acc.rank, acc.local_rank, acc.world_size) == (0, 0, 1)
+    assert acc.is_main_process and acc.device == torch.device("cpu")
+    assert acc.mixed_precision == "no"
+    with acc.autocast():
+        pass
+    acc.wait_for_everyone()
+    with pytest.raises(UsageError, match="prepare"):
+        acc.prepare(object())
+    acc.end()
+
+
+def test_precision_from_the_launcher_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    acc = accel.Accelerator()
+    assert acc.mixed_precision == "bf16" and acc.device.type == "cpu"
+    with acc.autocast():
+        out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
+    assert out.dtype == torch.bfloat16
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp8")
+    with pytest.raises(UsageError, match="mixed precision"):
+        accel.Accelerator()
+
+
+def test_prepared_loader_is_seeded_and_epoch_aware(project: Path) -> None:
+    _, _, _, _, loader = _setup()
+    loader.set_epoch(0)  # type: ignore[attr-defined]
+    first = [b[0][:, 0].tolist() for b in loader]  # type: ignore[attr-defined]
+    assert [b[0][:, 0].tolist() for b in loader] == first  # type: ignore[attr-defined]
+    loader.set_epoch(1)  # type: ignore[attr-defined]
+    second = [b[0][:, 0].tolist() for b in loader]  # type: ignore[attr-defined]
+    assert second != first and sorted(sum(second, [])) == sorted(sum(first, []))
+    loader.set_epoch(1)  # type: ignore[attr-defined]
+    loader.skip_batches(3)  # type: ignore[attr-defined]
+    assert [b[0][:, 0].tolist() for b in loader] == second[3:]  # type: ignore[attr-defined]
+    assert len(loader) == 5  # type: ignore[arg-type]
+
+
+def test_save_and_load_state_restore_everything(project: Path) -> None:
+    acc, model, opt, sched, loader = _setup()
+    assert acc.load_state() is None
+    model(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    sched.step()  # type: ignore[attr-defined]
+    loader.set_epoch(4)  # type: ignore[attr-defined]
+    acc.save_state(7, extra={"best": 0.5})
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    weights = [p.detach().clone() for p in model.parameters()]
+
+    acc2, model2, opt2, sched2, loader2 = _setup()
+    assert acc2.load_state() == 7
+    assert all(torch.equal(a, b) for a, b in zip(weights, model2.parameters(), strict=True))
+    assert opt2.state_dict()["state"][0]["momentum_buffer"] is not None
+    assert sched2.state_dict() == sched.state_dict()  # type: ignore[attr-defined]
+    assert loader2.epoch == 4  # type: ignore[attr-defined]
+    assert acc2.extra_state == {"best": 0.5}
+    assert torch.equal(torch.rand(3), expected[0])
+    assert random.random() == expected[1] and np.random.rand() == expected[2]
+
+
+def test_log_appends_json_lines(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = accel.Accelerator()
+    acc.log({"loss": torch.tensor(0.5), "lr": 0.1}, step=1)
+    acc.log({"loss": 0.25}, step=2)
+    local = acc.workspace.runs_dir / "local" / "metrics.jsonl"
+    lines = [json.loads(line) for line in local.read_text().splitlines()]
+    assert [(r["step"], r["loss"], r["rank"]) for r in lines] == [(1, 0.5, 0), (2, 0.25, 0)]
+    assert isinstance(lines[0]["time"], float) and lines[0]["lr"] == 0.1
+
+    monkeypatch.setenv("ACCEL_RUN_ID", "run-42")
+    monkeypatch.setenv("RANK", "1")  # not the main process: nothing unless all_ranks
+    other = accel.Accelerator(workspace=acc.workspace)
+    other.log({"loss": 1.0}, step=1)
+    assert not other.metrics_file.exists()
+    other.log({"loss": 1.0}, step=1, all_ranks=True)
+    assert other.metrics_file == acc.workspace.runs_dir / "run-42" / "metrics.jsonl"
+    assert json.loads(other.metrics_file.read_text())["rank"] == 1
+    with pytest.raises(UsageError, match="metric"):
+        acc.log({"bad": object()}, step=3)
+
+
+def test_log_never_kills_training(project: Path) -> None:
+    acc = accel.Accelerator()
+    acc.workspace.runs_dir.mkdir(parents=True)
+    (acc.workspace.runs_dir / "local").write_text("a file where a folder should be")
+    acc.log({"loss": 1.0}, step=1)  # logged as a warning, not raised
+
+
+def test_clean_cache(project: Path) -> None:
+    acc = accel.Accelerator()
+    acc.workspace.cache.put("a", 1)
+    assert acc.clean_cache(older_than="1h") == []
+    assert [e.key for e in acc.clean_cache()] == ["a"]
+
+
+# -- a real 2-rank gloo job --------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(workspace: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    env.update(ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    return env
+
+
+def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
+    """Two ranks started with the torchrun environment, without the elastic agent."""
+    port = str(_free_port())
+    procs = []
+    for rank in range(2):
+        env = _env(workspace)
+        env.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+        )  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args], env=env))
+    return [p.wait(timeout=120) for p in procs]
+
+
+def _run_torchrun(workspace: Path, args: list[str]) -> int:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    cmd += ["--master-port", str(_free_port()), str(SCRIPT), *args]
+    return subprocess.run(cmd, env=_env(workspace), timeout=120).returncode
+
+
+def _losses(workspace: Path) -> dict[int, float]:
+    lines = (workspace / "logs" / "runs" / "local" / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight" / ".accelerate", tmp_path / "resumed" / ".accelerate"
+    total, save_every, crash_at = "24", "8", "13"
+    assert _run_ranks(straight, [total, save_every, "-1", str(tmp_path / "a.pt")]) == [0, 0]
+    crashed = _run_ranks(resumed, [total, save_every, crash_at, str(tmp_path / "b.pt")])
+    assert crashed == [3, 3] and not (tmp_path / "b.pt").exists()
+    ckpts = accel.Workspace(resumed).checkpoints
+    assert [i.step for i in ckpts.list()] == [8]
+    assert sorted(ckpts.latest().files) == ["rank-0.pt", "rank-1.pt", "state.pt"]  # type: ignore[union-attr]
+
+    # The restart goes through torchrun itself: any torchrun script runs unchanged.
+    assert _run_torchrun(resumed, [total, save_every, "-1", str(tmp_path / "b.pt")]) == 0
+
+    a = torch.load(tmp_path / "a.pt", weights_only=True)
+    b = torch.load(tmp_path / "b.pt", weights_only=True)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    straight_losses, resumed_losses = _losses(straight), _losses(resumed)
+    assert len(straight_losses) == 24
+    assert all(resumed_losses[s] == straight_losses[s] for s in range(9, 25))
+    assert [i.step for i in ckpts.list()] == [8, 16, 24]
