@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ def test_import_accel_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def _setup() -> tuple[accel.Accelerator, torch.nn.Module, torch.optim.Optimizer, object, object]:
+def _setup() -> tuple[accel.Accelerator, Any, Any, Any, Any]:
     acc = accel.Accelerator(seed=3)
     model = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -68,16 +69,18 @@ def test_precision_from_the_launcher_environment(monkeypatch: pytest.MonkeyPatch
 
 def test_prepared_loader_is_seeded_and_epoch_aware(project: Path) -> None:
     _, _, _, _, loader = _setup()
-    loader.set_epoch(0)  # type: ignore[attr-defined]
-    first = [b[0][:, 0].tolist() for b in loader]  # type: ignore[attr-defined]
-    assert [b[0][:, 0].tolist() for b in loader] == first  # type: ignore[attr-defined]
-    loader.set_epoch(1)  # type: ignore[attr-defined]
-    second = [b[0][:, 0].tolist() for b in loader]  # type: ignore[attr-defined]
-    assert second != first and sorted(sum(second, [])) == sorted(sum(first, []))
-    loader.set_epoch(1)  # type: ignore[attr-defined]
-    loader.skip_batches(3)  # type: ignore[attr-defined]
-    assert [b[0][:, 0].tolist() for b in loader] == second[3:]  # type: ignore[attr-defined]
-    assert len(loader) == 5  # type: ignore[arg-type]
+    loader.set_epoch(0)
+    first = [b[0][:, 0].tolist() for b in loader]
+    assert [b[0][:, 0].tolist() for b in loader] == first
+    loader.set_epoch(1)
+    second = [b[0][:, 0].tolist() for b in loader]
+    assert second != first and sorted(v for b in second for v in b) == sorted(
+        v for b in first for v in b
+    )
+    loader.set_epoch(1)
+    loader.skip_batches(3)
+    assert [b[0][:, 0].tolist() for b in loader] == second[3:]
+    assert len(loader) == 5
 
 
 def test_save_and_load_state_restore_everything(project: Path) -> None:
@@ -85,8 +88,8 @@ def test_save_and_load_state_restore_everything(project: Path) -> None:
     assert acc.load_state() is None
     model(torch.ones(1, 4)).sum().backward()
     opt.step()
-    sched.step()  # type: ignore[attr-defined]
-    loader.set_epoch(4)  # type: ignore[attr-defined]
+    sched.step()
+    loader.set_epoch(4)
     acc.save_state(7, extra={"best": 0.5})
     expected = (torch.rand(3), random.random(), np.random.rand())
     weights = [p.detach().clone() for p in model.parameters()]
@@ -95,8 +98,8 @@ def test_save_and_load_state_restore_everything(project: Path) -> None:
     assert acc2.load_state() == 7
     assert all(torch.equal(a, b) for a, b in zip(weights, model2.parameters(), strict=True))
     assert opt2.state_dict()["state"][0]["momentum_buffer"] is not None
-    assert sched2.state_dict() == sched.state_dict()  # type: ignore[attr-defined]
-    assert loader2.epoch == 4  # type: ignore[attr-defined]
+    assert sched2.state_dict() == sched.state_dict()
+    assert loader2.epoch == 4
     assert acc2.extra_state == {"best": 0.5}
     assert torch.equal(torch.rand(3), expected[0])
     assert random.random() == expected[1] and np.random.rand() == expected[2]
