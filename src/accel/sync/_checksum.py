@@ -7,6 +7,7 @@ xxh3-64 like checkpoints are; a checksum with another known algorithm is still v
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,10 +49,12 @@ def format_checksum(algorithm: str, hasher: Hasher) -> str:
 def hash_file(path: Path, algorithm: str = DEFAULT_ALGORITHM) -> tuple[str, int]:
     """(checksum, size) of the file at ``path``."""
     hasher = new_hasher(algorithm)
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
     size = 0
     with open(path, "rb", buffering=0) as fh:
+        # A buffer the size of the file, up to CHUNK: zeroing 8 MiB per small log costs more
+        # than hashing it.
+        buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size + 1)))
+        view = memoryview(buf)
         while n := fh.readinto(buf):
             hasher.update(view[:n])
             size += n

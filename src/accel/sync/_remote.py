@@ -28,6 +28,7 @@ from accel.sync._checksum import (
     DEFAULT_ALGORITHM,
     algorithm_of,
     format_checksum,
+    hash_file,
     new_hasher,
 )
 from accel.sync._model import FileEntry
@@ -122,31 +123,39 @@ class Remote:
             "files": {rel: merged[rel].to_json() for rel in sorted(merged)},
         }
         data = (json.dumps(payload, indent=1) + "\n").encode()
-        self._write_whole(INDEX_NAME, lambda fh: fh.write(data))
+        self._write_whole(INDEX_NAME, lambda target: self.fs.pipe_file(target, data))
 
     # -- transfers ------------------------------------------------------------------------
 
-    def upload(self, local: Path, rel: str, expected: str | None, progress: Progress) -> FileEntry:
-        """Stream ``local`` to ``rel``, hashing it; IntegrityError when ``expected`` differs."""
-        algorithm = algorithm_of(expected) if expected else DEFAULT_ALGORITHM
-        hasher = new_hasher(algorithm)
-        size = 0
+    def upload(
+        self,
+        local: Path,
+        rel: str,
+        expected: str | None,
+        progress: Progress,
+        *,
+        verify: bool = False,
+    ) -> FileEntry:
+        """Copy ``local`` to ``rel`` with the backend's own ``put_file`` (a kernel copy for
+        ``file://``, parallel multipart uploads for S3).
 
-        def copy(dst: Any) -> None:
-            nonlocal size
-            buf = bytearray(CHUNK)
-            view = memoryview(buf)
-            with open(local, "rb", buffering=0) as src:
-                while n := src.readinto(buf):
-                    hasher.update(view[:n])
-                    dst.write(view[:n])
-                    size += n
-                    progress(n)
-            if expected and format_checksum(algorithm, hasher) != expected:
+        A file with a known checksum (from its manifest) is sent as it is, unless
+        ``verify``: then it is hashed first and, when it fails, IntegrityError and nothing
+        written. A file without one is hashed for the index.
+        """
+        if expected and not verify:
+            got = (expected, local.stat().st_size)
+        else:
+            got = hash_file(local, algorithm_of(expected) if expected else DEFAULT_ALGORITHM)
+            if expected and got[0] != expected:
                 raise IntegrityError(f"{local} fails its manifest checksum; not pushed")
-
-        self._write_whole(rel, copy)
-        return FileEntry(size, format_checksum(algorithm, hasher))
+        callback = _Callback(progress)
+        self._write_whole(
+            rel, lambda target: self.fs.put_file(str(local), target, callback=callback)
+        )
+        if callback.sent < got[1]:
+            progress(got[1] - callback.sent)
+        return FileEntry(got[1], got[0])
 
     def download(self, rel: str, dest: Path, expected: FileEntry, progress: Progress) -> None:
         """Write ``rel`` to the new file ``dest``, fsynced; IntegrityError unless it matches."""
@@ -182,18 +191,17 @@ class Remote:
                 except FileNotFoundError:
                     pass
 
-    def _write_whole(self, rel: str, write: Callable[[Any], Any]) -> None:
+    def _write_whole(self, rel: str, write: Callable[[str], Any]) -> None:
+        """``write(path)`` creates the file; it appears at ``rel`` whole or not at all."""
         final = self.path(rel)
         if self.atomic_put:
-            with self.fs.open(final, "wb") as fh:
-                write(fh)
+            write(final)
             return
         parent, _, name = final.rpartition("/")
         self._mkdir(parent)
         tmp = f"{parent}/{TMP_MARK}{secrets.token_hex(4)}-{name}"
         try:
-            with self.fs.open(tmp, "wb") as fh:
-                write(fh)
+            write(tmp)
             self.fs.mv(tmp, final)
         except BaseException:
             try:
@@ -206,6 +214,30 @@ class Remote:
         if folder and folder not in self._made:
             self.fs.makedirs(folder, exist_ok=True)
             self._made.add(folder)
+
+
+class _Callback:
+    """Forwards the bytes a backend reports to ``progress`` (fsspec's callback protocol)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self.sent = 0
+
+    def set_size(self, size: int | None) -> None:
+        pass
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.sent += inc
+        self._progress(inc)
+
+    def absolute_update(self, value: int) -> None:
+        self.relative_update(value - self.sent)
+
+    def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _Callback:
+        return self
+
+    def call(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 def parse_index(raw: bytes, url: str) -> dict[str, FileEntry]:

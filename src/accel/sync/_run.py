@@ -53,9 +53,14 @@ def push(
     *,
     include_cache: bool = False,
     dry_run: bool = False,
+    verify: bool = False,
     reporter: Reporter | None = None,
 ) -> SyncResult:
-    """Copy what changed to ``remote``; the result says what moved and what failed."""
+    """Copy what changed to ``remote``; the result says what moved and what failed.
+
+    ``verify`` re-reads checkpoint files and checks them against their manifest first
+    (a pull always verifies; this catches local damage before it is sent).
+    """
     if not ws.exists:
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
@@ -65,7 +70,7 @@ def push(
         plan = plan_push(_with_checksums(files, index), index, skipped)
         if dry_run:
             return SyncResult(plan, remote.url, True)
-        return _execute(plan, remote, reporter or NullReporter(), _PushUnit(remote))
+        return _execute(plan, remote, reporter or NullReporter(), _PushUnit(remote, verify))
 
 
 def pull(
@@ -118,8 +123,8 @@ class _Mover(Protocol):
 
 
 class _PushUnit:
-    def __init__(self, remote: Remote) -> None:
-        self.remote = remote
+    def __init__(self, remote: Remote, verify: bool) -> None:
+        self.remote, self.verify = remote, verify
         self.done: dict[str, FileEntry] = {}
         self._last_write = time.monotonic()
 
@@ -127,7 +132,9 @@ class _PushUnit:
         self.remote.remove_debris(unit)
         moved = {}
         for t in transfers:
-            moved[t.rel] = self.remote.upload(t.local, t.rel, t.checksum, reporter.advance)
+            moved[t.rel] = self.remote.upload(
+                t.local, t.rel, t.checksum, reporter.advance, verify=self.verify
+            )
         self.done.update(moved)
         if transfers[0].kind == CHECKPOINT or time.monotonic() - self._last_write > INDEX_EVERY:
             self.flush()
