@@ -194,3 +194,41 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
         err = capsys.readouterr().err.strip()
         assert expected in err and len(err.splitlines()) == 1, err
     assert tree(ws.path) == before
+
+
+def test_push_verify_refuses_a_locally_damaged_checkpoint(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1, 2))
+    damaged = ws.checkpoints.get(2).path / "state.pt"
+    data = bytearray(damaged.read_bytes())
+    data[-10] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    rc, report = sync(capsys, "push", remote_url, "--verify")
+    assert rc == 1
+    assert report["failed"][0]["unit"] == "checkpoints/default/step-000000000002"
+    assert "fails its manifest checksum" in report["failed"][0]["reason"]
+    index = json.loads((remote_dir / "accel-sync.json").read_text())["files"]
+    assert not [rel for rel in index if "step-000000000002" in rel]
+    assert not (remote_dir / "checkpoints/default/step-000000000002/manifest.json").exists()
+
+
+def test_progress_bar_shows_bytes_and_rate_on_a_terminal(
+    ws: Workspace, remote_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from accel.cli import _output
+    from accel.cli import sync as sync_cli
+
+    save_checkpoints(ws, (1,))
+    screen = io.StringIO()
+    monkeypatch.setattr(
+        _output, "console", lambda stderr=False: Console(file=screen, force_terminal=True)
+    )
+    bar = sync_cli._ProgressBar("push")
+    push(ws, open_remote(remote_url, {}, os.environ), reporter=bar)
+    shown = screen.getvalue()
+    assert "pushing 3 files" in shown and "/s" in shown and "KiB" in shown

@@ -39,9 +39,12 @@ def push(
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
     storage_option: list[str] = _OPTIONS,
+    verify: bool = typer.Option(
+        False, "--verify", help="Re-check checkpoint files against their manifest before sending."
+    ),
 ) -> int:
     """Copy committed checkpoints, finished runs and the config to URL (only what changed)."""
-    return _sync("push", ctx, url, include_cache, dry_run, as_json, storage_option)
+    return _sync("push", ctx, url, include_cache, dry_run, as_json, storage_option, verify)
 
 
 @app.command()
@@ -65,14 +68,18 @@ def _sync(
     dry_run: bool,
     as_json: bool,
     pairs: list[str],
+    verify: bool = False,
 ) -> int:
     from accel import sync
 
     ws = _app.workspace(ctx)
     remote = sync.open_remote(url, sync.parse_storage_options(pairs), os.environ)
-    run = sync.push if direction == "push" else sync.pull
     reporter = _ProgressBar(direction) if sys.stderr.isatty() and not as_json else None
-    result = run(ws, remote, include_cache=include_cache, dry_run=dry_run, reporter=reporter)
+    options: dict[str, Any] = {"include_cache": include_cache, "dry_run": dry_run}
+    if direction == "push":
+        result = sync.push(ws, remote, verify=verify, reporter=reporter, **options)
+    else:
+        result = sync.pull(ws, remote, reporter=reporter, **options)
     _log(ws, result)
     if as_json:
         _output.print_json(result.to_json())
