@@ -1,6 +1,6 @@
 """``accel sync push`` throughput against a bare fsspec ``put`` of the same files.
 
-    python benchmarks/bench_sync.py [--rounds 5] [--mib 48]
+    python benchmarks/bench_sync.py [--rounds 5] [--mib 48] [--verify]
 
 A scratch workspace gets three committed checkpoints of ``--mib`` MiB each, 40
 finished runs (run.json + rank-0.log) and the config. Each round pushes it to a fresh
@@ -47,11 +47,14 @@ def sync_files(ws: object) -> list[tuple[Path, str]]:
     return [(f.path, f.rel) for f in files]
 
 
+VERIFY = False
+
+
 def time_sync(ws: object, dest: Path) -> float:
     from accel.sync import open_remote, push
 
     start = time.perf_counter()
-    result = push(ws, open_remote(dest.as_uri(), {}, {}))  # type: ignore[arg-type]
+    result = push(ws, open_remote(dest.as_uri(), {}, {}), verify=VERIFY)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - start
     assert result.ok and result.files > 0
     return elapsed
@@ -70,7 +73,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mib", type=int, default=48)
+    parser.add_argument("--verify", action="store_true", help="push --verify (re-hash)")
     args = parser.parse_args()
+    global VERIFY
+    VERIFY = args.verify
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         ws = build_workspace(root / "project", args.mib)
@@ -89,8 +95,9 @@ def main() -> int:
     s, b = statistics.median(sync_t), statistics.median(bare_t)
     mib = total / 2**20
     print(f"\nsync push of {len(files)} files, {mib:.0f} MiB, file:// target, {args.rounds} rounds")
-    print(f"  bare fsspec put      {b * 1000:8.0f} ms   {mib / b:7.0f} MiB/s")
-    print(f"  accel sync push      {s * 1000:8.0f} ms   {mib / s:7.0f} MiB/s")
+    print(f"  {'bare fsspec put':<24} {b * 1000:8.0f} ms   {mib / b:7.0f} MiB/s")
+    label = "accel sync push --verify" if VERIFY else "accel sync push"
+    print(f"  {label:<24} {s * 1000:8.0f} ms   {mib / s:7.0f} MiB/s")
     print(f"  throughput ratio (bare time / sync time): {b / s:.2f}")
     print(f"  push with nothing to do: {noop * 1000:.0f} ms")
     return 0
