@@ -17,7 +17,7 @@ def entry(name: str, age: float, size: int = 10, run_id: str | None = None) -> I
     return Item(
         "cache",
         "entry",
-        Path(f"/ws/cache/entries/{name}.entry"),
+        f"/ws/cache/entries/{name}.entry",
         size,
         NOW - age,
         marker="meta.json",
@@ -30,7 +30,7 @@ def ckpt(series: str, step: int, age: float, size: int = 10) -> Item:
     return Item(
         "checkpoints",
         "checkpoint",
-        Path(f"/ws/checkpoints/{series}/step-{step:012d}"),
+        f"/ws/checkpoints/{series}/step-{step:012d}",
         size,
         NOW - age,
         marker="manifest.json",
@@ -42,14 +42,14 @@ def ckpt(series: str, step: int, age: float, size: int = 10) -> Item:
 
 def debris(name: str, age: float, series: str | None = None) -> Item:
     category = "checkpoints" if series else "cache"
-    return Item(category, "debris", Path(f"/ws/tmp/{name}"), 5, NOW - age, name=name, series=series)
+    return Item(category, "debris", f"/ws/tmp/{name}", 5, NOW - age, name=name, series=series)
 
 
 def run(run_id: str, age: float, status: str | None = "succeeded") -> Item:
     return Item(
         "runs",
         "run",
-        Path(f"/ws/logs/runs/{run_id}"),
+        f"/ws/logs/runs/{run_id}",
         10,
         NOW - age,
         marker="run.json",

@@ -252,3 +252,36 @@ def test_from_cron_one_line_no_prompt(project: Path, accel_exe: list[str]) -> No
     assert data["freed_bytes"] == sum(i["size"] for i in data["items"])
     log = (ws.logs_dir / "training.log").read_text()
     assert "accel clean: clean removed 1 item(s)" in log
+
+
+@pytest.mark.parametrize(
+    ("content", "ok"),
+    [
+        ('{"a": 1}', True),
+        ('  {"a": 1}\n', True),
+        ('{"k": "' + "y" * 40000 + '"}', True),
+        ('{"k": "' + "y" * 16375 + '"}', True),
+        ('{"a": 1} x', False),
+        ("", False),
+        ('{"a":', False),
+    ],
+)
+def test_the_fast_json_reader_reads_what_json_reads(tmp_path: Path, content: str, ok: bool) -> None:
+    from accel.clean._scan import _read_json
+
+    path = tmp_path / "meta.json"
+    path.write_text(content)
+    if ok:
+        assert _read_json(str(path)) == json.loads(content)
+    else:
+        with pytest.raises(ValueError):
+            _read_json(str(path))
+
+
+def test_an_unreadable_meta_is_a_warning_not_a_crash(project: Path) -> None:
+    ws, now = workspace(project), time.time()
+    broken = entry(ws, "broken", created=now - 99 * DAY)
+    (broken / "meta.json").write_text("{not json")
+    outcome = clean(ws, older_than="1d")
+    assert outcome.plan.items == () and "unreadable meta.json" in outcome.plan.warnings[0]
+    assert broken.exists()

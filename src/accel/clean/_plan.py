@@ -43,13 +43,13 @@ class Policy:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlanItem:
     item: Item
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class KeptItem:
     item: Item
     reason: str
@@ -134,11 +134,11 @@ def make_plan(scan: WorkspaceScan, policy: Policy) -> CleanPlan:
     for item in scan.items:
         if item.category not in policy.only:
             continue
-        guard = protection(item, scan, policy, ranks.get(item.path))
+        guard = protection(item, scan, policy, ranks.get(item.location))
         if guard is not None:
             kept.append(KeptItem(item, guard))
             continue
-        reason = _selected(item, scan, policy, ranks.get(item.path))
+        reason = _selected(item, scan, policy, ranks.get(item.location))
         if reason is not None:
             chosen.append(PlanItem(item, reason))
         else:
@@ -185,7 +185,7 @@ def _evict(
     """Least recently used first, until the workspace fits in ``budget`` bytes."""
     size = scan.total_size - sum(p.item.size for p in chosen)
     evicted: list[PlanItem] = []
-    for item in sorted(candidates, key=lambda i: (i.last_used, str(i.path))):
+    for item in sorted(candidates, key=lambda i: (i.last_used, i.location)):
         if size <= budget:
             break
         evicted.append(PlanItem(item, MAX_SIZE))
@@ -198,14 +198,14 @@ def _evict(
     return evicted
 
 
-def _checkpoint_ranks(items: Iterable[Item]) -> dict[Any, int]:
+def _checkpoint_ranks(items: Iterable[Item]) -> dict[str, int]:
     """0 for the newest committed checkpoint of each series (by step), 1 for the next..."""
     by_series: dict[str, list[Item]] = {}
     for item in items:
         if item.kind == "checkpoint" and item.series is not None:
             by_series.setdefault(item.series, []).append(item)
-    ranks: dict[Any, int] = {}
+    ranks: dict[str, int] = {}
     for series_items in by_series.values():
         series_items.sort(key=lambda i: i.step or 0, reverse=True)
-        ranks.update({i.path: n for n, i in enumerate(series_items)})
+        ranks.update({i.location: n for n, i in enumerate(series_items)})
     return ranks
