@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,8 @@ class Sample:
     def to_json(self) -> dict[str, Any]:
         return {
             "time": round(self.time, 3),
-            "ranks": {str(r): asdict(s) for r, s in sorted(self.ranks.items())},
-            "gpus": [asdict(g) for g in self.gpus],
+            "ranks": {str(r): dict(vars(s)) for r, s in sorted(self.ranks.items())},
+            "gpus": [dict(vars(g)) for g in self.gpus],
         }
 
     @classmethod
