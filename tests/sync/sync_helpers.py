@@ -36,3 +36,8 @@ def tree(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
+
+
+def checkpoint_file_count(ws: Workspace) -> int:
+    """Files of the committed checkpoints, manifests included (the store picks the names)."""
+    return sum(len(info.files) + 1 for info in ws.checkpoints.all())

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from sync_helpers import finished_run, save_checkpoints, tree
+from sync_helpers import checkpoint_file_count, finished_run, save_checkpoints, tree
 
 from accel import Workspace
 from accel.cli.main import main
@@ -31,7 +31,7 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
     states = save_checkpoints(ws)
     finished_run(ws)
     rc, report = sync(capsys, "push", remote_url)
-    assert rc == 0 and report["transferred_files"] == 7  # 2 x (state, manifest), run x2, config
+    assert rc == 0 and report["transferred_files"] == checkpoint_file_count(ws) + 2 + 1
 
     fresh = tmp_path / "fresh" / ".accelerate"
     capsys.readouterr()
@@ -52,18 +52,21 @@ def test_second_push_moves_only_what_changed(
 ) -> None:
     save_checkpoints(ws, (1,))
     run = finished_run(ws)
-    assert sync(capsys, "push", remote_url)[1]["transferred_files"] == 5
+    total = checkpoint_file_count(ws) + 2 + 1  # + run.json, rank-0.log, the config
+    assert sync(capsys, "push", remote_url)[1]["transferred_files"] == total
     rc, report = sync(capsys, "push", remote_url)
-    assert rc == 0 and report["transferred_files"] == 0 and report["unchanged_files"] == 5
+    assert rc == 0 and report["transferred_files"] == 0 and report["unchanged_files"] == total
     (run / "rank-0.log").write_text("epoch 0 loss 1.0\nepoch 1 loss 0.5\n")
     save_checkpoints(ws, (2,))
     rc, report = sync(capsys, "push", remote_url)
     moved = sorted(t["path"] for t in report["transfers"])
-    assert moved == [
-        "checkpoints/default/step-000000000002/manifest.json",
-        "checkpoints/default/step-000000000002/state.pt",
-        "logs/runs/20261129-150000-aaaaaa/rank-0.log",
-    ]
+    step2 = ws.checkpoints.get(2)
+    assert step2 is not None
+    assert moved == sorted(
+        [f"checkpoints/default/step-000000000002/{name}" for name in step2.files]
+        + ["checkpoints/default/step-000000000002/manifest.json"]
+        + ["logs/runs/20261129-150000-aaaaaa/rank-0.log"]
+    )
 
 
 def test_never_pushes_live_runs_torn_checkpoints_debris_or_state(
@@ -95,13 +98,14 @@ def test_dry_run_moves_nothing(
 ) -> None:
     save_checkpoints(ws, (1,))
     rc, report = sync(capsys, "push", remote_url, "--dry-run")
-    assert rc == 0 and report["dry_run"] and report["planned_files"] == 3
+    planned = checkpoint_file_count(ws) + 1
+    assert rc == 0 and report["dry_run"] and report["planned_files"] == planned
     assert not remote_dir.exists()
     assert main(["sync", "push", remote_url]) == 0
     fresh = ws.path.parent / "other" / ".accelerate"
     capsys.readouterr()
     assert main(["--workspace", str(fresh), "sync", "pull", remote_url, "--dry-run"]) == 0
-    assert "would pull 3 files" in capsys.readouterr().out
+    assert f"would pull {planned} files" in capsys.readouterr().out
     assert not fresh.exists()
 
 
@@ -148,7 +152,9 @@ def test_a_tampered_remote_file_is_refused_at_pull(
 ) -> None:
     save_checkpoints(ws, (1, 2))
     assert main(["sync", "push", remote_url]) == 0
-    target = remote_dir / "checkpoints/default/step-000000000002/state.pt"
+    info = ws.checkpoints.get(2)
+    assert info is not None
+    target = remote_dir / "checkpoints/default/step-000000000002" / info.files[0]
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF
     target.write_bytes(bytes(data))
@@ -200,7 +206,9 @@ def test_push_verify_refuses_a_locally_damaged_checkpoint(
     ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     save_checkpoints(ws, (1, 2))
-    damaged = ws.checkpoints.get(2).path / "state.pt"
+    info = ws.checkpoints.get(2)
+    assert info is not None
+    damaged = info.path / info.files[0]
     data = bytearray(damaged.read_bytes())
     data[-10] ^= 0x01
     damaged.write_bytes(bytes(data))
@@ -231,4 +239,44 @@ def test_progress_bar_shows_bytes_and_rate_on_a_terminal(
     bar = sync_cli._ProgressBar("push")
     push(ws, open_remote(remote_url, {}, os.environ), reporter=bar)
     shown = screen.getvalue()
-    assert "pushing 3 files" in shown and "/s" in shown and "KiB" in shown
+    assert (
+        f"pushing {checkpoint_file_count(ws) + 1} files" in shown
+        and "/s" in shown
+        and "KiB" in shown
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "url", "hint"),
+    [("fsspec", "file:///tmp/x", "accel[sync]"), ("s3fs", "s3://bucket/x", "accel[s3]")],
+)
+def test_a_missing_backend_is_one_line_naming_the_extra(
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    module: str,
+    url: str,
+    hint: str,
+) -> None:
+    import sys
+
+    from fsspec.registry import _registry
+
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    monkeypatch.delitem(_registry, "s3", raising=False)  # forget an s3fs imported earlier
+    capsys.readouterr()
+    assert main(["sync", "push", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert hint in err and len(err.splitlines()) == 1, err
+
+
+def test_sync_help_imports_neither_torch_nor_fsspec() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from accel.cli.main import main; main(['sync', 'push', '--help']); "
+        "print(sorted(m for m in ('torch', 'fsspec', 's3fs') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
