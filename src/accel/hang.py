@@ -37,6 +37,7 @@ RUN_DIR_ENV = "ACCEL_RUN_DIR"
 STACKS_DIR = "stacks"
 HEARTBEATS_DIR = "heartbeats"
 METRICS_FILE = "metrics.jsonl"
+WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
 
 _handler_file: IO[str] | None = None  # faulthandler writes to its fd: keep it open
 
@@ -230,6 +231,25 @@ def _read_from(path: Path, offset: int) -> str:
     except OSError:
         text = ""
     return text.rstrip("\n") or "(no stack was written in time)"
+
+
+def write_workers(run_dir: Path, attempt: int, pids: Mapping[int, int]) -> None:
+    """Record this node's live workers for ``accel stack`` (rewritten at every attempt)."""
+    from accel.fsutil import atomic_write_json
+
+    data = {"attempt": attempt, "pids": {str(r): p for r, p in sorted(pids.items())}}
+    atomic_write_json(Path(run_dir) / WORKERS_FILE, data, durable=False)
+
+
+def read_workers(run_dir: Path) -> dict[int, int]:
+    """``rank -> pid`` of the run's workers on this node ({} when unknown)."""
+    import json
+
+    try:
+        data = json.loads((Path(run_dir) / WORKERS_FILE).read_text(encoding="utf-8"))
+        return {int(r): int(p) for r, p in dict(data["pids"]).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def append_to_rank_logs(run_dir: Path, stacks: Mapping[int, str], title: str) -> None:

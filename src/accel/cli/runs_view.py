@@ -1,0 +1,219 @@
+"""``accel runs show [RUN]`` and ``accel runs plot [RUN...]``: render accel.runview data.
+
+No torch here; matplotlib only inside ``plot`` (an optional extra).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from accel.cli import _app, _output
+
+if TYPE_CHECKING:
+    from accel.runview import MetricView, RunView
+    from accel.telemetry import ResourceSummary
+
+
+def show(
+    ctx: typer.Context,
+    run: str = typer.Argument("latest", help="Run id (or a unique part of it), or latest."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
+) -> None:
+    """Summary, per-rank status, resource peaks and metrics (last, best, trend) of a run."""
+    from accel.runview import load_view
+
+    view = load_view(_app.workspace(ctx), run)
+    if as_json:
+        _output.print_json(view.to_json())
+        return
+    for line in summary_lines(view):
+        _output.out(line)
+    _ranks(view)
+    _resources(view.resources)
+    _metrics(view.metrics)
+
+
+def summary_lines(view: RunView) -> list[str]:
+    from accel.units import format_duration
+
+    r = view.record
+    status = r.status + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
+    if r.duration is not None:
+        status += f" after {format_duration(r.duration)}"
+    if r.restarts:
+        status += f", {r.restarts} restart{'s' if r.restarts != 1 else ''}"
+    lines = [
+        f"[bold]run {r.id}[/bold]" + (f" ({r.name})" if r.name else ""),
+        f"  status    {status}",
+        f"  command   {' '.join(r.command) or '?'}",
+        f"  started   {_time(r.started_at)}"
+        + (f"   ended {_time(r.ended_at)}" if r.ended_at else ""),
+    ]
+    if view.error_summary:
+        lines.append(f"  failed    rank {r.failed_rank}: {_escape(view.error_summary)}")
+    for hang in view.hangs[-1:]:
+        lines.append(f"  hung      {_escape(str(hang.get('message', 'no activity')))}")
+    lines.extend(_config_lines(view))
+    return lines
+
+
+def _config_lines(view: RunView) -> list[str]:
+    if view.config_diff is None:
+        return ["  config    (the current config is invalid: no comparison)"]
+    if not view.config_diff:
+        return ["  config    same as the current config"]
+    head = "  config    "
+    out = []
+    for change in view.config_diff:
+        out.append(f"{head}{change.key}: {change.run!r} in the run, {change.current!r} now")
+        head = " " * len(head)
+    return [_escape(line) for line in out]
+
+
+def _time(stamp: str | None) -> str:
+    return (stamp or "?")[:19].replace("T", " ")
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+def _ranks(view: RunView) -> None:
+    if not view.ranks:
+        return
+    _output.out("")
+    rows = [[v.rank, v.status, v.exit_code, v.detail] for v in view.ranks]
+    _output.table("ranks", ["rank", "status", "exit", "detail"], rows)
+
+
+def _resources(summary: ResourceSummary) -> None:
+    from accel.units import format_size
+
+    if not summary.samples:
+        return
+    _output.out("")
+    rows = []
+    for rank, stats in summary.ranks.items():
+        cpu, rss, threads = stats.get("cpu_percent"), stats.get("rss_bytes"), stats.get("threads")
+        rows.append(
+            [
+                rank,
+                f"{cpu.peak:.0f}%" if cpu else "",
+                f"{cpu.mean:.0f}%" if cpu else "",
+                format_size(rss.peak) if rss else "",
+                format_size(rss.mean) if rss else "",
+                f"{threads.peak:.0f}" if threads else "",
+            ]
+        )
+    title = f"resources ({summary.samples} samples)"
+    columns = ["rank", "cpu peak", "cpu mean", "rss peak", "rss mean", "threads"]
+    _output.table(title, columns, rows)
+    if summary.gpus:
+        _output.out("")
+        _output.table(
+            "gpus",
+            ["gpu", "util peak", "util mean", "memory peak", "temp peak", "power peak"],
+            _gpu_rows(summary),
+        )
+
+
+def _gpu_rows(summary: ResourceSummary) -> list[list[Any]]:
+    from accel.units import format_size
+
+    rows = []
+    for index, stats in summary.gpus.items():
+        util, mem = stats.get("util_percent"), stats.get("memory_used_bytes")
+        temp, power = stats.get("temperature_c"), stats.get("power_w")
+        total = summary.gpu_memory_total.get(index)
+        memory = format_size(mem.peak) if mem else ""
+        if mem and total:
+            memory += f" / {format_size(total)}"
+        rows.append(
+            [
+                index,
+                f"{util.peak:.0f}%" if util else "",
+                f"{util.mean:.0f}%" if util else "",
+                memory,
+                f"{temp.peak:.0f} C" if temp else "",
+                f"{power.peak:.0f} W" if power else "",
+            ]
+        )
+    return rows
+
+
+def _metrics(metrics: tuple[MetricView, ...]) -> None:
+    if not metrics:
+        return
+    _output.out("")
+    rows = [
+        [
+            m.name,
+            _num(m.last),
+            _best(m),
+            m.last_step if m.last_step is not None else m.count,
+            m.sparkline(24),
+        ]
+        for m in metrics
+    ]
+    _output.table("metrics", ["metric", "last", "best", "step", "trend"], rows)
+
+
+def _best(m: MetricView) -> str:
+    if m.best is None:
+        return ""
+    where = f" @ {m.best_step}" if m.best_step is not None else ""
+    return f"{_num(m.best)} ({m.direction}){where}"
+
+
+def _num(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3e}"
+    return f"{value:.4g}"
+
+
+def plot(
+    ctx: typer.Context,
+    run: list[str] = typer.Argument(None, help="Run ids to plot together (default: latest)."),
+    metric: list[str] = typer.Option(
+        None, "--metric", "-m", help="Metric to plot (repeatable; default: every metric)."
+    ),
+    output: Path = typer.Option(None, "--output", "-o", help="The PNG to write."),
+    resources: bool = typer.Option(
+        True, "--resources/--no-resources", help="Add CPU, memory and GPU panels."
+    ),
+) -> None:
+    """A PNG of metrics and resources over time; several runs are drawn together."""
+    from accel.runs import read_run, resolve_run_id
+    from accel.runview import METRICS_FILE, metric_names, read_metrics
+    from accel.runview import plot as plotting
+    from accel.telemetry import RESOURCES_FILE, read_samples
+
+    ws = _app.workspace(ctx)
+    ids = list(dict.fromkeys(resolve_run_id(ws, ref) for ref in (run or ["latest"])))
+    runs = []
+    for run_id in ids:
+        folder = read_run(ws, run_id).path
+        runs.append(
+            plotting.PlotRun(
+                run_id,
+                read_metrics(folder / METRICS_FILE),
+                read_samples(folder / RESOURCES_FILE) if resources else (),
+            )
+        )
+    names = list(metric or ()) or list(
+        dict.fromkeys(n for r in runs for n in metric_names(r.points))
+    )
+    panels = plotting.metric_panels(runs, names) + (
+        plotting.resource_panels(runs) if resources else []
+    )
+    out = output or Path(f"accel-{ids[0]}{'-compare' if len(ids) > 1 else ''}.png")
+    title = ids[0] if len(ids) == 1 else " vs ".join(ids)
+    written = plotting.plot(panels, out, title=title)
+    lines = sum(len(p.series) for p in panels)
+    _output.info(f"wrote {written} ({len(panels)} panels, {lines} series)")
