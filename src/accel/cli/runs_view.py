@@ -69,9 +69,15 @@ def _config_lines(view: RunView) -> list[str]:
     head = "  config    "
     out = []
     for change in view.config_diff:
-        out.append(f"{head}{change.key}: {change.run!r} in the run, {change.current!r} now")
+        out.append(f"{head}{change.key}: {_value(change.run)} (now {_value(change.current)})")
         head = " " * len(head)
     return [_escape(line) for line in out]
+
+
+def _value(value: Any) -> str:
+    import json
+
+    return value if value == "(unset)" else json.dumps(value, default=str)
 
 
 def _time(stamp: str | None) -> str:

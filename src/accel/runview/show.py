@@ -100,12 +100,15 @@ def flatten(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_diff(run: Mapping[str, Any], current: Mapping[str, Any]) -> list[ConfigChange]:
-    """Keys whose value differs between the run's resolved config and the current one."""
+    """Keys of the run's resolved config whose value is different (or gone) now.
+
+    Keys the run did not record (added by a later accel) are not differences.
+    """
     a, b = flatten(run), flatten(current)
     return [
-        ConfigChange(key, a.get(key, _MISSING), b.get(key, _MISSING))
-        for key in sorted(set(a) | set(b))
-        if a.get(key, _MISSING) != b.get(key, _MISSING) and key != "version"
+        ConfigChange(key, a[key], b.get(key, _MISSING))
+        for key in sorted(a)
+        if a[key] != b.get(key, _MISSING) and key != "version"
     ]
 
 
@@ -121,6 +124,8 @@ def rank_views(record: RunRecord) -> list[RankView]:
             out.append(RankView(rank, "hung" if record.raw.get("status") == "hung" else RUNNING))
         elif failure is not None:
             out.append(_failed(rank, failure, record.failed_rank))
+        elif record.status == "failed" and record.failed_rank is not None:
+            out.append(_failed(rank, record.error or {}, record.failed_rank))
         else:
             code = 0 if record.status == "succeeded" else None
             out.append(RankView(rank, record.status, code))

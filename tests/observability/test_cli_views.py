@@ -1,0 +1,143 @@
+"""The command bodies of ``accel runs show``, ``accel runs plot`` and ``accel stack``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from accel import hang, runs
+from accel.cli import runs_view
+from accel.cli import stack as stack_cmd
+from accel.errors import UsageError
+from accel.runview import plot as plotting
+from accel.workspace import Workspace
+
+RUN_ID = "20261129-100000-aaaaaa"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command("show")(runs_view.show)
+    app.command("plot")(runs_view.plot)
+    app.command("stack")(stack_cmd.stack)
+    return app
+
+
+@pytest.fixture
+def ws(project: Path) -> Workspace:
+    return Workspace.discover().ensure()
+
+
+def _run(ws: Workspace, run_id: str = RUN_ID, **raw: object) -> Path:
+    folder = runs.run_dir(ws, run_id)
+    folder.mkdir(parents=True)
+    record = {
+        "id": run_id,
+        "name": "default",
+        "command": ["accel", "launch", "-n", "2", "train.py"],
+        "status": "failed",
+        "exit_code": 1,
+        "failed_rank": 1,
+        "world_size": 2,
+        "started_at": "2026-11-29T10:00:00+00:00",
+        "ended_at": "2026-11-29T10:05:30+00:00",
+        "config": {"launch": {"num_processes": 2}},
+        "error": {"rank": 1, "type": "ValueError", "message": "bad [batch]"},
+        "hostname": socket.gethostname(),
+        **raw,
+    }
+    (folder / "run.json").write_text(json.dumps(record))
+    metrics = [{"step": s, "time": 100.0 + s, "rank": 0, "loss": 1 / (s + 1)} for s in range(30)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    samples = [
+        {
+            "time": 100.0 + i,
+            "ranks": {"0": {"pid": 1, "cpu_percent": 50.0 + i, "rss_bytes": 2**30, "threads": 4}},
+        }
+        for i in range(5)
+    ]
+    (folder / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    return folder
+
+
+def test_show_prints_summary_ranks_resources_and_metrics(ws: Workspace) -> None:
+    _run(ws)
+    result = CliRunner().invoke(_app(), ["show"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"run {RUN_ID} (default)" in out and "failed (exit 1) after 5m 30s" in out
+    assert "rank 1: ValueError: bad [batch]" in out
+    assert "config    launch.num_processes: 2 (now 1)\n\nranks" in out
+    assert "resources (5 samples)" in out and "54%" in out and "1.0 GiB" in out
+    assert "loss" in out and "0.03333" in out and "(min) @ 29" in out and "█" in out
+
+
+def test_show_json_is_the_view(ws: Workspace) -> None:
+    _run(ws)
+    result = CliRunner().invoke(_app(), ["show", "aaaaaa", "--json"])
+    data = json.loads(result.output)
+    assert data["id"] == RUN_ID and data["metrics"][0]["name"] == "loss"
+    assert data["resources"]["ranks"]["0"]["cpu_percent"]["peak"] == 54.0
+
+
+def test_plot_writes_every_metric_and_the_resources(ws: Workspace, project: Path) -> None:
+    pytest.importorskip("matplotlib")
+    _run(ws)
+    _run(ws, "20261129-110000-bbbbbb")
+    result = CliRunner().invoke(_app(), ["plot", "aaaaaa", "bbbbbb", "-o", "cmp.png"])
+    assert result.exit_code == 0, result.output
+    drawn = {(s["panel"], s["label"]) for s in plotting.read_png_series(project / "cmp.png")}
+    assert ("loss", RUN_ID) in drawn and ("loss", "20261129-110000-bbbbbb") in drawn
+    assert ("CPU %", f"{RUN_ID} rank 0") in drawn
+    result = CliRunner().invoke(_app(), ["plot", "-m", "acc"])
+    assert isinstance(result.exception, UsageError) and "loss" in str(result.exception)
+
+
+@pytest.fixture
+def stuck_worker(ws: Workspace) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    folder = _run(ws, status="running", ended_at=None)
+    script = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(hang.__file__).parent.parent)!r})\n"
+        "from accel.hang import install_stack_dump_handler\n"
+        "install_stack_dump_handler(); print('ready', flush=True)\n"
+        "def waiting_for_allreduce():\n    time.sleep(60)\n"
+        "waiting_for_allreduce()\n"
+    )
+    env = {**os.environ, "ACCEL_RUN_DIR": str(folder), "RANK": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield folder, proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.timeout(30)
+def test_stack_dumps_a_live_run_into_the_output_and_the_rank_log(
+    ws: Workspace, stuck_worker: tuple[Path, subprocess.Popen[str]]
+) -> None:
+    folder, proc = stuck_worker
+    result = CliRunner().invoke(_app(), ["stack"])
+    assert isinstance(result.exception, UsageError) and "not running" in str(result.exception)
+    with runs.run_lock(ws, RUN_ID):
+        result = CliRunner().invoke(_app(), ["stack"])
+        assert "no workers yet" in str(result.exception)
+        hang.write_workers(folder, 0, {0: proc.pid})
+        result = CliRunner().invoke(_app(), ["stack"])
+    assert result.exit_code == 0, result.output
+    assert f"===== rank 0 (pid {proc.pid}) =====" in result.output
+    assert "waiting_for_allreduce" in result.output
+    log = (folder / "rank-0.log").read_text()
+    assert "accel stack" in log and "waiting_for_allreduce" in log
+    assert proc.poll() is None
