@@ -190,7 +190,7 @@ def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path) -> None
     assert crashed == [3, 3] and not (tmp_path / "b.pt").exists()
     ckpts = accel.Workspace(resumed).checkpoints
     assert [i.step for i in ckpts.list()] == [8]
-    assert sorted(ckpts.latest().files) == ["rank-0.pt", "rank-1.pt", "state.pt"]  # type: ignore[union-attr]
+    assert sorted(ckpts.latest().files) == ["rank-0.tensors", "rank-1.tensors", "state.tensors"]  # type: ignore[union-attr]
 
     # The restart goes through torchrun itself: any torchrun script runs unchanged.
     assert _run_torchrun(resumed, [total, save_every, "-1", str(tmp_path / "b.pt")]) == 0

@@ -52,9 +52,9 @@ def test_manifest_format(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None
     assert manifest["format"] == 1 and manifest["series"] == "default"
     assert manifest["step"] == 1 and manifest["tag"] == "best" and manifest["run_id"] == "r1"
     assert isinstance(manifest["created"], float)
-    checksum, size = hash_file(info.path / "state.pt")
-    assert manifest["files"] == {"state.pt": {"size": size, "checksum": checksum}}
-    assert sorted(p.name for p in info.path.iterdir()) == [MANIFEST, "state.pt"]
+    checksum, size = hash_file(info.path / "state.tensors")
+    assert manifest["files"] == {"state.tensors": {"size": size, "checksum": checksum}}
+    assert sorted(p.name for p in info.path.iterdir()) == [MANIFEST, "state.tensors"]
 
 
 def test_series_from_run_name(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,9 +95,9 @@ def test_torn_checkpoints_are_invisible_and_listed_as_debris(ws: Workspace) -> N
 def test_a_flipped_byte_is_refused(ws: Workspace) -> None:
     info = ws.checkpoints.save(_state(1, n=4096), 1)
     assert info is not None
-    data = bytearray((info.path / "state.pt").read_bytes())
+    data = bytearray((info.path / "state.tensors").read_bytes())
     data[len(data) // 2] ^= 0x10
-    (info.path / "state.pt").write_bytes(bytes(data))
+    (info.path / "state.tensors").write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="checksum"):
         ws.checkpoints.load()
 
@@ -105,7 +105,7 @@ def test_a_flipped_byte_is_refused(ws: Workspace) -> None:
 def test_a_truncated_file_is_refused(ws: Workspace) -> None:
     info = ws.checkpoints.save(_state(1), 1)
     assert info is not None
-    with open(info.path / "state.pt", "r+b") as fh:
+    with open(info.path / "state.tensors", "r+b") as fh:
         fh.truncate(100)
     with pytest.raises(IntegrityError, match="manifest says"):
         ws.checkpoints.load()
@@ -123,10 +123,10 @@ def test_a_pickle_payload_is_never_executed(ws: Workspace, tmp_path: Path) -> No
     marker = tmp_path / "pwned"
     info = ws.checkpoints.save(_state(1), 1)
     assert info is not None
-    torch.save({"model": _Exploit(str(marker))}, info.path / "state.pt")
+    torch.save({"model": _Exploit(str(marker))}, info.path / "state.tensors")
     manifest = json.loads((info.path / MANIFEST).read_text())
-    checksum, size = hash_file(info.path / "state.pt")
-    manifest["files"]["state.pt"] = {"size": size, "checksum": checksum}
+    checksum, size = hash_file(info.path / "state.tensors")
+    manifest["files"]["state.tensors"] = {"size": size, "checksum": checksum}
     (info.path / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(IntegrityError, match="refused"):
         ws.checkpoints.load()
@@ -146,6 +146,7 @@ def test_retention_keeps_exactly_keep_last_by_step(
     assert [i.step for i in ckpts.list()] == [3, 4, 5]  # the one just saved always stays
     ckpts.save(_state(9), 9)
     assert [i.step for i in ckpts.list()] == [5, 9]
+    ckpts.wait()  # old data is removed in the background
     assert ckpts.debris() == []
 
 
@@ -319,7 +320,7 @@ def test_a_save_over_the_file_size_limit_fails_cleanly(ws: Workspace, fork: Ctx)
     assert child.exitcode == 0  # the process was not killed (SIGXFSZ) and went on
     assert len(outcome) == 2
     for line in outcome:
-        assert line.startswith("WriteFailed") and "state.pt" in line and "free space" in line
+        assert line.startswith("WriteFailed") and "state.tensors" in line and "free space" in line
     assert [i.step for i in ws.checkpoints.list()] == [1]
     assert torch.equal(ws.checkpoints.load()["w"], torch.zeros(1000))
     assert ws.checkpoints.debris() == []

@@ -1,20 +1,18 @@
 """Tensor files: written with a checksum and fsync, read back only with verification.
 
-Loading never unpickles arbitrary objects: ``torch.load(weights_only=True)`` refuses
-anything but tensors and plain containers, and a payload that fails its checksum or
-that torch refuses becomes an :class:`~accel.errors.IntegrityError`.
+Loading never unpickles anything (see :mod:`accel.store._tensorfile`); a payload that
+fails its checksum or is not well formed becomes an :class:`~accel.errors.IntegrityError`.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 from accel.errors import AccelError, IntegrityError
-from accel.store._hashing import FileHasher, HashingWriter
+from accel.store._tensorfile import read_tree, write_tree
 
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
@@ -46,20 +44,12 @@ def write_error(target: Path, exc: BaseException) -> WriteFailed:
 
 
 def save_tensor_file(obj: Any, path: Path) -> FileDigest:
-    """``torch.save`` ``obj`` to a new file at ``path``, hashed and fsynced."""
-    import torch
-
-    writer: HashingWriter | None = None
+    """Write ``obj`` (a tree of tensors and plain values) to a new file, fsynced."""
     try:
-        with open(path, "xb") as fh:
-            writer = HashingWriter(fh)
-            torch.save(obj, cast("IO[bytes]", writer))
-            fh.flush()
-            os.fsync(fh.fileno())
-    except (OSError, RuntimeError) as exc:
-        cause = writer.error if writer is not None and writer.error is not None else exc
-        raise write_error(path, cause) from exc
-    return FileDigest(writer.size, writer.checksum())
+        size, checksum = write_tree(obj, path)
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+    return FileDigest(size, checksum)
 
 
 def verify_size(path: Path, expected: FileDigest) -> None:
@@ -75,27 +65,12 @@ def verify_size(path: Path, expected: FileDigest) -> None:
 
 
 def load_tensor_file(path: Path, expected: FileDigest, map_location: Any = "cpu") -> Any:
-    """Load ``path`` with ``weights_only=True``; verify its checksum while torch parses."""
-    import torch
-
+    """The tree in ``path``, verified against ``expected`` before it is returned."""
     verify_size(path, expected)
-    hasher = FileHasher(path).start()
-    try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for bad payloads
-        _verify(path, expected, hasher)
-        raise IntegrityError(
-            f"{path} was refused: it is not a plain tensor file ({type(exc).__name__}); "
-            "accel never unpickles arbitrary objects, delete it"
-        ) from None
-    _verify(path, expected, hasher)
-    return obj
-
-
-def _verify(path: Path, expected: FileDigest, hasher: FileHasher) -> None:
-    checksum, _ = hasher.result()
+    tree, checksum = read_tree(path, expected.size, map_location)
     if checksum != expected.checksum:
         raise IntegrityError(
             f"{path} fails its checksum ({checksum} != {expected.checksum}); it is corrupt: "
             "load another checkpoint or delete this one"
         )
+    return tree

@@ -40,12 +40,35 @@ class SnapshotPool:
         if index < len(self._buffers):
             buf = self._buffers[index]
             if buf.shape == source.shape and buf.dtype == source.dtype:
-                buf.copy_(source)
+                _copy(buf, source)
                 return buf
         buf = torch.empty(source.shape, dtype=source.dtype, device="cpu")
-        buf.copy_(source)
+        _copy(buf, source)
         if index < len(self._buffers):
             self._buffers[index] = buf
         else:
             self._buffers.append(buf)
         return buf
+
+
+def _copy(dst: Any, src: Any) -> None:
+    """``dst.copy_(src)``; one plain memcpy for contiguous CPU tensors.
+
+    torch's parallel copy spins up its thread pool, which costs more than the copy
+    on a busy machine (measured 3x slower than one memcpy on 2 loaded cores).
+    """
+    if src.device.type != "cpu" or not src.is_contiguous() or src.numel() == 0:
+        dst.copy_(src)
+        return
+    try:
+        import numpy as np
+    except ImportError:
+        dst.copy_(src)
+        return
+    np.copyto(_bytes(dst), _bytes(src))
+
+
+def _bytes(tensor: Any) -> Any:
+    import torch
+
+    return tensor.reshape(-1).view(torch.uint8).numpy()

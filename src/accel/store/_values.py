@@ -45,10 +45,9 @@ def require_json(value: Any, what: str) -> None:
 
 
 def tensor_tree_problem(value: Any, where: str = "state") -> str | None:
-    """Why ``value`` cannot be loaded back with ``torch.load(weights_only=True)``, or None.
+    """Why ``value`` cannot be stored in a tensor file (no pickle), or None.
 
-    Checked before writing so that nothing is saved that could only be read by
-    unpickling arbitrary objects.
+    Checked before anything is written, so a bad value fails the call, not the file.
     """
     if isinstance(value, (*_JSON_SCALARS, bytes, complex)):
         return None

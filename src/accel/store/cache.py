@@ -51,7 +51,7 @@ __all__ = ["Cache", "CacheEntryInfo"]
 META = "meta.json"
 FORMAT = 1
 _MISSING: Any = object()
-_PAYLOADS = {"json": "value.json", "bytes": "data.bin", "torch": "tensors.pt"}
+_PAYLOADS = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -87,7 +87,7 @@ def _kind_of(obj: Any) -> str:
         return "json"
     problem = tensor_tree_problem(obj, "the value")
     if problem is None:
-        return "torch"
+        return "tensors"
     raise UsageError(
         f"cannot cache {problem}: store tensors, dicts/lists of tensors and plain values, "
         "bytes or a pathlib.Path to a file (convert other objects first)"
@@ -163,7 +163,7 @@ class Cache:
         kind = meta["kind"]
         payload = entry / str(meta["payload"])
         digest = FileDigest(int(meta["size"]), str(meta["checksum"]))
-        if kind == "torch":
+        if kind == "tensors":
             return load_tensor_file(payload, digest, map_location)
         if kind == "file":
             return payload
@@ -323,7 +323,7 @@ def _file_name(obj: Any) -> str:
 
 
 def _write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
-    if kind == "torch":
+    if kind == "tensors":
         return save_tensor_file(obj, payload)
     if kind == "file":
         return _copy_file(Path(os.fspath(obj)), payload)

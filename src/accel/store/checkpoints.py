@@ -3,8 +3,8 @@
 ::
 
     checkpoints/<series>/step-<step:012d>/   one committed checkpoint
-        state.pt                            replicated state, written by rank 0
-        rank-<N>.pt                         per-rank state (RNG), when given
+        state.tensors                       replicated state, written by rank 0
+        rank-<N>.tensors                    per-rank state (RNG), when given
         manifest.json                       written last: it makes the folder a checkpoint
     checkpoints/<series>/.tmp-*             a save in progress, or crash debris
 
@@ -17,11 +17,13 @@ previous checkpoints whole and the new one either committed or invisible.
 
 Deleting (retention, ``delete``, ``accel clean``) removes ``manifest.json`` first, so
 a half-deleted checkpoint is never visible. Loading verifies sizes and checksums and
-unpickles nothing (``weights_only=True``).
+unpickles nothing (see ``accel.store._tensorfile``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import AccelError, IntegrityError, UsageError
-from accel.fsutil import atomic_write_json, fsync_dir, read_json
+from accel.fsutil import fsync_dir, read_json
 from accel.store._dist import DistContext, current_context
 from accel.store._serial import (
     FileDigest,
@@ -54,7 +56,7 @@ __all__ = ["CheckpointInfo", "Checkpoints", "series_from_env"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
-STATE_FILE = "state.pt"
+STATE_FILE = "state.tensors"
 TMP_PREFIX = ".tmp-"
 MAX_STEP = 10**12 - 1
 _STEP_RE = re.compile(r"step-([0-9]{12})")
@@ -154,6 +156,7 @@ class Checkpoints:
         self._pending: _AsyncSave | None = None
         self._lease: SeriesLease | None = None
         self._last: CheckpointInfo | None = None
+        self._reapers: list[threading.Thread] = []
 
     def __repr__(self) -> str:
         return f"Checkpoints({str(self.ws.checkpoints_dir)!r})"
@@ -237,7 +240,7 @@ class Checkpoints:
     ) -> Any:
         """The per-rank state of ``rank`` saved at ``step``, None when it has none."""
         info, manifest = self._resolve(step, series)
-        name = f"rank-{rank}.pt"
+        name = f"rank-{rank}.tensors"
         digest = _digest(manifest, name)
         return None if digest is None else load_tensor_file(info.path / name, digest, map_location)
 
@@ -270,7 +273,7 @@ class Checkpoints:
     ) -> CheckpointInfo | None:
         """Commit ``state`` as checkpoint ``step``; the info, or None for an async save.
 
-        ``rank_state`` is saved per rank (``rank-<N>.pt``); ``state`` once, by rank 0.
+        ``rank_state`` is saved per rank (``rank-<N>.tensors``); ``state`` once, by rank 0.
         """
         check_step(step)
         if tag is not None and not isinstance(tag, str):
@@ -289,10 +292,13 @@ class Checkpoints:
         return None
 
     def wait(self) -> CheckpointInfo | None:
-        """Join a background save; raise its error. The last saved checkpoint's info."""
+        """Join background work; raise a failed save's error. The last saved info."""
         pending, self._pending = self._pending, None
-        if pending is not None:
-            self._last = pending.join()
+        try:
+            if pending is not None:
+                self._last = pending.join()
+        finally:
+            self._join_reapers()
         return self._last
 
     def _join_pending(self) -> None:
@@ -339,7 +345,7 @@ class Checkpoints:
         if ctx.rank == 0:
             files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
         if rank_state is not None:
-            name = f"rank-{ctx.rank}.pt"
+            name = f"rank-{ctx.rank}.tensors"
             files[name] = save_tensor_file(rank_state, tmp / name).to_json()
         return files
 
@@ -366,8 +372,10 @@ class Checkpoints:
             "files": files,
         }
         try:
+            # The temp folder is invisible: the manifest needs no rename of its own,
+            # the folder's rename commits everything at once.
+            _write_durably(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
             fsync_dir(tmp)
-            atomic_write_json(tmp / MANIFEST, manifest)
             if target.exists():
                 self._retire(target)
             os.rename(tmp, target)
@@ -385,7 +393,7 @@ class Checkpoints:
         survivors = {i.step for i in infos[-int(keep) :]} | {keep_step}
         for info in infos:
             if info.step not in survivors:
-                self._retire(info.path)
+                self._retire(info.path, background=True)
 
     # -- deleting -----------------------------------------------------------------------
 
@@ -397,20 +405,33 @@ class Checkpoints:
         self._retire(target)
         return True
 
-    def _retire(self, step_dir: Path) -> None:
-        """Make ``step_dir`` invisible (manifest first, durably), then remove it."""
-        try:
+    def _retire(self, step_dir: Path, *, background: bool = False) -> None:
+        """Make ``step_dir`` durably invisible, then remove its data.
+
+        The manifest goes first and the folder is renamed to ``.tmp-del-*`` before a
+        single file is removed, so no power loss or kill leaves a checkpoint that
+        looks whole but is not. Retention removes the data in a background thread:
+        unlinking gigabytes must not stall the training loop.
+        """
+        with contextlib.suppress(FileNotFoundError):
             (step_dir / MANIFEST).unlink()
-            fsync_dir(step_dir)
-        except FileNotFoundError:
-            pass
         doomed = step_dir.parent / f"{TMP_PREFIX}del-{uuid.uuid4().hex[:12]}"
         try:
             os.rename(step_dir, doomed)
             fsync_dir(step_dir.parent)
         except OSError:
             doomed = step_dir
-        _remove_tree(doomed)
+        if not background:
+            _remove_tree(doomed)
+            return
+        # Not a daemon: the interpreter finishes the removal before it exits.
+        reaper = threading.Thread(target=_remove_tree, args=(doomed,), name="accel-reap")
+        reaper.start()
+        self._reapers = [t for t in self._reapers if t.is_alive()] + [reaper]
+
+    def _join_reapers(self) -> None:
+        while self._reapers:
+            self._reapers.pop().join()
 
 
 class _AsyncSave:
@@ -476,6 +497,13 @@ _ERRORS: dict[str, type[AccelError]] = {
 
 def _info_from_json(data: dict[str, Any]) -> CheckpointInfo:
     return _info(Path(data["path"]), data["manifest"])
+
+
+def _write_durably(path: Path, text: str) -> None:
+    with open(path, "x", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _remove_tree(path: Path) -> None:

@@ -1,0 +1,347 @@
+"""accel's tensor file: a tree of tensors and plain values, with no pickle anywhere.
+
+Layout (little-endian)::
+
+    b"ACCELTNS"  u64 header length  header (JSON)  zero padding to 64
+    tensor 0 bytes  padding to 64  tensor 1 bytes  padding to 64  ...
+
+The header is ``{"format": 1, "tree": ..., "tensors": [{"dtype", "shape", "offset",
+"nbytes"}]}``. ``tree`` is JSON in which every object is a tag: ``{"X": i}`` tensor
+``i``, ``{"D": [[key, value], ...]}`` dict, ``{"O": ...}`` OrderedDict, ``{"T": [...]}``
+tuple, ``{"B": hex}`` bytes, ``{"S": [...]}`` torch.Size, ``{"Y": "float32"}`` dtype,
+``{"V": "cpu"}`` device, ``{"C": [re, im]}`` complex; lists, strings, numbers, booleans
+and null stand for themselves. Reading builds tensors from raw bytes and containers
+from tags: nothing in the file can name code to run.
+
+Tensor bytes go straight from tensor memory to the file and back into freshly
+allocated tensors; a thread hashes them (xxh3-64) meanwhile, so the checksum costs
+little wall time on top of the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import struct
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from accel.errors import IntegrityError, UsageError
+from accel.store._hashing import ALGORITHM
+
+MAGIC = b"ACCELTNS"
+FORMAT = 1
+ALIGN = 64
+_ZEROS = bytes(ALIGN)
+_MAX_HEADER = 1 << 30
+_CHUNK = 8 << 20
+# What a malformed header can make json, int(), torch.Size or torch.device raise
+# (RuntimeError covers RecursionError from absurd nesting).
+_DECODE_ERRORS = (ValueError, KeyError, TypeError, IndexError, RuntimeError, OverflowError)
+
+
+def _pad(n: int) -> int:
+    return -n % ALIGN
+
+
+# -- encoding the tree ---------------------------------------------------------------
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.tensors: list[Any] = []
+
+    def encode(self, value: Any) -> Any:
+        kind = type(value)
+        if value is None or kind in (bool, str):
+            return value
+        if isinstance(value, str):
+            return str(value)
+        if isinstance(value, int):  # bool is handled above, subclasses become ints
+            return int(value)
+        if isinstance(value, float):
+            return float(value) if math.isfinite(value) else {"F": repr(float(value))}
+        if kind is list:
+            return [self.encode(v) for v in value]
+        if kind is tuple:
+            return {"T": [self.encode(v) for v in value]}
+        if kind in (dict, OrderedDict):
+            items = [[self.encode(k), self.encode(v)] for k, v in value.items()]
+            return {"O" if kind is OrderedDict else "D": items}
+        if kind in (bytes, bytearray):
+            return {"B": bytes(value).hex()}
+        if kind is complex:
+            return {"C": [value.real, value.imag]}
+        return self._torch_leaf(value)
+
+    def _torch_leaf(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            self.tensors.append(_plain(value))
+            return {"X": len(self.tensors) - 1}
+        if isinstance(value, torch.Size):
+            return {"S": list(value)}
+        if isinstance(value, torch.dtype):
+            return {"Y": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.device):
+            return {"V": str(value)}
+        raise UsageError(f"cannot store a {type(value).__name__} in a tensor file")
+
+
+def _plain(tensor: Any) -> Any:
+    """A contiguous CPU tensor with the same values (no copy when already one)."""
+    plain = tensor.detach()
+    if plain.device.type != "cpu":
+        plain = plain.cpu()
+    return plain.contiguous()
+
+
+def _raw(tensor: Any) -> Any:
+    """The bytes of a contiguous CPU tensor, as a writable numpy uint8 array view."""
+    import torch
+
+    return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class _BackgroundHash:
+    """Hash buffers in order in a thread; the caller keeps them alive until ``digest``."""
+
+    def __init__(self) -> None:
+        self._hasher = xxhash.xxh3_64()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="accel-hash", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hasher.update(chunk)
+
+    def add(self, chunk: Any) -> None:
+        self._queue.put(chunk)
+
+    def digest(self) -> str:
+        self._queue.put(None)
+        self._thread.join()
+        return f"{ALGORITHM}:{self._hasher.hexdigest()}"
+
+
+def write_tree(tree: Any, path: Path) -> tuple[int, str]:
+    """Write ``tree`` to a new file at ``path``, fsynced; (size, checksum)."""
+    encoder = _Encoder()
+    encoded = encoder.encode(tree)
+    tensors = encoder.tensors
+    specs, offset = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        specs.append(
+            {
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "shape": list(t.shape),
+                "offset": offset,
+                "nbytes": nbytes,
+            }
+        )
+        offset += nbytes + _pad(nbytes)
+    header = json.dumps({"format": FORMAT, "tree": encoded, "tensors": specs}).encode()
+    prefix = MAGIC + struct.pack("<Q", len(header)) + header
+    prefix += bytes(_pad(len(prefix)))
+    hasher = _BackgroundHash()
+    size = 0
+    try:
+        with open(path, "xb", buffering=0) as fh:
+            for chunk in _chunks(prefix, tensors):
+                hasher.add(chunk)
+                _write_all(fh, chunk)
+                size += len(chunk)
+            os.fsync(fh.fileno())
+    finally:
+        checksum = hasher.digest()  # joined even on error: it reads tensor memory
+    return size, checksum
+
+
+def _chunks(prefix: bytes, tensors: list[Any]) -> Any:
+    yield memoryview(prefix)
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if nbytes:
+            yield memoryview(_raw(t))
+        if _pad(nbytes):
+            yield memoryview(_ZEROS)[: _pad(nbytes)]
+
+
+def _write_all(fh: Any, chunk: memoryview) -> None:
+    while chunk.nbytes:
+        written = fh.write(chunk)
+        chunk = chunk[written:]
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, str]:
+    """The tree in ``path`` (``size`` bytes long) and the checksum of what was read.
+
+    The caller compares the checksum before using the tree. Raises
+    :class:`IntegrityError` for anything that is not a well-formed tensor file.
+    """
+    hasher = _BackgroundHash()
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            specs, tree, start = _read_header(fh, path, size, hasher)
+            if start + _data_end(_checked(specs, path)) != size:
+                raise _bad(path, "its length does not match its header")
+            tensors = [_read_tensor(fh, path, spec, hasher) for spec in specs]
+    finally:
+        checksum = hasher.digest()
+    try:
+        decoded = _Decoder(tensors, path, map_location).decode(tree)
+    except RecursionError:
+        raise _bad(path, "its tree is nested too deeply") from None
+    return decoded, checksum
+
+
+def _read_header(
+    fh: Any, path: Path, size: int, hasher: _BackgroundHash
+) -> tuple[list[Any], Any, int]:
+    head = _read_exact(fh, 16, path)
+    if head[:8] != MAGIC:
+        raise _bad(path, "it is not an accel tensor file")
+    (length,) = struct.unpack("<Q", head[8:])
+    if length > min(size, _MAX_HEADER):
+        raise _bad(path, "its header length is impossible")
+    header = _read_exact(fh, length, path)
+    padding = _read_exact(fh, _pad(16 + length), path)
+    for chunk in (head, header, padding):
+        hasher.add(chunk)
+    try:
+        data = json.loads(header)
+        if data["format"] != FORMAT:
+            raise _bad(path, f"it has tensor-file format {data['format']!r}; upgrade accel")
+        return list(data["tensors"]), data["tree"], 16 + length + _pad(16 + length)
+    except _DECODE_ERRORS:
+        raise _bad(path, "its header is not valid") from None
+
+
+def _checked(specs: list[Any], path: Path) -> list[Any]:
+    import torch
+
+    expected = 0
+    for spec in specs:
+        try:
+            dtype = getattr(torch, spec["dtype"])
+            shape = [int(n) for n in spec["shape"]]
+            numel = math.prod(shape)
+            ok = isinstance(dtype, torch.dtype) and min(shape, default=0) >= 0
+            ok = ok and spec["offset"] == expected
+            ok = ok and spec["nbytes"] == numel * dtype.itemsize
+        except (KeyError, TypeError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise _bad(path, "a tensor entry of its header is not valid")
+        spec["torch_dtype"] = dtype
+        expected += spec["nbytes"] + _pad(spec["nbytes"])
+    return specs
+
+
+def _data_end(specs: list[Any]) -> int:
+    return sum(s["nbytes"] + _pad(s["nbytes"]) for s in specs)
+
+
+def _read_tensor(fh: Any, path: Path, spec: dict[str, Any], hasher: _BackgroundHash) -> Any:
+    import torch
+
+    tensor = torch.empty(spec["shape"], dtype=spec["torch_dtype"])
+    nbytes = spec["nbytes"]
+    view = memoryview(_raw(tensor)) if nbytes else memoryview(b"")
+    for start in range(0, nbytes, _CHUNK):
+        # Chunks let the hashing thread trail the reads closely, even for one huge tensor.
+        part = view[start : start + _CHUNK]
+        _readinto_exact(fh, part, path)
+        hasher.add(part)
+    padding = _read_exact(fh, _pad(nbytes), path)
+    if padding:
+        hasher.add(padding)
+    return tensor
+
+
+def _read_exact(fh: Any, n: int, path: Path) -> bytes:
+    buf = bytearray(n)
+    _readinto_exact(fh, memoryview(buf), path)
+    return bytes(buf)
+
+
+def _readinto_exact(fh: Any, view: memoryview, path: Path) -> None:
+    while view.nbytes:
+        got = fh.readinto(view)
+        if not got:
+            raise _bad(path, "it is shorter than its header says")
+        view = view[got:]
+
+
+def _bad(path: Path, why: str) -> IntegrityError:
+    return IntegrityError(f"{path} was refused: {why}; it is damaged or not accel's, delete it")
+
+
+class _Decoder:
+    def __init__(self, tensors: list[Any], path: Path, map_location: Any) -> None:
+        self.tensors = tensors
+        self.path = path
+        self.map_location = map_location
+
+    def decode(self, node: Any) -> Any:
+        if node is None or type(node) in (bool, int, float, str):
+            return node
+        if type(node) is list:
+            return [self.decode(v) for v in node]
+        if type(node) is dict and len(node) == 1:
+            ((tag, body),) = node.items()
+            return self._tagged(tag, body)
+        raise _bad(self.path, "its tree holds an unknown value")
+
+    def _tagged(self, tag: str, body: Any) -> Any:
+        try:
+            if tag in ("D", "O"):
+                pairs = ((self.decode(k), self.decode(v)) for k, v in body)
+                return dict(pairs) if tag == "D" else OrderedDict(pairs)
+            if tag == "T":
+                return tuple(self.decode(v) for v in body)
+            if tag == "X":
+                return self._tensor(body)
+            return self._scalar(tag, body)
+        except _DECODE_ERRORS:
+            raise _bad(self.path, f"its tree has a malformed {tag!r} value") from None
+
+    def _tensor(self, index: int) -> Any:
+        if type(index) is not int or not 0 <= index < len(self.tensors):
+            raise _bad(self.path, "its tree names a tensor it does not hold")
+        tensor = self.tensors[index]
+        if self.map_location in (None, "cpu"):
+            return tensor
+        return tensor.to(self.map_location)
+
+    def _scalar(self, tag: str, body: Any) -> Any:
+        import torch
+
+        if tag == "F" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag == "B":
+            return bytes.fromhex(body)
+        if tag == "C":
+            return complex(float(body[0]), float(body[1]))
+        if tag == "S":
+            return torch.Size(int(n) for n in body)
+        if tag == "Y" and isinstance(getattr(torch, str(body), None), torch.dtype):
+            return getattr(torch, body)
+        if tag == "V":
+            return torch.device(str(body))
+        raise _bad(self.path, f"its tree has the unknown tag {tag!r}")
