@@ -307,6 +307,11 @@ def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
         "ACCEL_LAUNCHER_PID": str(os.getpid()),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(s.name for s in HANDLED_SIGNALS),
     }
+    if plan.max_restarts > 0 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
+        # The agent's shared TCPStore outlives an attempt, and torch does not prefix the
+        # workers' keys per attempt: restarted gloo ranks would dial their predecessors'
+        # stale addresses. Rank 0 of each attempt hosts a fresh store instead.
+        wanted["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     saved = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     try:

@@ -1,0 +1,97 @@
+"""accel launch / runs / logs without starting workers: dry run, bad input, no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from launchutil import SCRIPTS
+
+Accel = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(accel: Accel, project: Path) -> None:
+    script = str(SCRIPTS / "env_dump.py")
+    done = accel("launch", "--dry-run", "--json", "-n", "3", "--env", "A=1", script, "x", "--y")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["nproc_per_node"] == 3 and plan["world_size"] == 3
+    assert plan["worker_command"][-3:] == [script, "x", "--y"]
+    assert plan["worker_env"]["A"] == "1" and plan["worker_env"]["OMP_NUM_THREADS"] == "1"
+    assert plan["config"]["launch"]["num_processes"] == 3
+    text = accel("launch", "--dry-run", script).stdout
+    assert "ACCEL_RUN_ID" in text and "rendezvous" in text
+    assert not (project / ".accelerate" / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-n", "zero"], "--num-processes"),
+        (["--nnodes", "2"], "--rdzv-endpoint"),
+        (["--mixed-precision", "fp8"], "--mixed-precision"),
+        (["--env", "NOEQUALS"], "--env"),
+        (["--stop-grace-period", "soon"], "--stop-grace-period"),
+        (["--ranks", "a"], "--ranks"),
+    ],
+)
+def test_bad_flags_exit_2_and_start_nothing(
+    accel: Accel, project: Path, args: list[str], message: str
+) -> None:
+    done = accel("launch", *args, str(SCRIPTS / "env_dump.py"))
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and done.stderr.count("\n") <= 2
+    assert not (project / ".accelerate" / "logs").exists()
+
+
+def test_missing_script(accel: Accel, project: Path) -> None:
+    done = accel("launch", "nope.py")
+    assert done.returncode == 2 and "no such script: nope.py" in done.stderr
+
+
+def test_help_runs_and_logs_do_not_import_torch(project: Path) -> None:
+    code = (
+        "import sys\n"
+        "from accel.cli.main import main\n"
+        "for argv in (['launch', '--help'], ['runs'], ['runs', '--json'], ['logs']):\n"
+        "    main(argv)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip().splitlines()[-1] == "False", done.stdout + done.stderr
+
+
+def test_runs_and_logs_without_runs(accel: Accel) -> None:
+    assert json.loads(accel("runs", "--json").stdout) == []
+    assert "no runs yet" in accel("runs").stdout
+    done = accel("logs")
+    assert done.returncode == 2 and "no runs" in done.stderr
+
+
+def test_runs_limit_and_logs_of_a_finished_run(accel: Accel, project: Path) -> None:
+    runs_dir = project / ".accelerate" / "logs" / "runs"
+    for i in range(3):
+        folder = runs_dir / f"2026010{i}-000000-aaaaa{i}"
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(
+            json.dumps({"status": "failed", "exit_code": 1, "failed_rank": 1, "world_size": 2})
+        )
+        (folder / "rank-0.log").write_text(f"zero {i}\n")
+        (folder / "rank-1.log").write_text(f"one {i}\npartial")
+    listed = json.loads(accel("runs", "--json", "--limit", "2").stdout)
+    assert [r["id"][-1] for r in listed] == ["2", "1"]
+    assert listed[0]["status"] == "failed" and listed[0]["live"] is False
+    assert "failed (rank 1)" in accel("runs").stdout
+    logs = accel("logs").stdout
+    assert logs.splitlines() == ["[rank0] zero 2", "[rank1] one 2"]
+    follow = accel("logs", "aaaaa0", "--follow", "--rank", "0", timeout=10)
+    assert follow.stdout.splitlines() == ["[rank0] zero 0"]
+    assert "failed, exit code 1" in follow.stderr
+    bad = accel("logs", "nope")
+    assert bad.returncode == 2 and "unknown run 'nope'" in bad.stderr

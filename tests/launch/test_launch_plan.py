@@ -1,0 +1,176 @@
+"""plan_launch is pure: config + request + env -> plan, tested without processes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accel.config.resolve import resolve
+from accel.errors import UsageError
+from accel.launch.plan import (
+    LaunchRequest,
+    first_host,
+    parse_env_pairs,
+    parse_ranks,
+    plan_launch,
+    slurm_defaults,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def make_plan(
+    tmp_path: Path,
+    flags: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    gpus: int = 0,
+    **request: Any,
+) -> Any:
+    (tmp_path / "train.py").write_text("")
+    env = env or {}
+    config = resolve(project=None, user=None, env=env, flags=flags or {})
+    return plan_launch(
+        config,
+        LaunchRequest(script=request.pop("script", "train.py"), **request),
+        env=env,
+        cwd=tmp_path,
+        now=NOW,
+        run_id="RUN",
+        workspace=tmp_path / ".accelerate",
+        runs_dir=tmp_path / ".accelerate/logs/runs",
+        cache_dir=tmp_path / ".accelerate/cache",
+        python="/usr/bin/python3",
+        gpu_count=gpus,
+    )
+
+
+def test_single_node_defaults(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, script_args=("--lr", "0.1"))
+    assert plan.nproc_per_node == 1 and plan.nnodes == 1 and plan.world_size == 1
+    assert plan.rdzv_backend == "c10d" and plan.rdzv_endpoint == "localhost:0"
+    assert plan.rdzv_id == "RUN" and plan.run_dir == tmp_path / ".accelerate/logs/runs/RUN"
+    assert plan.worker_args[0] == "-u" and plan.worker_args[1].endswith("_bootstrap.py")
+    assert plan.worker_args[2:] == ("train.py", "--lr", "0.1")
+    env = plan.worker_env
+    assert env["ACCEL_WORKSPACE"] == str(tmp_path / ".accelerate")
+    assert env["ACCEL_RUN_ID"] == "RUN" and env["ACCEL_RUN_NAME"] == "default"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["ACCELERATE_MIXED_PRECISION"] == "no" and env["ACCELERATE_USE_CPU"] == "true"
+    assert "OMP_NUM_THREADS" not in env  # torchrun sets it only for more than one worker
+    assert "ACCELERATE_DYNAMO_BACKEND" not in env
+    assert env["TORCHINDUCTOR_CACHE_DIR"].endswith("cache/frameworks/inductor")
+
+
+def test_flags_and_env(tmp_path: Path) -> None:
+    plan = make_plan(
+        tmp_path,
+        flags={
+            "launch.num_processes": "4",
+            "launch.mixed_precision": "bf16",
+            "launch.dynamo_backend": "inductor",
+            "launch.gpu_ids": "0,1",
+            "launch.run_name": "exp1",
+            "launch.env": "A=1,B=2",
+        },
+        gpus=2,
+        extra_env={"B": "3"},
+    )
+    env = plan.worker_env
+    assert plan.nproc_per_node == 4 and env["OMP_NUM_THREADS"] == "1"
+    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and env["ACCELERATE_USE_CPU"] == "false"
+    assert env["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["ACCEL_RUN_NAME"] == "exp1" and plan.run_name == "exp1"
+    assert env["A"] == "1" and env["B"] == "3"
+
+
+def test_user_omp_threads_are_kept(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, {"launch.num_processes": 2}, env={"OMP_NUM_THREADS": "4"})
+    assert "OMP_NUM_THREADS" not in plan.worker_env  # inherited from the launcher as is
+
+
+def test_auto_processes(tmp_path: Path) -> None:
+    assert make_plan(tmp_path, {"launch.num_processes": "auto"}, gpus=3).nproc_per_node == 3
+    assert make_plan(tmp_path, {"launch.num_processes": "auto"}, gpus=0).nproc_per_node == 1
+
+
+def test_module_mode(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, script="pkg.train", module=True)
+    assert plan.worker_args[2:] == ("-m", "pkg.train")
+    with pytest.raises(UsageError, match="module name"):
+        make_plan(tmp_path, script="not a module", module=True)
+
+
+def test_missing_script(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such script: nope.py"):
+        make_plan(tmp_path, script="nope.py")
+
+
+def test_multi_node(tmp_path: Path) -> None:
+    flags = {
+        "launch.num_machines": 2,
+        "launch.machine_rank": 1,
+        "launch.rdzv_endpoint": "10.0.0.1",
+        "launch.num_processes": 2,
+    }
+    plan = make_plan(tmp_path, flags)
+    assert plan.nnodes == 2 and plan.node_rank == 1 and plan.world_size == 4
+    assert plan.rdzv_endpoint == "10.0.0.1:29400" and plan.rdzv_id == "accel"
+    assert plan.rdzv_is_host is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"launch.num_machines": 2}, "needs --rdzv-endpoint"),
+        (
+            {"launch.num_machines": 2, "launch.machine_rank": 2, "launch.rdzv_endpoint": "h:1"},
+            "out of range",
+        ),
+    ],
+)
+def test_bad_nodes(tmp_path: Path, flags: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        make_plan(tmp_path, flags)
+
+
+SLURM = {
+    "SLURM_JOB_ID": "42",
+    "SLURM_NNODES": "3",
+    "SLURM_NODEID": "2",
+    "SLURM_JOB_NODELIST": "gpu[07-09],cpu1",
+}
+
+
+def test_slurm_fills_in_what_was_not_given(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, env=SLURM)
+    assert (plan.nnodes, plan.node_rank) == (3, 2)
+    assert plan.rdzv_endpoint == "gpu07:29400" and plan.rdzv_id == "slurm-42"
+    plan = make_plan(tmp_path, {"launch.rdzv_endpoint": "head:1234"}, env=SLURM)
+    assert plan.rdzv_endpoint == "head:1234"
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "host"),
+    [("n1", "n1"), ("n1,n2", "n1"), ("gpu[07-09,12]", "gpu07"), ("a-b[3,5]x", "a-b3")],
+)
+def test_first_host(nodelist: str, host: str) -> None:
+    assert first_host(nodelist) == host
+
+
+def test_no_slurm() -> None:
+    assert slurm_defaults({}) == {}
+
+
+def test_env_pairs_and_ranks() -> None:
+    assert parse_env_pairs(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    for bad in (["A"], ["1A=2"], ["ACCEL_RUN_ID=x"]):
+        with pytest.raises(UsageError):
+            parse_env_pairs(bad)
+    assert parse_ranks(None) is None and parse_ranks("all") is None
+    assert parse_ranks("0,2") == {0, 2}
+    with pytest.raises(UsageError):
+        parse_ranks("x")

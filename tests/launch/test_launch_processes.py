@@ -1,0 +1,224 @@
+"""accel launch with real processes (CPU, gloo): environment, logs, failures, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from launchutil import SCRIPTS, assert_no_orphans, pid_alive, run_folder, run_json, wait_for
+
+Accel = Callable[..., subprocess.CompletedProcess[str]]
+StartAccel = Callable[..., subprocess.Popen[str]]
+
+TORCHRUN_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_ranks_env_args_all_reduce_logs_and_records(accel: Accel, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    done = accel(
+        "launch",
+        "-n",
+        "2",
+        "--env",
+        "EXTRA=yes",
+        "--mixed-precision",
+        "bf16",
+        str(SCRIPTS / "env_dump.py"),
+        str(out),
+        "--all-reduce",
+        "--lr",
+        "0.1",
+        "-x",
+    )
+    assert done.returncode == 0, done.stderr
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    for r, data in enumerate(ranks):
+        env = data["env"]
+        assert all(name in env for name in TORCHRUN_VARS), set(TORCHRUN_VARS) - set(env)
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == (str(r), str(r), "2")
+        assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+        assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and env["ACCELERATE_USE_CPU"] == "true"
+        assert env["ACCEL_WORKSPACE"] == str(project / ".accelerate")
+        assert env["ACCEL_RUN_NAME"] == "default" and env["EXTRA"] == "yes"
+        assert data["argv"][1:] == [str(out), "--all-reduce", "--lr", "0.1", "-x"]
+        assert data["path0"] == str(SCRIPTS)  # like `python script.py`
+        assert data["all_reduce"] == 3.0
+    run_id = ranks[0]["env"]["ACCEL_RUN_ID"]
+    assert ranks[1]["env"]["TORCHELASTIC_RUN_ID"] == run_id  # rendezvous id of a 1-node run
+
+    # console: every line prefixed with its rank, stderr included
+    assert "[rank0] hello from rank 0" in done.stdout
+    assert "[rank1] stderr line from rank 1" in done.stdout
+    # logs and the record
+    folder = run_folder(project)
+    assert folder.name == run_id
+    assert "stderr line from rank 1" in (folder / "rank-1.log").read_text()
+    record = run_json(project)
+    assert record["status"] == "succeeded" and record["exit_code"] == 0
+    assert record["world_size"] == 2 and record["nnodes"] == 1 and record["restarts"] == 0
+    assert record["failed_rank"] is None and record["error"] is None
+    assert record["command"][:2] == ["accel", "launch"] and record["cwd"] == str(project)
+    assert record["config"]["launch"]["mixed_precision"] == "bf16"
+    for key in ("started_at", "ended_at", "hostname", "accel_version", "torch_version"):
+        assert record[key], key
+    assert "git_commit" in record
+
+    # accel runs / accel logs on that run
+    listed = json.loads(accel("runs", "--json").stdout)
+    assert [r["id"] for r in listed] == [run_id] and listed[0]["status"] == "succeeded"
+    assert run_id in accel("runs").stdout
+    logs = accel("logs", "--rank", "1").stdout
+    assert "[rank1] hello from rank 1" in logs and "rank 0" not in logs
+    assert "hello from rank 0" in accel("logs", run_id[-6:], "--no-prefix").stdout
+    assert_no_orphans(run_id)
+
+
+@pytest.mark.timeout(60)
+def test_one_rank_gets_torchrun_env(accel: Accel, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    done = accel("launch", str(SCRIPTS / "env_dump.py"), str(out))
+    assert done.returncode == 0, done.stderr
+    env = json.loads((out / "rank-0.json").read_text())["env"]
+    assert all(name in env for name in TORCHRUN_VARS)
+    assert env["WORLD_SIZE"] == "1" and "OMP_NUM_THREADS" not in env
+
+
+@pytest.mark.timeout(60)
+def test_failing_rank_stops_the_others(accel: Accel, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    started = time.monotonic()
+    done = accel(
+        "launch",
+        "-n",
+        "3",
+        "--stop-grace-period",
+        "5s",
+        str(SCRIPTS / "sleeper.py"),
+        str(out),
+        "--fail-rank",
+        "1",
+    )
+    assert time.monotonic() - started < 30
+    assert done.returncode == 1
+    assert "[rank1] RuntimeError: deliberate failure on rank 1" in done.stdout
+    assert "in fail_here" in done.stdout and "runpy" not in done.stdout
+    assert "rank 1 failed first: RuntimeError: deliberate failure on rank 1" in done.stderr
+    assert "stopped as collateral" in done.stderr
+    record = run_json(project)
+    assert record["status"] == "failed" and record["exit_code"] == 1
+    assert record["failed_rank"] == 1 and record["collateral_ranks"] == [0, 2]
+    assert record["error"]["type"] == "RuntimeError"
+    assert "fail_here" in record["error"]["traceback"]
+    assert_no_orphans(record["id"])
+    for r in (0, 1, 2):  # grandchildren too
+        worker, child = map(int, (out / f"ready-{r}").read_text().split())
+        assert not pid_alive(worker) and not pid_alive(child)
+
+
+@pytest.mark.timeout(60)
+def test_quiet_console_still_shows_the_failure(accel: Accel, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    done = accel(
+        "launch", "-n", "2", "--quiet", str(SCRIPTS / "sleeper.py"), str(out), "--fail-rank", "1"
+    )
+    assert done.returncode == 1
+    assert "ready" not in done.stdout
+    assert "RuntimeError: deliberate failure on rank 1" in done.stderr
+    assert "in fail_here" in done.stderr
+
+
+def _start_sleepers(start_accel: StartAccel, project: Path, *extra: str) -> subprocess.Popen[str]:
+    out = project / "out"
+    out.mkdir()
+    proc = start_accel(
+        "launch", "-n", "2", *extra[:2], str(SCRIPTS / "sleeper.py"), str(out), *extra[2:]
+    )
+    wait_for(lambda: all((out / f"ready-{r}").exists() for r in (0, 1)), 30, "workers to start")
+    return proc
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_the_run(
+    start_accel: StartAccel, project: Path, sig: signal.Signals, code: int
+) -> None:
+    # rank 1 ignores SIGTERM: it is SIGKILLed once the grace period is over
+    proc = _start_sleepers(
+        start_accel, project, "--stop-grace-period", "1s", "--ignore-term-rank", "1"
+    )
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == code, stderr
+    assert time.monotonic() - sent < 10
+    record = run_json(project)
+    assert record["status"] == "interrupted" and record["exit_code"] == code
+    assert_no_orphans(record["id"])
+
+
+@pytest.mark.timeout(60)
+def test_second_ctrl_c_escalates(start_accel: StartAccel, project: Path) -> None:
+    proc = _start_sleepers(start_accel, project, "--stop-grace-period", "60s", "--ignore-int")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    assert_no_orphans(run_json(project)["id"])
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_of_the_launcher_leaves_nothing(start_accel: StartAccel, project: Path) -> None:
+    proc = _start_sleepers(start_accel, project, "--stop-grace-period", "1s")
+    run_id = run_folder(project).name
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert_no_orphans(run_id, timeout=5)
+    listed = subprocess.run(
+        ["accel", "runs", "--json"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": os.environ["PATH"]},
+    )
+    assert json.loads(listed.stdout)[0]["status"] == "crashed"
+
+
+@pytest.mark.timeout(90)
+def test_restart_after_failure(accel: Accel, project: Path) -> None:
+    done = accel("launch", "-n", "2", "--max-restarts", "1", str(SCRIPTS / "flaky.py"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "restarting the workers (restart 1 of 1)" in done.stderr
+    record = run_json(project)
+    assert record["status"] == "succeeded" and record["restarts"] == 1
+    assert record["attempts"][0]["failures"][0]["rank"] == 1
+    assert record["attempts"][0]["failures"][0]["exitcode"] == 3
+    log = (run_folder(project) / "rank-1.log").read_text()
+    assert log.index("attempt 0") < log.index("restart 1") < log.index("attempt 1")
