@@ -285,3 +285,26 @@ def test_an_unreadable_meta_is_a_warning_not_a_crash(project: Path) -> None:
     outcome = clean(ws, older_than="1d")
     assert outcome.plan.items == () and "unreadable meta.json" in outcome.plan.warnings[0]
     assert broken.exists()
+
+
+@pytest.mark.parametrize(("answer", "code"), [(False, 1), (True, 0)])
+def test_on_a_terminal_it_asks_first(
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    answer: bool,
+    code: int,
+) -> None:
+    from accel.cli import clean as clean_cli
+    from accel.cli.main import main
+
+    ws, now = workspace(project), time.time()
+    old = entry(ws, "old", created=now - 99 * DAY)
+    asked: list[str] = []
+    monkeypatch.setattr(clean_cli, "_interactive", lambda: True)
+    monkeypatch.setattr(
+        clean_cli.typer, "confirm", lambda text, default: asked.append(text) or answer
+    )
+    assert main(["clean", "--older-than", "1d"]) == code
+    assert asked == ["Remove 1 item(s)?"] and "To remove" in capsys.readouterr().out
+    assert old.exists() is not answer

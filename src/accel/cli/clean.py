@@ -51,7 +51,7 @@ def clean(
         _show_plan(plan, as_json, dry_run=True)
         return 0
     if not _confirmed(plan, policy, yes):
-        return 1 if sys.stdin.isatty() and sys.stdout.isatty() else 2
+        return 1 if _interactive() else 2
     result = execute(ws, plan)
     log_result(ws, result)
     _show_result(plan, result, as_json)
@@ -61,7 +61,7 @@ def clean(
 def _confirmed(plan: CleanPlan, policy: Policy, yes: bool) -> bool:
     if yes:
         return True
-    if sys.stdin.isatty() and sys.stdout.isatty():
+    if _interactive():
         _show_plan(plan, False, dry_run=False)
         return typer.confirm(f"Remove {len(plan.items)} item(s)?", default=False)
     if policy.explicit:
@@ -71,6 +71,10 @@ def _confirmed(plan: CleanPlan, policy: Policy, yes: bool) -> bool:
         "or a selector (--older-than, --keep-last, --max-size)"
     )
     return False
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _show_plan(plan: CleanPlan, as_json: bool, *, dry_run: bool) -> None:
