@@ -107,7 +107,7 @@ def stuck_worker(ws: Workspace) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     folder = _run(ws, status="running", ended_at=None)
     script = (
         "import sys, time\n"
-        f"sys.path.insert(0, {str(Path(hang.__file__).parent.parent)!r})\n"
+        f"sys.path.insert(0, {str(Path(hang.__file__).parents[2])!r})\n"
         "from accel.hang import install_stack_dump_handler\n"
         "install_stack_dump_handler(); print('ready', flush=True)\n"
         "def waiting_for_allreduce():\n    time.sleep(60)\n"

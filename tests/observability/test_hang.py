@@ -14,7 +14,7 @@ import pytest
 
 from accel import hang
 
-HANG_PY = Path(hang.__file__)
+HANG_PY = Path(hang.__file__).with_name("worker.py")
 
 # The worker side as the launcher's bootstrap uses it: hang.py loaded by path, accel
 # itself never imported.

@@ -1,0 +1,127 @@
+"""Stack dumps on demand: signal the workers, collect what faulthandler wrote.
+
+Workers dump into ``<run>/stacks/rank-N.txt`` (see :mod:`accel.hang.worker`). Only
+workers that catch the signal are signalled: an uncaught SIGUSR1 would kill them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from accel.hang.worker import STACK_SIGNAL, stacks_path
+
+WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
+
+
+def stacks_file(run_dir: Path, rank: int | str) -> Path:
+    return Path(stacks_path(str(run_dir), rank))
+
+
+def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:
+    """Whether ``pid`` has a handler for ``sig`` (Linux: SigCgt in /proc/<pid>/status)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return sys.platform != "linux" and _alive(pid)
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def dump_stacks(run_dir: Path, pids: Mapping[int, int], wait: float = 3.0) -> dict[int, str]:
+    """Signal each rank's worker and return ``rank -> its stack dump``.
+
+    A rank whose worker is gone, or does not catch the signal (not started by
+    ``accel launch``, or still starting), maps to a one-line explanation instead.
+    """
+    pending: dict[int, tuple[Path, int]] = {}
+    out: dict[int, str] = {}
+    for rank, pid in sorted(pids.items()):
+        path = stacks_file(run_dir, rank)
+        offset = _size(path)
+        if not catches(pid):
+            out[rank] = f"(pid {pid} is gone or does not dump stacks on SIGUSR1)"
+            continue
+        try:
+            os.kill(pid, STACK_SIGNAL)
+        except OSError as exc:
+            out[rank] = f"(pid {pid}: {exc.strerror})"
+            continue
+        pending[rank] = (path, offset)
+    out.update(_collect(pending, wait))
+    return dict(sorted(out.items()))
+
+
+def _collect(pending: Mapping[int, tuple[Path, int]], wait: float) -> dict[int, str]:
+    """Wait until every file grew and then stopped growing (faulthandler gives no end mark)."""
+    deadline = time.monotonic() + wait
+    sizes = {rank: -1 for rank in pending}
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = {rank: _size(path) for rank, (path, _) in pending.items()}
+        settled = all(now[r] > pending[r][1] and now[r] == sizes[r] for r in pending)
+        sizes = now
+        if settled:
+            break
+    return {rank: _read_from(path, offset) for rank, (path, offset) in pending.items()}
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    return text.rstrip("\n") or "(no stack was written in time)"
+
+
+def write_workers(run_dir: Path, attempt: int, pids: Mapping[int, int]) -> None:
+    """Record this node's live workers for ``accel stack`` (rewritten at every attempt)."""
+    from accel.fsutil import atomic_write_json
+
+    data = {"attempt": attempt, "pids": {str(r): p for r, p in sorted(pids.items())}}
+    atomic_write_json(Path(run_dir) / WORKERS_FILE, data, durable=False)
+
+
+def read_workers(run_dir: Path) -> dict[int, int]:
+    """``rank -> pid`` of the run's workers on this node ({} when unknown)."""
+    import json
+
+    try:
+        data = json.loads((Path(run_dir) / WORKERS_FILE).read_text(encoding="utf-8"))
+        return {int(r): int(p) for r, p in dict(data["pids"]).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def append_to_rank_logs(run_dir: Path, stacks: Mapping[int, str], title: str) -> None:
+    """Append each dump to ``rank-N.log`` under a marked header (one write per rank)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    for rank, text in stacks.items():
+        block = f"===== accel: {title} at {stamp} =====\n{text}\n===== end of stacks =====\n"
+        with contextlib.suppress(OSError), open(run_dir / f"rank-{rank}.log", "a") as fh:
+            fh.write(block)

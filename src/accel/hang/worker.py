@@ -1,0 +1,76 @@
+"""The worker side of hang detection: stack dumps on SIGUSR1 and heartbeats.
+
+Standard library only, and only modules the bootstrap has already imported (no
+``typing``, ``pathlib`` or ``dataclasses``): the launcher's worker bootstrap loads this
+file by path, without importing accel, so a worker starts as fast as a bare interpreter.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+from collections.abc import Mapping
+
+STACK_SIGNAL = signal.SIGUSR1
+RUN_DIR_ENV = "ACCEL_RUN_DIR"
+STACKS_DIR = "stacks"
+HEARTBEATS_DIR = "heartbeats"
+
+_handler_file: object = None  # faulthandler writes to its fd: keep the file open
+
+
+def rank_of(env: Mapping[str, str]) -> str:
+    rank = env.get("RANK", "0")
+    return rank if rank.isdigit() else "0"
+
+
+def stacks_path(run_dir: str, rank: int | str) -> str:
+    return os.path.join(run_dir, STACKS_DIR, f"rank-{rank}.txt")
+
+
+def heartbeat_path(run_dir: str, rank: int | str) -> str:
+    return os.path.join(run_dir, HEARTBEATS_DIR, f"rank-{rank}")
+
+
+def install_stack_dump_handler(env: Mapping[str, str] | None = None) -> str | None:
+    """Dump every thread's stack on ``SIGUSR1``; returns the file it goes to.
+
+    Into ``$ACCEL_RUN_DIR/stacks/rank-$RANK.txt`` under ``accel launch``; elsewhere to
+    stderr (None is returned). Never raises: a worker must start even when it fails.
+    """
+    global _handler_file
+    env = os.environ if env is None else env
+    run_dir = env.get(RUN_DIR_ENV)
+    path = stacks_path(run_dir, rank_of(env)) if run_dir else None
+    try:
+        target = sys.stderr
+        if path is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
+            _handler_file = target = handle
+        faulthandler.register(STACK_SIGNAL, file=target, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return None
+    return path
+
+
+def heartbeat(env: Mapping[str, str] | None = None) -> None:
+    """Tell a hang watch this rank is alive (cheap: one ``utime``). No-op outside a run."""
+    env = os.environ if env is None else env
+    run_dir = env.get(RUN_DIR_ENV)
+    if not run_dir:
+        return
+    path = heartbeat_path(run_dir, rank_of(env))
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a"):
+                pass
+        except OSError:
+            return
+    except OSError:
+        return
