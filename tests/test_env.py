@@ -133,6 +133,7 @@ def test_redact_mapping_is_recursive() -> None:
 # -- the three forms ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_text_markdown_and_json_never_show_a_secret(
     project: Path,
@@ -179,6 +180,7 @@ def test_text_markdown_and_json_never_show_a_secret(
     assert data["healthy"] is True and data["problems"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_bare_environment_gets_a_report_not_a_crash(
     project: Path, accel_exe: list[str], tmp_path: Path

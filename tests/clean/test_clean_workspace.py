@@ -103,6 +103,7 @@ def test_without_selectors_the_configured_retention_applies(project: Path) -> No
     assert len(list((ws.checkpoints_dir / "main").iterdir())) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_dry_run_leaves_the_tree_byte_identical(project: Path, accel_exe: list[str]) -> None:
     ws, now = workspace(project), time.time()
