@@ -28,13 +28,23 @@ def lock_timeout(ws: Workspace | None) -> float:
 
 
 @contextlib.contextmanager
-def locked(path: Path, ws: Workspace | None = None, timeout: float | None = None) -> Iterator[None]:
-    """Hold the lock at ``path``; :class:`LockTimeout` naming it after ``timeout`` seconds."""
+def locked(
+    path: Path,
+    ws: Workspace | None = None,
+    timeout: float | None = None,
+    *,
+    poll_interval: float = 0.05,
+) -> Iterator[None]:
+    """Hold the lock at ``path``; :class:`LockTimeout` naming it after ``timeout`` seconds.
+
+    ``poll_interval``: how often a waiter retries. Hot locks held for a millisecond
+    (the store's) poll faster, or waiters sleep while the lock sits free.
+    """
     from filelock import FileLock, Timeout
 
     path.parent.mkdir(parents=True, exist_ok=True)
     wait = lock_timeout(ws) if timeout is None else timeout
-    lock = FileLock(str(path), timeout=wait)
+    lock = FileLock(str(path), timeout=wait, poll_interval=poll_interval)
     try:
         lock.acquire()
     except Timeout:

@@ -13,15 +13,17 @@ tuple, ``{"B": hex}`` bytes, ``{"S": [...]}`` torch.Size, ``{"Y": "float32"}`` d
 and null stand for themselves. Reading builds tensors from raw bytes and containers
 from tags: nothing in the file can name code to run.
 
-Tensor bytes go straight from tensor memory to the file and back into freshly
-allocated tensors; a thread hashes them (xxh3-64) meanwhile, so the checksum costs
-little wall time on top of the I/O.
+Writing, tensor bytes go straight from tensor memory to the file while a thread
+hashes them (xxh3-64). Reading maps the file copy-on-write, hashes it in one pass and
+returns tensors that are views of the mapping: no copy, and the checksum is the only
+pass over the data.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import queue
 import struct
@@ -40,7 +42,6 @@ FORMAT = 1
 ALIGN = 64
 _ZEROS = bytes(ALIGN)
 _MAX_HEADER = 1 << 30
-_CHUNK = 8 << 20
 # What a malformed header can make json, int(), torch.Size or torch.device raise
 # (RuntimeError covers RecursionError from absurd nesting).
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, IndexError, RuntimeError, OverflowError)
@@ -189,20 +190,34 @@ def _write_all(fh: Any, chunk: memoryview) -> None:
 
 
 def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, str]:
-    """The tree in ``path`` (``size`` bytes long) and the checksum of what was read.
+    """The tree in ``path`` (``size`` bytes long) and the checksum of the whole file.
 
-    The caller compares the checksum before using the tree. Raises
-    :class:`IntegrityError` for anything that is not a well-formed tensor file.
+    The file is mapped copy-on-write and hashed in full before this returns; tensors
+    are views of that private mapping, so loading costs one pass over the data and no
+    copy (writing to a tensor copies the page; the file never changes). The caller
+    compares the checksum before using the tree. Anything that is not a well-formed
+    tensor file raises :class:`IntegrityError`.
     """
-    hasher = _BackgroundHash()
-    try:
-        with open(path, "rb", buffering=0) as fh:
-            specs, tree, start = _read_header(fh, path, size, hasher)
-            if start + _data_end(_checked(specs, path)) != size:
-                raise _bad(path, "its length does not match its header")
-            tensors = [_read_tensor(fh, path, spec, hasher) for spec in specs]
-    finally:
-        checksum = hasher.digest()
+    if size < 16:
+        raise _bad(path, "it is too short to be a tensor file")
+    with open(path, "rb") as fh:
+        try:
+            mapped = mmap.mmap(
+                fh.fileno(),
+                size,
+                flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
+        except (OSError, ValueError) as exc:
+            raise _bad(path, f"it cannot be mapped ({exc})") from None
+    view = memoryview(mapped)
+    hasher = xxhash.xxh3_64()
+    hasher.update(view)
+    checksum = f"{ALGORITHM}:{hasher.hexdigest()}"
+    specs, tree, start = _parse_header(view, path, size)
+    if start + _data_end(_checked(specs, path)) != size:
+        raise _bad(path, "its length does not match its header")
+    tensors = [_tensor_at(mapped, start, spec) for spec in specs]
     try:
         decoded = _Decoder(tensors, path, map_location).decode(tree)
     except RecursionError:
@@ -210,21 +225,14 @@ def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, st
     return decoded, checksum
 
 
-def _read_header(
-    fh: Any, path: Path, size: int, hasher: _BackgroundHash
-) -> tuple[list[Any], Any, int]:
-    head = _read_exact(fh, 16, path)
-    if head[:8] != MAGIC:
+def _parse_header(view: memoryview, path: Path, size: int) -> tuple[list[Any], Any, int]:
+    if bytes(view[:8]) != MAGIC:
         raise _bad(path, "it is not an accel tensor file")
-    (length,) = struct.unpack("<Q", head[8:])
-    if length > min(size, _MAX_HEADER):
+    (length,) = struct.unpack("<Q", view[8:16])
+    if 16 + length > min(size, _MAX_HEADER):
         raise _bad(path, "its header length is impossible")
-    header = _read_exact(fh, length, path)
-    padding = _read_exact(fh, _pad(16 + length), path)
-    for chunk in (head, header, padding):
-        hasher.add(chunk)
     try:
-        data = json.loads(header)
+        data = json.loads(bytes(view[16 : 16 + length]))
         if data["format"] != FORMAT:
             raise _bad(path, f"it has tensor-file format {data['format']!r}; upgrade accel")
         return list(data["tensors"]), data["tree"], 16 + length + _pad(16 + length)
@@ -257,35 +265,16 @@ def _data_end(specs: list[Any]) -> int:
     return sum(s["nbytes"] + _pad(s["nbytes"]) for s in specs)
 
 
-def _read_tensor(fh: Any, path: Path, spec: dict[str, Any], hasher: _BackgroundHash) -> Any:
+def _tensor_at(mapped: mmap.mmap, start: int, spec: dict[str, Any]) -> Any:
     import torch
 
-    tensor = torch.empty(spec["shape"], dtype=spec["torch_dtype"])
-    nbytes = spec["nbytes"]
-    view = memoryview(_raw(tensor)) if nbytes else memoryview(b"")
-    for start in range(0, nbytes, _CHUNK):
-        # Chunks let the hashing thread trail the reads closely, even for one huge tensor.
-        part = view[start : start + _CHUNK]
-        _readinto_exact(fh, part, path)
-        hasher.add(part)
-    padding = _read_exact(fh, _pad(nbytes), path)
-    if padding:
-        hasher.add(padding)
-    return tensor
-
-
-def _read_exact(fh: Any, n: int, path: Path) -> bytes:
-    buf = bytearray(n)
-    _readinto_exact(fh, memoryview(buf), path)
-    return bytes(buf)
-
-
-def _readinto_exact(fh: Any, view: memoryview, path: Path) -> None:
-    while view.nbytes:
-        got = fh.readinto(view)
-        if not got:
-            raise _bad(path, "it is shorter than its header says")
-        view = view[got:]
+    dtype, shape = spec["torch_dtype"], spec["shape"]
+    if spec["nbytes"] == 0:
+        return torch.empty(shape, dtype=dtype)
+    flat = torch.frombuffer(
+        mapped, dtype=dtype, count=math.prod(shape), offset=start + spec["offset"]
+    )
+    return flat.reshape(shape)
 
 
 def _bad(path: Path, why: str) -> IntegrityError:

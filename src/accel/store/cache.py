@@ -177,7 +177,7 @@ class Cache:
 
     def _touch(self, entry: Path) -> None:
         # Under the lock so that a concurrent delete (meta.json first) cannot be undone.
-        with locked(self.lock_path, self.ws):
+        with locked(self.lock_path, self.ws, poll_interval=0.001):
             meta = self._meta(entry)
             if meta is None:
                 return
@@ -198,7 +198,7 @@ class Cache:
             meta = self._stage(stage, key, kind, obj)
             entry.parent.mkdir(parents=True, exist_ok=True)
             self._inside(entry)
-            with locked(self.lock_path, self.ws):
+            with locked(self.lock_path, self.ws, poll_interval=0.001):
                 self._remove(entry)
                 os.rename(stage, entry)
                 fsync_dir(entry.parent)
@@ -228,7 +228,7 @@ class Cache:
     def delete(self, key: str) -> bool:
         """Remove ``key``'s entry (``meta.json`` first); False when it was not there."""
         entry = self.entry_dir(key)
-        with locked(self.lock_path, self.ws):
+        with locked(self.lock_path, self.ws, poll_interval=0.001):
             return self._remove(entry)
 
     def _remove(self, entry: Path) -> bool:
