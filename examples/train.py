@@ -79,6 +79,7 @@ def main() -> None:
         epoch += 1
 
     accelerator.print(f"done: {step} steps, final loss {loss.item():.5f}")
+    accelerator.wait_for_everyone()
     accelerator.end()
 
 

@@ -134,8 +134,11 @@ class LogRouter:
         lines = text.splitlines()
         self.tails.setdefault(rank, deque(maxlen=TAIL_LINES)).extend(lines)
         if self._sink is not None and self._show(rank):
-            for line in lines:
-                self._sink(rank, line)
+            try:
+                for line in lines:
+                    self._sink(rank, line)
+            except (OSError, ValueError):  # console gone (closed pipe): the logs go on
+                self._sink = None
 
     def _write(self, rank: int, text: str) -> None:
         self._write_bytes(rank, text.encode())

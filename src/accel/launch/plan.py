@@ -228,7 +228,7 @@ def worker_env(
     if "OMP_NUM_THREADS" not in env and nproc > 1:
         out["OMP_NUM_THREADS"] = "1"  # torchrun's default, so as not to oversubscribe
     out.update(_accelerate_env(config, gpu_count))
-    out.update(_framework_caches(env, cache_dir))
+    out.update(_framework_caches(config, env, cache_dir))
     out.update(config["launch.env"])
     out.update(request.extra_env)
     out.update(
@@ -258,13 +258,13 @@ def _accelerate_env(config: ResolvedConfig, gpu_count: int) -> dict[str, str]:
     return out
 
 
-def _framework_caches(env: Mapping[str, str], cache_dir: Path) -> dict[str, str]:
-    frameworks = cache_dir / "frameworks"
-    wanted = {
-        "TORCHINDUCTOR_CACHE_DIR": frameworks / "inductor",
-        "TRITON_CACHE_DIR": frameworks / "triton",
-    }
-    return {name: str(path) for name, path in wanted.items() if name not in env}
+def _framework_caches(
+    config: ResolvedConfig, env: Mapping[str, str], cache_dir: Path
+) -> dict[str, str]:
+    """Inductor/Triton (and opted-in) caches in the workspace, unless the user set them."""
+    from accel.frameworks import framework_env
+
+    return framework_env(config.get("cache.framework_caches", ()), cache_dir, env)
 
 
 def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from accel import runs
+from accel.errors import JobFailed
 from accel.fsutil import atomic_write_json
 from accel.launch import record
 from accel.launch.guard import Guard
@@ -130,6 +131,9 @@ class _Run:
             sig = _signal_of(exc)
             if sig is None:
                 self._finish(runs.FAILED, 1)
+                if type(exc).__module__.startswith("torch.distributed"):
+                    # rendezvous timeouts, a node that never came: the user's to fix
+                    raise JobFailed(f"the launch failed: {type(exc).__name__}: {exc}") from exc
                 raise
             status, code = runs.INTERRUPTED, 128 + sig
         finally:
