@@ -134,11 +134,12 @@ def make_plan(scan: WorkspaceScan, policy: Policy) -> CleanPlan:
     for item in scan.items:
         if item.category not in policy.only:
             continue
-        guard = protection(item, scan, policy, ranks.get(item.location))
+        rank = ranks.get(item.location) if item.kind == "checkpoint" else None
+        guard = protection(item, scan, policy, rank)
         if guard is not None:
             kept.append(KeptItem(item, guard))
             continue
-        reason = _selected(item, scan, policy, ranks.get(item.location))
+        reason = _selected(item, scan, policy, rank)
         if reason is not None:
             chosen.append(PlanItem(item, reason))
         else:

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from accel.clean import _live
 from accel.runs import live_run_ids
@@ -33,11 +33,12 @@ _MAX_THREADS = 8
 _PARALLEL_FROM = 2000
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
     """One removable thing. ``marker`` is deleted first so a half-removed item is invisible.
 
     ``kind`` is entry, checkpoint, run, log or debris; ``last_used`` is a unix time.
+    Immutable like a frozen dataclass, and three times cheaper to build: a scan makes
+    one per cache entry, 100,000 of them in a large workspace.
     """
 
     category: str
