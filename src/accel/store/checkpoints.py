@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel.errors import AccelError, IntegrityError, UsageError
 from accel.fsutil import fsync_dir, read_json
+from accel.store import _sharded
 from accel.store._dist import DistContext, current_context
 from accel.store._serial import (
     FileDigest,
@@ -244,6 +245,26 @@ class Checkpoints:
         digest = _digest(manifest, name)
         return None if digest is None else load_tensor_file(info.path / name, digest, map_location)
 
+    def load_sharded(
+        self, target: dict[str, Any], step: int | None = None, *, series: str | None = None
+    ) -> int:
+        """Load the sharded state of ``step`` (None: latest) into ``target`` in place.
+
+        A collective under torch.distributed: every rank calls it. The ranks share the
+        verification of every file before any is read. Returns the step loaded.
+        """
+        ctx = self._dist = current_context(self._dist)
+        found = _collect(ctx.broadcast(_attempt(ctx, lambda: self._resolve(step, series)[0].step)))
+        info, manifest = self._resolve(found, series)
+        problems = ctx.all_gather(_sharded.verify_share(info.path, manifest["files"], ctx))
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise IntegrityError(f"{problem}: load another checkpoint or delete this one")
+        if not any(name.startswith(f"{_sharded.FOLDER}/") for name in manifest["files"]):
+            raise UsageError(f"{info.path} holds no sharded state")
+        _sharded.load(target, info.path / _sharded.FOLDER, ctx)
+        return info.step
+
     def _resolve(
         self, step: int | None, series: str | None
     ) -> tuple[CheckpointInfo, dict[str, Any]]:
@@ -270,10 +291,13 @@ class Checkpoints:
         tag: str | None = None,
         async_save: bool | None = None,
         rank_state: Any = None,
+        sharded: dict[str, Any] | None = None,
     ) -> CheckpointInfo | None:
         """Commit ``state`` as checkpoint ``step``; the info, or None for an async save.
 
-        ``rank_state`` is saved per rank (``rank-<N>.tensors``); ``state`` once, by rank 0.
+        ``rank_state`` is saved per rank (``rank-<N>.tensors``); ``state`` once, by rank 0;
+        ``sharded`` (a state dict of DTensors / FSDP sharded state) through
+        ``torch.distributed.checkpoint`` into ``sharded/`` (sync saves only).
         """
         check_step(step)
         if tag is not None and not isinstance(tag, str):
@@ -283,9 +307,11 @@ class Checkpoints:
         self.wait()
         self._dist = current_context(self._dist)
         if async_save is None:
-            async_save = bool(self.ws.config["checkpoints.async_save"])
+            async_save = bool(self.ws.config["checkpoints.async_save"]) and sharded is None
+        if async_save and sharded is not None:
+            raise UsageError("sharded state is saved synchronously: pass async_save=False")
         if not async_save:
-            self._last = self._write(state, rank_state, step, tag, self._dist)
+            self._last = self._write(state, rank_state, step, tag, self._dist, sharded)
             return self._last
         snapshot = self._pool.snapshot((state, rank_state))
         self._pending = _AsyncSave(self, snapshot, step, tag, self._dist).start()
@@ -306,7 +332,13 @@ class Checkpoints:
             self.wait()
 
     def _write(
-        self, state: Any, rank_state: Any, step: int, tag: str | None, ctx: DistContext
+        self,
+        state: Any,
+        rank_state: Any,
+        step: int,
+        tag: str | None,
+        ctx: DistContext,
+        sharded: Any = None,
     ) -> CheckpointInfo:
         series = self.series_name
         prepared = None
@@ -314,7 +346,7 @@ class Checkpoints:
             prepared = _attempt(ctx, lambda: str(self._prepare(series, step)))
         tmp = Path(_collect(ctx.broadcast(prepared)))
         try:
-            written = _attempt(ctx, lambda: self._write_files(tmp, state, rank_state, ctx))
+            written = _attempt(ctx, lambda: self._write_files(tmp, state, rank_state, ctx, sharded))
             files: dict[str, Any] = {}
             for part in ctx.all_gather(written):
                 files.update(_collect(part, WriteFailed))
@@ -339,9 +371,11 @@ class Checkpoints:
         return tmp
 
     def _write_files(
-        self, tmp: Path, state: Any, rank_state: Any, ctx: DistContext
+        self, tmp: Path, state: Any, rank_state: Any, ctx: DistContext, sharded: Any
     ) -> dict[str, Any]:
         files = {}
+        if sharded is not None:  # first: a collective that every rank must reach
+            files.update(_sharded.save(sharded, tmp / _sharded.FOLDER, ctx))
         if ctx.rank == 0:
             files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
         if rank_state is not None:
