@@ -266,13 +266,16 @@ class Accelerator:
         if found is None:
             return None
         state = self.checkpoints.load(found, map_location="cpu")
-        for model, sd in zip(self._models, state["models"], strict=True):
-            self.unwrap_model(model).load_state_dict(sd)
-        for opt, sd in zip(self._optimizers, state["optimizers"], strict=True):
-            opt.load_state_dict(sd)
-        for sched, sd in zip(self._schedulers, state["schedulers"], strict=True):
-            sched.load_state_dict(sd)
-        for loader, sd in zip(self._loaders, state["loaders"], strict=True):
+        for kind, objs in (
+            ("models", [self.unwrap_model(m) for m in self._models]),
+            ("optimizers", self._optimizers),
+            ("schedulers", self._schedulers),
+        ):
+            for obj, sd in zip(objs, _matching(state, kind, objs, found), strict=True):
+                obj.load_state_dict(sd)
+        for loader, sd in zip(
+            self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
+        ):
             loader.set_epoch(int(sd["epoch"]))
         self.extra_state = state.get("extra")
         rank_state = self.checkpoints.load_rank_state(found, self.rank)
@@ -298,6 +301,16 @@ class Accelerator:
         removed = self.workspace.cache.clean(older_than) if self.is_main_process else []
         self.wait_for_everyone()
         return removed
+
+
+def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> list[Any]:
+    saved = list(state.get(kind, []))
+    if len(saved) != len(objs):
+        raise UsageError(
+            f"the checkpoint of step {step} holds {len(saved)} {kind} but {len(objs)} were "
+            "prepared; prepare() the same objects as the run that saved it"
+        )
+    return saved
 
 
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:
