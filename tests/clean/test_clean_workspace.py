@@ -309,3 +309,25 @@ def test_on_a_terminal_it_asks_first(
     assert main(["clean", "--older-than", "1d"]) == code
     assert asked == ["Remove 1 item(s)?"] and "To remove" in capsys.readouterr().out
     assert old.exists() is not answer
+
+
+def test_an_item_on_another_filesystem_is_left_whole(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, now = workspace(project), time.time()
+    mounted = entry(ws, "mounted", created=now - 99 * DAY)
+    real_lstat = os.lstat
+
+    def lstat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        st = real_lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+        if str(path) == str(mounted):  # as if a filesystem were mounted there
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev + 1, *st[3:]))
+        return st
+
+    monkeypatch.setattr(execute_mod.os, "lstat", lstat)
+    outcome = clean(ws, older_than="1d")
+    assert outcome.result is not None
+    assert [(s.path, s.reason) for s in outcome.result.skipped] == [
+        (mounted, "on another filesystem")
+    ]
+    assert (mounted / "meta.json").exists()

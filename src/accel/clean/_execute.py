@@ -61,6 +61,8 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
     """Remove ``item``; the reason it stayed, or None when it is gone."""
     if not _inside(item.path, root):
         return "outside the workspace"
+    if _elsewhere(item.path, device):
+        return "on another filesystem"
     if item.run_id is not None and is_live(ws, item.run_id):
         return "live run"
     with _guard(ws, item) as free:
@@ -157,6 +159,13 @@ def remove_tree(path: Path, device: int) -> int:
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def _elsewhere(path: Path, device: int) -> bool:
+    try:
+        return os.lstat(path).st_dev != device
+    except OSError:
+        return False  # gone: nothing of it can be elsewhere
 
 
 def _under(path: Path, folder: Path) -> bool:
