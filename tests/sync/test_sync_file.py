@@ -280,3 +280,26 @@ def test_sync_help_imports_neither_torch_nor_fsspec() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_an_interrupted_pull_leaves_no_partial_checkpoint_and_resumes(
+    ws: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel.sync import pull
+
+    save_checkpoints(ws, (1, 2))
+    assert main(["sync", "push", remote_url]) == 0
+    fresh = Workspace(ws.path.parent / "other" / ".accelerate")
+    first = sum(p.stat().st_size for p in ws.checkpoints.list()[0].path.iterdir())
+    with pytest.raises(KeyboardInterrupt):
+        pull(fresh, open_remote(remote_url, {}, os.environ), reporter=Interrupt(first + 100))
+    series = fresh.checkpoints_dir / "default"
+    assert [p.name for p in series.iterdir()] == ["step-000000000001"]  # no stage left
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {t["path"].rsplit("/", 1)[0] for t in report["transfers"]} == {
+        "checkpoints/default/step-000000000002",
+        "config",
+    }
+    assert [c.step for c in fresh.checkpoints.list()] == [1, 2]
