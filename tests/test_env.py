@@ -310,3 +310,17 @@ def test_check_fails_when_torch_is_missing(
     ]
     report = run_env(accel_exe, "--markdown", env=env)
     assert report.returncode == 0 and "torch**: missing" in report.stdout
+
+
+def test_live_runs_and_sizes_are_reported(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel.runs import run_lock
+
+    ws = make_ws(project)
+    (ws.cache_dir / "blob").write_bytes(b"b" * 1234)
+    with run_lock(ws, "20261129-000000-abc123"):
+        data = json.loads(env_in_process(capsys, "--json")[1])
+    assert data["workspace"]["live_runs"] == ["20261129-000000-abc123"]
+    assert data["workspace"]["sizes"]["cache"] == 1234
+    assert data["workspace"]["writable"] is True and data["workspace"]["layout_version"] == 1

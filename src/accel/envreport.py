@@ -16,7 +16,7 @@ import platform as _platform
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +207,7 @@ def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = Non
     if devices is None:
         devices = requested_gpus(config) is not None
     found = device_info() if devices and torch.error is None else None
-    workspace = workspace_info(ws, config.valid)
+    workspace = workspace_info(ws)
     report = EnvReport(
         accel_version=__version__,
         python=python_info(),
@@ -219,7 +219,7 @@ def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = Non
         config=config,
         workspace=workspace,
     )
-    return EnvReport(**{**report.__dict__, "problems": tuple(problems(ws, report))})
+    return replace(report, problems=tuple(problems(ws, report)))
 
 
 def python_info() -> dict[str, str]:
@@ -321,7 +321,8 @@ def config_info(ws: Workspace) -> ConfigInfo:
     return ConfigInfo(file, exists, True, None, values, origins)
 
 
-def workspace_info(ws: Workspace, config_valid: bool) -> WorkspaceInfo:
+def workspace_info(ws: Workspace) -> WorkspaceInfo:
+    from accel.runs import live_run_ids
     from accel.status import collect as status
 
     exists = ws.exists
@@ -333,9 +334,12 @@ def workspace_info(ws: Workspace, config_valid: bool) -> WorkspaceInfo:
     sizes: dict[str, int] = {}
     live: tuple[str, ...] = ()
     if exists and (layout is None or layout <= LAYOUT_VERSION):
-        st = status(ws, details=False)
-        sizes = {p.name: p.size for p in st.parts}
-        live = st.live_runs
+        try:
+            st = status(ws, details=False)
+            sizes = {p.name: p.size for p in st.parts}
+            live = tuple(sorted(live_run_ids(ws)))
+        except Exception:  # noqa: BLE001 - e.g. an unreadable folder: report without sizes
+            pass
     return WorkspaceInfo(str(ws.path), exists, writable(ws.path), layout, sizes, live)
 
 

@@ -6,7 +6,7 @@ Reads only, never imports torch. Sizes are raw bytes; formatting is the CLI's jo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accel.errors import AccelError
@@ -99,13 +99,11 @@ def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
     ]
     largest = sorted(items, key=lambda i: (-i.size, str(i.path)))[:TOP]
     oldest = sorted(items, key=lambda i: (i.last_used, str(i.path)))[:TOP]
-    return WorkspaceStatus(
-        **{
-            **status.__dict__,
-            "live_runs": tuple(sorted(found.live_runs)),
-            "largest": tuple(largest),
-            "oldest": tuple(oldest),
-        }
+    return replace(
+        status,
+        live_runs=tuple(sorted(found.live_runs)),
+        largest=tuple(largest),
+        oldest=tuple(oldest),
     )
 
 
