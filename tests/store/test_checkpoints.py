@@ -185,6 +185,18 @@ def test_async_save(ws: Workspace) -> None:
     assert latest["step"] == 2
 
 
+def test_async_snapshot_of_large_tensors(ws: Workspace) -> None:
+    big = {"a": torch.arange(3_000_000, dtype=torch.float32), "b": torch.ones(5, 7).t()}
+    expected = {k: v.clone() for k, v in big.items()}
+    for step in (1, 2):  # the second save reuses the snapshot buffers
+        ws.checkpoints.save(big, step, async_save=True)
+        big["a"].add_(1.0)  # the caller may change its tensors as soon as save returns
+        ws.checkpoints.wait()
+        loaded = ws.checkpoints.load(step)
+        assert torch.equal(loaded["a"], expected["a"]) and torch.equal(loaded["b"], big["b"])
+        expected["a"].add_(1.0)
+
+
 def test_async_save_from_config(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEL_CHECKPOINTS_ASYNC_SAVE", "true")
     ckpts = Workspace.discover().checkpoints

@@ -442,24 +442,23 @@ class Checkpoints:
     def _retire(self, step_dir: Path, *, background: bool = False) -> None:
         """Make ``step_dir`` durably invisible, then remove its data.
 
-        The manifest goes first and the folder is renamed to ``.tmp-del-*`` before a
-        single file is removed, so no power loss or kill leaves a checkpoint that
-        looks whole but is not. Retention removes the data in a background thread:
-        unlinking gigabytes must not stall the training loop.
+        The manifest goes first and the folder is renamed to ``.tmp-del-*`` and that
+        rename is fsynced before a single file is removed, so no power loss or kill
+        leaves a checkpoint that looks whole but is not. Retention does the fsync and
+        the removal in a background thread: they must not stall the training loop.
         """
         with contextlib.suppress(FileNotFoundError):
             (step_dir / MANIFEST).unlink()
         doomed = step_dir.parent / f"{TMP_PREFIX}del-{uuid.uuid4().hex[:12]}"
         try:
             os.rename(step_dir, doomed)
-            fsync_dir(step_dir.parent)
         except OSError:
             doomed = step_dir
         if not background:
-            _remove_tree(doomed)
+            _remove_durably(doomed)
             return
         # Not a daemon: the interpreter finishes the removal before it exits.
-        reaper = threading.Thread(target=_remove_tree, args=(doomed,), name="accel-reap")
+        reaper = threading.Thread(target=_remove_durably, args=(doomed,), name="accel-reap")
         reaper.start()
         self._reapers = [t for t in self._reapers if t.is_alive()] + [reaper]
 
@@ -538,6 +537,12 @@ def _write_durably(path: Path, text: str) -> None:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _remove_durably(doomed: Path) -> None:
+    """Make the rename to ``doomed`` durable before a single byte of data goes."""
+    fsync_dir(doomed.parent)
+    _remove_tree(doomed)
 
 
 def _remove_tree(path: Path) -> None:
