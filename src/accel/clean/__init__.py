@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from accel.clean._execute import CleanResult, Skipped, execute
 from accel.clean._plan import (
     DEBRIS_GRACE,
     CleanPlan,
@@ -25,6 +25,9 @@ from accel.clean._plan import (
 )
 from accel.clean._scan import CATEGORIES, Item, WorkspaceScan, scan
 from accel.workspace import Workspace
+
+if TYPE_CHECKING:
+    from accel.clean._execute import CleanResult, Skipped, execute
 
 __all__ = [
     "CATEGORIES",
@@ -48,6 +51,18 @@ __all__ = [
     "protection",
     "scan",
 ]
+
+
+_LAZY = ("CleanResult", "Skipped", "execute")
+
+
+def __getattr__(name: str) -> Any:
+    # A dry run (and `accel status`) never needs the deleting half: import it on use.
+    if name in _LAZY:
+        from accel.clean import _execute
+
+        return getattr(_execute, name)
+    raise AttributeError(f"module 'accel.clean' has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,8 @@ def clean(
     plan = plan_for(ws, policy, now)
     if dry_run or not plan.items:
         return CleanOutcome(plan, None)
+    from accel.clean._execute import execute
+
     result = execute(ws, plan)
     log_result(ws, result)
     return CleanOutcome(plan, result)

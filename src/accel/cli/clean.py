@@ -38,7 +38,7 @@ def clean(
     Without selectors, applies the configured retention (checkpoints.keep_last,
     cache.max_size) and removes crash debris.
     """
-    from accel.clean import execute, log_result, plan_for, policy_for
+    from accel.clean import log_result, plan_for, policy_for
 
     ws = _app.workspace(ctx)
     policy = policy_for(
@@ -52,6 +52,8 @@ def clean(
         return 0
     if not _confirmed(plan, policy, yes):
         return 1 if _interactive() else 2
+    from accel.clean import execute
+
     result = execute(ws, plan)
     log_result(ws, result)
     _show_result(plan, result, as_json)
