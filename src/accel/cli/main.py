@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         _output.error("interrupted")
         return EXIT_INTERRUPTED
     except typer.exceptions.TyperException as exc:
-        exc.show()  # type: ignore[attr-defined]
-        return int(getattr(exc, "exit_code", 2))
+        return _usage_error(exc)
     except AccelError as exc:
         _output.error(str(exc))
         return exc.exit_code
@@ -93,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - the one place unexpected errors are reported
         return _crash()
     return result if isinstance(result, int) else 0
+
+
+def _usage_error(exc: typer.exceptions.TyperException) -> int:
+    """Bad flags or arguments: one line naming the problem and where help is."""
+    code = int(getattr(exc, "exit_code", 2))
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
+        exc.show()  # type: ignore[attr-defined]
+        return code
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    _output.error(f"{exc.format_message().rstrip('.')}{where}")
+    return code
 
 
 def _crash() -> int:
