@@ -9,6 +9,7 @@ period. Imported only when launching: it imports torch.
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +17,21 @@ from typing import Any, Protocol
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing import LogsDest, LogsSpecs
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+
+def _method_name(depth: int = 2) -> str:
+    try:
+        return sys._getframe(depth).f_code.co_name
+    except ValueError:
+        return "no_method_name"
+
+
+# torch names rendezvous events with inspect.stack(), which reads the source of every
+# frame on the stack, twice per event: about a second of a launch's start-up behind a
+# CLI's deep stack. The frame's function name is all it keeps; this gets it directly.
+if callable(getattr(dynamic_rendezvous, "get_method_name", None)):
+    dynamic_rendezvous.get_method_name = _method_name
 
 
 class RunHooks(Protocol):

@@ -47,6 +47,7 @@ class LogRouter:
         self._files: dict[int, BinaryIO] = {}
         self.tails: dict[int, deque[str]] = {}
         self._thread = threading.Thread(target=self._pump, name="accel-log-pump", daemon=True)
+        self._wake_r, self._wake_w = os.pipe()  # close() wakes the pump at once
 
     @property
     def fifos(self) -> list[Path]:
@@ -74,12 +75,14 @@ class LogRouter:
     def close(self) -> None:
         """Drain what is left, flush partial lines, close everything."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        os.write(self._wake_w, b"x")
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         with self._lock:
             self._drain_all()
             for local in list(self._partial):
                 self._emit(local, self._partial.pop(local) + b"\n")
-            for fd in self._fds.values():
+            for fd in (*self._fds.values(), self._wake_r, self._wake_w):
                 os.close(fd)
             self._fds.clear()
             for fh in self._files.values():
@@ -97,10 +100,10 @@ class LogRouter:
     def _pump(self) -> None:
         poller = select.poll()
         by_fd = {fd: local for local, fd in self._fds.items()}
-        for fd in by_fd:
+        for fd in (*by_fd, self._wake_r):
             poller.register(fd, select.POLLIN)
         while not self._stop.is_set():
-            ready = poller.poll(100)
+            ready = poller.poll(1000)
             if not ready:
                 continue
             with self._lock:
