@@ -222,3 +222,13 @@ def test_restart_after_failure(accel: Accel, project: Path) -> None:
     assert record["attempts"][0]["failures"][0]["exitcode"] == 3
     log = (run_folder(project) / "rank-1.log").read_text()
     assert log.index("attempt 0") < log.index("restart 1") < log.index("attempt 1")
+
+
+@pytest.mark.timeout(60)
+def test_module_mode(accel: Accel, project: Path) -> None:
+    (project / "mymod.py").write_text(
+        "import sys\nif __name__ == '__main__':\n    print('module ran', sys.argv[1:])\n"
+    )
+    done = accel("launch", "-m", "mymod", "--a", "1")
+    assert done.returncode == 0, done.stderr
+    assert "[rank0] module ran ['--a', '1']" in done.stdout

@@ -135,11 +135,12 @@ def _exit_now(code: int) -> None:
 
 def _plan(ws: Any, request: Any) -> LaunchPlan:
     from accel import runs
-    from accel.launch.plan import plan_launch
+    from accel.launch.plan import check_launch, plan_launch
     from accel.launch.runner import now_utc
 
     now = now_utc()
     config = ws.config
+    check_launch(config, request, os.environ, Path.cwd())  # bad input fails before torch loads
     return plan_launch(
         config,
         request,

@@ -117,6 +117,14 @@ def plan_launch(
     )
 
 
+def check_launch(
+    config: ResolvedConfig, request: LaunchRequest, env: Mapping[str, str], cwd: Path
+) -> None:
+    """The checks of :func:`plan_launch` that need no GPU count: run before importing torch."""
+    _check_target(request, cwd)
+    _nodes(config, env)
+
+
 def _check_target(request: LaunchRequest, cwd: Path) -> None:
     if request.module:
         if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", request.script):
