@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accel.errors import AccelError
+from accel.frameworks import FrameworkCache, scan_framework_caches
 from accel.fsutil import tree_size
 from accel.workspace import Workspace
 
@@ -46,6 +47,7 @@ class WorkspaceStatus:
     live_runs: tuple[str, ...] = ()
     largest: tuple[StatusItem, ...] = ()
     oldest: tuple[StatusItem, ...] = ()
+    frameworks: tuple[FrameworkCache, ...] = ()
     now: float = 0.0
 
     @property
@@ -104,6 +106,7 @@ def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
         live_runs=tuple(sorted(found.live_runs)),
         largest=tuple(largest),
         oldest=tuple(oldest),
+        frameworks=tuple(scan_framework_caches(ws)),
     )
 
 

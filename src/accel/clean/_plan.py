@@ -156,6 +156,8 @@ def protection(item: Item, scan: WorkspaceScan, policy: Policy, rank: int | None
         return "live run"
     if item.series is not None and item.series in scan.held_series:
         return "series in use"
+    if item.kind == "framework" and scan.live_runs:
+        return "a live run may be compiling into it"
     unrecorded = item.kind == "debris" or (item.kind == "run" and item.status is None)
     if unrecorded and scan.now - item.last_used < DEBRIS_GRACE:
         return "may be a write in progress"

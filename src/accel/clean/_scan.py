@@ -21,7 +21,8 @@ from accel.clean import _live
 from accel.runs import live_run_ids
 from accel.workspace import Workspace
 
-CATEGORIES = ("cache", "checkpoints", "logs", "runs")
+CATEGORIES = ("cache", "checkpoints", "frameworks", "logs", "runs")
+FRAMEWORKS = "frameworks"  # cache/frameworks/<name>/: torch.compile's caches (accel.frameworks)
 ENTRY_SUFFIX = ".entry"
 META = "meta.json"
 MANIFEST = "manifest.json"
@@ -88,6 +89,7 @@ def scan(ws: Workspace, now: float) -> WorkspaceScan:
     acc = _Acc()
     _scan_entries(ws.cache_dir / "entries", acc)
     acc.other += _other_cache_size(ws.cache_dir)
+    _scan_frameworks(ws.cache_dir / FRAMEWORKS, acc)
     _scan_checkpoints(ws.checkpoints_dir, acc)
     _scan_runs(ws.runs_dir, acc)
     _scan_logs(ws.logs_dir, acc)
@@ -189,9 +191,19 @@ def _cache_entry(entry: os.DirEntry[str], acc: _Acc) -> None:
 def _other_cache_size(cache_dir: Path) -> int:
     total = 0
     for entry in _children(cache_dir):
-        if entry.name != "entries":
+        if entry.name not in ("entries", FRAMEWORKS):
             total += _walk(entry.path)[0]
     return total
+
+
+def _scan_frameworks(folder: Path, acc: _Acc) -> None:
+    """One item per framework cache; its age is its newest file (frameworks record none)."""
+    for entry in _children(folder):
+        if not entry.is_dir(follow_symlinks=False):
+            acc.other += _walk(entry.path)[0]
+            continue
+        size, newest = _walk(entry.path)
+        acc.items.append(Item(FRAMEWORKS, "framework", entry.path, size, newest, name=entry.name))
 
 
 # -- checkpoints --------------------------------------------------------------------------

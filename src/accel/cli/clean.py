@@ -27,20 +27,29 @@ def clean(
         None, "--max-size", metavar="SIZE", help="Evict least recently used until it fits."
     ),
     only: list[str] | None = typer.Option(
-        None, "--only", metavar="PART", help="cache, checkpoints, logs or runs (repeatable)."
+        None,
+        "--only",
+        metavar="PART",
+        help="cache, checkpoints, frameworks, logs or runs (repeatable).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan and stop."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before removing."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
+    auto: bool = typer.Option(
+        False, "--auto", help="Only if over cache.max_size: evict until it fits (no prompt)."
+    ),
 ) -> int:
     """Remove old or oversized state; never what a live run holds.
 
     Without selectors, applies the configured retention (checkpoints.keep_last,
-    cache.max_size) and removes crash debris.
+    cache.max_size) and removes crash debris. --auto is the quick check `accel launch`
+    runs after each run: nothing unless the workspace is over cache.max_size.
     """
     from accel.clean import log_result, plan_for, policy_for
 
     ws = _app.workspace(ctx)
+    if auto:
+        return _auto(ws, (older_than, keep_last, max_size, only), dry_run, as_json)
     policy = policy_for(
         ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only
     )
@@ -57,6 +66,42 @@ def clean(
     result = execute(ws, plan)
     log_result(ws, result)
     _show_result(plan, result, as_json)
+    return 0
+
+
+def _auto(ws: Any, selectors: tuple[Any, ...], dry_run: bool, as_json: bool) -> int:
+    """``--auto``: the size budget (:mod:`accel.budget`), like ``git gc --auto``."""
+    from accel.budget import OFF, OVER, UNDER, check
+    from accel.errors import UsageError
+    from accel.units import format_size
+
+    if any(selectors):
+        raise UsageError("--auto uses cache.max_size; drop the other selectors")
+    result = check(ws, dry_run=dry_run)
+    if as_json:
+        data = {"auto": result.to_json()}
+        if result.plan is not None:
+            data.update(plan_json(result.plan, None, dry_run=dry_run))
+        _output.print_json(data)
+        return 0
+    if result.action == OFF:
+        _output.out("no cache.max_size set: nothing to do")
+    elif result.action == UNDER:
+        _output.out(
+            f"{format_size(result.size_before)} fits cache.max_size "
+            f"{format_size(result.max_size or 0)}: nothing to do"
+        )
+    else:
+        if result.plan is not None and dry_run:
+            _show_plan(result.plan, False, dry_run=True)
+        verb = "would free" if dry_run else "freed"
+        _output.out(
+            f"{verb} {format_size(result.freed)} in {result.removed} item(s): "
+            f"{format_size(result.size_before)} -> {format_size(result.size_after)} "
+            f"(cache.max_size {format_size(result.max_size or 0)})"
+        )
+    if result.action == OVER:
+        _output.warn("still over cache.max_size: the rest is checkpoints, live runs or config")
     return 0
 
 

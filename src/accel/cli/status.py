@@ -9,6 +9,7 @@ import typer
 from accel.cli import _app, _output
 
 if TYPE_CHECKING:
+    from accel.frameworks import FrameworkCache
     from accel.status import StatusItem, WorkspaceStatus
 
 
@@ -42,6 +43,7 @@ def status_json(st: WorkspaceStatus) -> dict[str, Any]:
         "live_runs": list(st.live_runs),
         "largest": [_item_json(i) for i in st.largest],
         "oldest": [_item_json(i) for i in st.oldest],
+        "frameworks": [f.to_json() for f in st.frameworks],
     }
 
 
@@ -64,6 +66,13 @@ def _item_text(item: StatusItem, now: float) -> str:
     return f"{item.category}: {item.name or item.path.name}  {format_size(item.size)}  {when}"
 
 
+def _framework_text(fc: FrameworkCache) -> str:
+    from accel.units import format_size
+
+    state = "" if fc.enabled else "  (not enabled: cache.framework_caches)"
+    return f"{fc.name}: {format_size(fc.size)}  {fc.variable}{state}"
+
+
 def _print_tree(st: WorkspaceStatus) -> None:
     from rich.tree import Tree
 
@@ -74,6 +83,10 @@ def _print_tree(st: WorkspaceStatus) -> None:
     sizes = root.add(f"size: {format_size(st.total_size)}")
     for part in st.parts:
         sizes.add(f"{part.name}: {format_size(part.size)}")
+    if st.frameworks:
+        caches = root.add("framework caches")
+        for fc in st.frameworks:
+            caches.add(_framework_text(fc), highlight=False)
     live = root.add(f"live runs: {len(st.live_runs)}")
     for run_id in st.live_runs:
         live.add(run_id)
@@ -99,6 +112,8 @@ def _print_plain(st: WorkspaceStatus) -> None:
         ["part", "size"],
         [[p.name, format_size(p.size)] for p in st.parts] + [["total", format_size(st.total_size)]],
     )
+    for fc in st.frameworks:
+        _output.out(f"framework  {_framework_text(fc)}")
     _output.out("live runs  " + (", ".join(st.live_runs) or "none"))
     for title, items in (("largest", st.largest), ("oldest", st.oldest)):
         for item in items:
