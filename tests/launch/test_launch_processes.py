@@ -173,6 +173,8 @@ def test_signal_stops_the_run(
     proc = _start_sleepers(
         start_accel, project, "--stop-grace-period", "1s", "--ignore-term-rank", "1"
     )
+    follower = start_accel("logs", "--follow")  # a live run: follows it to its end
+    time.sleep(0.5)
     sent = time.monotonic()
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=30)
@@ -181,6 +183,9 @@ def test_signal_stops_the_run(
     record = run_json(project)
     assert record["status"] == "interrupted" and record["exit_code"] == code
     assert_no_orphans(record["id"])
+    followed, follow_err = follower.communicate(timeout=10)
+    assert "[rank0] rank 0 ready" in followed and "[rank1] rank 1 ready" in followed
+    assert f"interrupted, exit code {code}" in follow_err
 
 
 @pytest.mark.timeout(60)
