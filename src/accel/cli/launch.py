@@ -114,9 +114,41 @@ def launch(
 
     _output.info(f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}")
     outcome = run_plan(plan, ws, sink=_console_sink(plan.world_size), notify=_output.info)
+    _size_budget(ws, outcome)
     code = _report(plan, outcome)
     _exit_now(code)
     return code
+
+
+def _size_budget(ws: Any, outcome: RunOutcome) -> None:
+    """The size budget when a run ends (``accel clean --auto``): a quick no-op under it.
+
+    After the run lock is released, so framework caches count as idle; never after an
+    interrupt (the user wants out), and a failure here never changes the run's exit code.
+    """
+    from accel import runs
+    from accel.budget import OVER, TRIMMED, check
+    from accel.errors import AccelError
+    from accel.units import format_size
+
+    if outcome.status == runs.INTERRUPTED:
+        return
+    try:
+        result = check(ws)
+    except (AccelError, OSError) as exc:
+        _output.warn(f"size budget not checked: {exc}")
+        return
+    budget = f"cache.max_size {format_size(result.max_size or 0)}"
+    if result.action in (TRIMMED, OVER) and result.removed:
+        _output.info(
+            f"accel: size budget: freed {format_size(result.freed)} in {result.removed} "
+            f"item(s), workspace {format_size(result.size_after)} ({budget})"
+        )
+    if result.action == OVER:
+        _output.warn(
+            f"the workspace ({format_size(result.size_after)}) stays over {budget}: the rest "
+            "is checkpoints, live runs or config (see `accel status`)"
+        )
 
 
 def _exit_now(code: int) -> None:
