@@ -303,3 +303,29 @@ def test_an_interrupted_pull_leaves_no_partial_checkpoint_and_resumes(
         "config",
     }
     assert [c.step for c in fresh.checkpoints.list()] == [1, 2]
+
+
+def test_the_cache_moves_only_with_include_cache_and_only_committed_entries(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws.cache.put("ns/blob", b"payload" * 100)
+    kernels = ws.cache_dir / "frameworks" / "inductor" / "ab"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.py").write_text("# compiled\n")
+    torn = ws.cache_dir / "entries" / "half.entry"
+    torn.mkdir(parents=True)
+    (torn / "payload").write_bytes(b"x")
+    assert main(["sync", "push", remote_url]) == 0
+    assert not [p for p in tree(remote_dir) if p.startswith("cache/")]
+    assert main(["sync", "push", remote_url, "--include-cache"]) == 0
+    pushed = [p for p in tree(remote_dir) if p.startswith("cache/")]
+    assert "cache/frameworks/inductor/ab/kernel.py" in pushed
+    assert not [p for p in pushed if "half.entry" in p]
+
+    fresh = Workspace(ws.path.parent / "other" / ".accelerate")
+    assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url]) == 0
+    assert "ns/blob" not in fresh.cache
+    argv = ["--workspace", str(fresh.path), "sync", "pull", remote_url, "--include-cache"]
+    assert main(argv) == 0
+    assert fresh.cache.get("ns/blob") == b"payload" * 100
+    assert (fresh.cache_dir / "frameworks/inductor/ab/kernel.py").read_text() == "# compiled\n"
