@@ -176,7 +176,12 @@ def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args], env=env))
-    return [p.wait(timeout=120) for p in procs]
+    try:
+        return [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()  # a no-op for those that exited
+            p.wait()
 
 
 def _run_torchrun(workspace: Path, args: list[str]) -> int:

@@ -17,5 +17,5 @@ def ws(project: Path) -> Workspace:
 
 @pytest.fixture
 def fork() -> multiprocessing.context.BaseContext:
-    """Forked children start in milliseconds: they inherit the imported modules."""
+    """Forked children start in milliseconds; start them with workers.process()."""
     return multiprocessing.get_context("fork")

@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from accel import Workspace
-from accel.errors import AccelError, IntegrityError, UsageError
+from accel.errors import IntegrityError, UsageError
 from accel.store._hashing import hash_file
 from accel.store.checkpoints import MANIFEST, Checkpoints
 from accel.store.lease import LeaseHeld, SeriesLease, holder_of
+
+from . import workers
 
 Ctx = multiprocessing.context.BaseContext
 
@@ -208,32 +210,19 @@ def test_async_save_from_config(ws: Workspace, monkeypatch: pytest.MonkeyPatch) 
 # -- the series lease --------------------------------------------------------------------
 
 
-def _hold_lease(ws_path: str, run_id: str | None, ready: Any) -> None:
-    SeriesLease(Workspace(ws_path), "default", run_id=run_id).acquire()
-    ready.set()
-    time.sleep(60)
-
-
-def _save_in_child(ws_path: str, step: int, env: dict[str, str]) -> None:
-    os.environ.update(env)
-    Workspace(ws_path).checkpoints.save(_state(step), step)
-
-
 @pytest.mark.timeout(30)
 def test_a_second_live_run_fails_fast_naming_the_holder(ws: Workspace, fork: Ctx) -> None:
-    child = fork.Process(target=_save_in_child, args=(str(ws.path), 1, {}))
+    child = workers.process(fork, workers.save_in_child, str(ws.path), 1, {})
     child.start()
-    child.join()
-    assert child.exitcode == 0  # a plain process leased the series and died: free again
+    assert workers.finish(child) == 0  # a plain process leased the series and died: free
     ws.checkpoints.save(_state(2), 2)  # this process takes it over at once
     holder = holder_of(ws, "default")
     assert holder is not None and holder.pid == os.getpid()
 
-    rival = fork.Process(target=_save_in_child, args=(str(ws.path), 3, {}))
+    rival = workers.process(fork, workers.save_in_child, str(ws.path), 3, {})
     started = time.monotonic()
     rival.start()
-    rival.join()
-    assert rival.exitcode != 0 and time.monotonic() - started < 20
+    assert workers.finish(rival) not in (0, None) and time.monotonic() - started < 20
     with pytest.raises(LeaseHeld, match=rf"pid {os.getpid()} on {socket.gethostname()}"):
         SeriesLease(ws, "default").acquire()  # a fresh lease object conflicts as well
     assert [i.step for i in ws.checkpoints.list()] == [1, 2]
@@ -244,7 +233,7 @@ def test_workers_of_the_holding_run_save_without_acquiring(
     ws: Workspace, fork: Ctx, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ready = fork.Event()
-    launcher = fork.Process(target=_hold_lease, args=(str(ws.path), "run-A", ready))
+    launcher = workers.process(fork, workers.hold_lease, str(ws.path), "run-A", ready)
     launcher.start()
     try:
         assert ready.wait(10)
@@ -268,16 +257,6 @@ def test_workers_of_the_holding_run_save_without_acquiring(
 # -- crashes and write errors ------------------------------------------------------------
 
 
-def _save_forever(ws_path: str, first: int) -> None:
-    ckpts = Workspace(ws_path).checkpoints
-    state = {"a": torch.arange(200_000, dtype=torch.float32), "b": torch.ones(50_000)}
-    step = first
-    while True:
-        state["a"][0] = step
-        ckpts.save({"model": state, "step": step}, step)
-        step += 1
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_sigkill_at_random_instants_never_tears_or_loses_the_latest(
@@ -289,7 +268,7 @@ def test_sigkill_at_random_instants_never_tears_or_loses_the_latest(
     next_step = 0
     for _ in range(40):
         before = ckpts.latest()
-        child = fork.Process(target=_save_forever, args=(str(ws.path), next_step))
+        child = workers.process(fork, workers.save_forever, str(ws.path), next_step)
         child.start()
         time.sleep(rng.uniform(0.0, 0.25))
         os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
@@ -305,31 +284,16 @@ def test_sigkill_at_random_instants_never_tears_or_loses_the_latest(
     assert next_step > 0
 
 
-def _save_under_fsize_limit(ws_path: str, limit: int, queue: Any) -> None:
-    import resource
-
-    ckpts = Workspace(ws_path).checkpoints
-    ckpts.save({"w": torch.zeros(1000)}, 1)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    outcome = []
-    for async_save in (False, True):
-        try:
-            ckpts.save({"w": torch.zeros(limit)}, 2, async_save=async_save)
-            ckpts.wait()
-            outcome.append("saved")
-        except AccelError as exc:
-            outcome.append(f"{type(exc).__name__}: {exc}")
-    queue.put(outcome)
-
-
 @pytest.mark.timeout(60)
 def test_a_save_over_the_file_size_limit_fails_cleanly(ws: Workspace, fork: Ctx) -> None:
     queue = fork.Queue()
-    child = fork.Process(target=_save_under_fsize_limit, args=(str(ws.path), 64_000, queue))
+    child = workers.process(fork, workers.save_under_fsize_limit, str(ws.path), 64_000, queue)
     child.start()
-    outcome = queue.get(timeout=50)
-    child.join()
-    assert child.exitcode == 0  # the process was not killed (SIGXFSZ) and went on
+    try:
+        outcome = queue.get(timeout=50)
+    finally:
+        exitcode = workers.finish(child)
+    assert exitcode == 0  # the process was not killed (SIGXFSZ) and went on
     assert len(outcome) == 2
     for line in outcome:
         assert line.startswith("WriteFailed") and "state.tensors" in line and "free space" in line

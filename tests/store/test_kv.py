@@ -15,6 +15,8 @@ from accel import Workspace
 from accel.errors import AccelError, IntegrityError, LockTimeout, UsageError
 from accel.store.kv import decode_state, encode_state
 
+from . import workers
+
 
 def test_get_set_delete_update(ws: Workspace) -> None:
     store = ws.store
@@ -79,23 +81,12 @@ def test_reading_creates_nothing(project: Path) -> None:
     assert not ws.path.exists()
 
 
-def _hold_store_lock(ws_path: str, ready: Any, hold: float) -> None:
-    ws = Workspace(ws_path)
-
-    def slow(value: Any) -> Any:
-        ready.set()
-        time.sleep(hold)
-        return "from child"
-
-    ws.store.update("k", slow)
-
-
 @pytest.mark.timeout(30)
 def test_lock_timeout_names_the_lock_file(
     ws: Workspace, fork: multiprocessing.context.BaseContext
 ) -> None:
     ready = fork.Event()
-    child = fork.Process(target=_hold_store_lock, args=(str(ws.path), ready, 30))
+    child = workers.process(fork, workers.hold_store_lock, str(ws.path), ready, 30)
     child.start()
     try:
         assert ready.wait(10)
@@ -115,7 +106,7 @@ def test_a_holder_killed_mid_update_does_not_block_the_next(
 ) -> None:
     ws.store.set("k", "before")
     ready = fork.Event()
-    child = fork.Process(target=_hold_store_lock, args=(str(ws.path), ready, 60))
+    child = workers.process(fork, workers.hold_store_lock, str(ws.path), ready, 60)
     child.start()
     assert ready.wait(10)
     os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
@@ -125,31 +116,16 @@ def test_a_holder_killed_mid_update_does_not_block_the_next(
     assert patient.store.update("k", lambda v: v + " after") == "before after"
 
 
-def _increment(ws_path: str, times: int) -> None:
-    store = Workspace(ws_path).store
-    for _ in range(times):
-        store.update("counter", lambda v: v + 1, default=0)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_no_lost_update_with_four_processes(
     ws: Workspace, fork: multiprocessing.context.BaseContext
 ) -> None:
-    children = [fork.Process(target=_increment, args=(str(ws.path), 250)) for _ in range(4)]
+    children = [workers.process(fork, workers.increment, str(ws.path), 250) for _ in range(4)]
     for child in children:
         child.start()
-    for child in children:
-        child.join(100)
-        assert child.exitcode == 0
+    assert [workers.finish(child, 100) for child in children] == [0, 0, 0, 0]
     assert ws.store.get("counter") == 1000
-
-
-def _update_forever(ws_path: str) -> None:
-    store = Workspace(ws_path).store
-    while True:
-        store.update("counter", lambda v: v + 1, default=0)
-        store.set("blob", ["x" * 1000] * 50)
 
 
 @pytest.mark.slow
@@ -162,7 +138,7 @@ def test_sigkill_at_random_instants_leaves_a_readable_store(
     rng = random.Random(1234)
     last = 0
     for _ in range(15):
-        child = fork.Process(target=_update_forever, args=(str(ws.path),))
+        child = workers.process(fork, workers.update_forever, str(ws.path))
         child.start()
         time.sleep(rng.uniform(0.05, 0.15))
         os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]

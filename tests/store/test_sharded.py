@@ -83,4 +83,9 @@ def test_two_ranks_save_and_load_a_dtensor(tmp_path: Path) -> None:
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT)], env=env))
-    assert [p.wait(timeout=100) for p in procs] == [0, 0]
+    try:
+        assert [p.wait(timeout=100) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            p.kill()  # a no-op for those that exited
+            p.wait()
