@@ -65,6 +65,17 @@ def launch(
         "--stop-grace-period",
         help="Time workers get after SIGTERM before SIGKILL. (config launch.stop_grace_period)",
     ),
+    hang_timeout: str | None = typer.Option(
+        None,
+        "--hang-timeout",
+        help="Dump stacks when no rank printed, logged or beat for this long, e.g. 10m. "
+        "(config launch.hang_timeout)",
+    ),
+    hang_action: str | None = typer.Option(
+        None,
+        "--hang-action",
+        help="On a hang: warn, or kill the workers like a failure. (config launch.hang_action)",
+    ),
     module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module: python -m."),
     env: list[str] = typer.Option(
         None, "--env", "-e", help="KEY=VALUE for every worker (repeatable). (config launch.env)"
@@ -95,6 +106,8 @@ def launch(
         "launch.gpu_ids": gpu_ids,
         "launch.run_name": run_name,
         "launch.stop_grace_period": grace,
+        "launch.hang_timeout": hang_timeout,
+        "launch.hang_action": hang_action,
     }
     request = LaunchRequest(
         script=script,
@@ -223,6 +236,12 @@ def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
         restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
         _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
         return 0
+    if outcome.status == "hung":
+        raise JobFailed(
+            f"run {outcome.run_id} hung and was stopped (--hang-action kill); "
+            f"the stacks are above and in the rank logs in {outcome.run_dir}",
+            outcome.exit_code,
+        )
     if outcome.status == runs.INTERRUPTED:
         raise InterruptedRun(
             f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code

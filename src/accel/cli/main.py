@@ -22,6 +22,7 @@ from accel.cli import config as config_cmd
 from accel.cli import env as env_cmd
 from accel.cli import launch as launch_cmd
 from accel.cli import runs as runs_cmd
+from accel.cli import stack as stack_cmd
 from accel.cli import status as status_cmd
 from accel.cli import sync as sync_cmd
 from accel.errors import EXIT_INTERRUPTED, AccelError
@@ -66,6 +67,7 @@ app.command("status")(status_cmd.status)
 app.command("launch", context_settings=launch_cmd.CONTEXT)(launch_cmd.launch)
 app.add_typer(runs_cmd.app, name="runs")
 app.command("logs")(runs_cmd.logs)
+app.command("stack")(stack_cmd.stack)
 app.command("env")(env_cmd.env)
 app.command("clean")(clean_cmd.clean)
 app.add_typer(sync_cmd.app, name="sync")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from accel.cli import _app, _output
+from accel.cli import _app, _output, runs_view
 
 if TYPE_CHECKING:
     from accel.runs import RunRecord
@@ -74,10 +75,19 @@ def logs(
     rank: list[int] = typer.Option(None, "--rank", "-r", help="Only this rank (repeatable)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the run writes."),
     prefix: bool = typer.Option(True, "--prefix/--no-prefix", help="Prefix lines with the rank."),
+    grep: str | None = typer.Option(
+        None, "--grep", "-g", help="Only lines matching this regular expression."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", help="Only output of the last DURATION (10m) or since a time (ISO)."
+    ),
 ) -> None:
     """Show a run's per-rank logs; --follow until the run ends."""
     from accel import runs as runs_mod
+    from accel.runview.logs import line_filter, parse_since
 
+    keep = line_filter(grep)
+    cutoff = parse_since(since) if since else None
     ws = _app.workspace(ctx)
     record = runs_mod.read_run(ws, runs_mod.resolve_run_id(ws, run))
     wanted = set(rank or ())
@@ -88,7 +98,7 @@ def logs(
             + (f" for rank(s) {sorted(wanted)}" if wanted else "")
         )
         return
-    tailer = _Tailer(files, prefix)
+    tailer = _Tailer(files, prefix, keep, cutoff)
     tailer.pump()
     while follow and runs_mod.is_live(ws, record.id):
         time.sleep(0.2)
@@ -111,8 +121,16 @@ def _select(record: RunRecord, wanted: set[int]) -> dict[int, Path]:
 class _Tailer:
     """Prints what each file gained since last time, whole lines only."""
 
-    def __init__(self, files: dict[int, Path], prefix: bool) -> None:
+    def __init__(
+        self,
+        files: dict[int, Path],
+        prefix: bool,
+        keep: Callable[[str], bool] = lambda _line: True,
+        cutoff: float | None = None,
+    ) -> None:
         self.prefix = prefix
+        self.keep = keep
+        self.cutoff = cutoff
         self.offsets: dict[int, int] = {}
         self.files: dict[int, Path] = {}
         self.add(files)
@@ -120,8 +138,10 @@ class _Tailer:
     def add(self, files: dict[int, Path]) -> None:
         for r, p in files.items():
             if r not in self.files:
+                from accel.runview.logs import start_offset
+
                 self.files[r] = p
-                self.offsets[r] = 0
+                self.offsets[r] = start_offset(p, self.cutoff)
 
     def pump(self) -> None:
         for r, path in sorted(self.files.items()):
@@ -134,5 +154,11 @@ class _Tailer:
             complete = data[: data.rfind(b"\n") + 1]
             self.offsets[r] += len(complete)
             for line in complete.decode("utf-8", errors="replace").splitlines():
+                if not self.keep(line):
+                    continue
                 sys.stdout.write(f"[rank{r}] {line}\n" if self.prefix else f"{line}\n")
         sys.stdout.flush()
+
+
+app.command("show")(runs_view.show)
+app.command("plot")(runs_view.plot)

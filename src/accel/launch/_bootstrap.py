@@ -7,7 +7,10 @@ in-process with :mod:`runpy`, exactly as ``python script.py`` would. Around it:
   a SIGKILLed ``accel launch`` leaves no worker behind;
 - an uncaught exception is written to ``TORCHELASTIC_ERROR_FILE`` in the format of
   torch's ``@record``, so the launcher shows the failing rank's traceback even when
-  the script does not use ``@record``.
+  the script does not use ``@record``;
+- ``SIGUSR1`` dumps every thread's Python stack into ``$ACCEL_RUN_DIR/stacks/`` (for
+  ``accel stack`` and ``--hang-timeout``), through faulthandler set up by
+  ``accel/hang/worker.py``, loaded by path.
 
 This file is run by path and imports nothing from accel (or torch): worker start-up
 stays as cheap as a bare interpreter. It is the seam for later worker-side hooks
@@ -27,6 +30,9 @@ from types import TracebackType
 
 PR_SET_PDEATHSIG = 1
 _SKIP_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
+_HANG_WORKER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hang", "worker.py"
+)
 
 
 def _die_with_launcher() -> None:
@@ -44,9 +50,26 @@ def _die_with_launcher() -> None:
         os._exit(1)  # the launcher died before prctl took effect: nobody to report to
 
 
+def _install_stack_dumps() -> None:
+    # Loaded by path: importing the accel package would cost every worker ~100 ms.
+    import importlib.util
+
+    try:
+        spec = importlib.util.spec_from_file_location("_accel_hang_worker", _HANG_WORKER)
+        if spec is None or spec.loader is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclass-free, but keep the import protocol
+        spec.loader.exec_module(module)
+        module.install_stack_dump_handler()
+    except Exception:  # noqa: BLE001 - a worker must start even without stack dumps
+        return
+
+
 def _install_hooks() -> None:
     """Worker-side hooks that need no cooperation from the script."""
     _die_with_launcher()
+    _install_stack_dumps()
 
 
 def _is_ours(filename: str) -> bool:

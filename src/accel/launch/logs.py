@@ -4,7 +4,9 @@ Each local worker writes its stdout *and* stderr into one FIFO owned by the laun
 (torch's elastic agent opens the "log file" we name, which is that FIFO). A pump
 thread reads them all, appends every line to ``rank-<global rank>.log`` across
 attempts, and hands the lines the console should show to a callback. Because the
-launcher holds the read end, nothing a worker wrote is lost when it dies.
+launcher holds the read end, nothing a worker wrote is lost when it dies. Beside each
+log, ``rank-N.log.idx`` maps byte offsets to times (``accel logs --since``), and
+:meth:`LogRouter.last_output` tells the hang watch when each rank last wrote.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO
+
+from accel.runview.logs import LogIndexWriter
 
 ConsoleSink = Callable[[int, str], None]
 TAIL_LINES = 200
@@ -45,6 +49,8 @@ class LogRouter:
         self._partial: dict[int, bytes] = {}
         self._global: dict[int, int] = {i: i for i in range(nproc)}
         self._files: dict[int, BinaryIO] = {}
+        self._indexes: dict[int, LogIndexWriter] = {}
+        self._last_output: dict[int, float] = {}  # rank -> when it last wrote anything
         self.tails: dict[int, deque[str]] = {}
         self._thread = threading.Thread(target=self._pump, name="accel-log-pump", daemon=True)
         self._wake_r, self._wake_w = os.pipe()  # close() wakes the pump at once
@@ -123,6 +129,7 @@ class LogRouter:
                 return
             if not data:
                 return
+            self._last_output[self._global.get(local, local)] = time.time()
             data = self._partial.pop(local, b"") + data
             complete, _, rest = data.rpartition(b"\n")
             if rest:
@@ -146,10 +153,20 @@ class LogRouter:
     def _write(self, rank: int, text: str) -> None:
         self._write_bytes(rank, text.encode())
 
+    def last_output(self) -> dict[int, float]:
+        """``rank -> time`` of each rank's latest output, partial lines included."""
+        return dict(self._last_output)
+
     def _write_bytes(self, rank: int, data: bytes) -> None:
         fh = self._file(rank)
+        self._index(rank).note(fh.tell(), time.time())
         fh.write(data)
         fh.flush()
+
+    def _index(self, rank: int) -> LogIndexWriter:
+        if rank not in self._indexes:
+            self._indexes[rank] = LogIndexWriter(self.run_dir / f"rank-{rank}.log")
+        return self._indexes[rank]
 
     def _file(self, rank: int) -> BinaryIO:
         if rank not in self._files:

@@ -31,6 +31,7 @@ from accel.fsutil import atomic_write_json
 from accel.launch import record
 from accel.launch.guard import Guard
 from accel.launch.logs import ConsoleSink, LogRouter
+from accel.launch.observe import RunObserver
 from accel.launch.plan import LaunchPlan
 from accel.launch.record import RankFailure
 
@@ -115,6 +116,7 @@ class _Run:
         self.failures: list[RankFailure] = []
         self.error_dir = scratch / "errors"
         self.router = LogRouter(plan.run_dir, scratch, plan.nproc_per_node, sink, self._show)
+        self.observer = RunObserver(plan, lambda: dict(self.pids), self.router.last_output, notify)
 
     def _show(self, rank: int) -> bool:
         if self.plan.console == "quiet":
@@ -129,6 +131,7 @@ class _Run:
         self._save()
         status, code = runs.FAILED, 1
         self.router.start()
+        self.observer.start()
         try:
             with _signals_raise(), _worker_environ(self.plan):
                 status, code = self._run_agent()
@@ -145,6 +148,7 @@ class _Run:
             status, code = runs.INTERRUPTED, 128 + sig
         finally:
             self._kill_workers()
+            self.observer.stop()
             self.router.close()
         return self._finish(status, code)
 
@@ -176,9 +180,11 @@ class _Run:
         self.pids = dict(pids)
         self.record = record.with_attempt(self.record, attempt, _now())
         self._save()
+        self.observer.attempt_started(attempt, pids)
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
         self.failures = [_rank_failure(r, f, attempt) for r, f in sorted(failures.items())]
+        self.failures = self.observer.hang_failures(attempt, self.failures)
         self.record = record.with_failures(self.record, attempt, self.failures)
         self._save()
         root = record.first_failure(self.failures)
@@ -190,7 +196,11 @@ class _Run:
             )
 
     def tick(self) -> None:
-        """Seam for telemetry and hang detection (issue 6)."""
+        """Record what the hang watch found (run.json is written on this thread only)."""
+        updated = self.observer.tick(self.record)
+        if updated is not None:
+            self.record = updated
+            self._save()
 
     # -- end ----------------------------------------------------------------------------
 
@@ -202,6 +212,7 @@ class _Run:
 
     def _finish(self, status: str, code: int) -> RunOutcome:
         failures = self.failures if status == runs.FAILED else []
+        self.record, status = self.observer.finish(self.record, status)
         self.record = record.finished_record(
             self.record,
             status=status,
@@ -316,6 +327,7 @@ def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
     wanted = {
         **plan.worker_env,
         "ACCEL_LAUNCHER_PID": str(os.getpid()),
+        "ACCEL_RUN_DIR": str(plan.run_dir),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(s.name for s in HANDLED_SIGNALS),
     }
     if plan.max_restarts > 0 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:

@@ -20,6 +20,7 @@ from accel.telemetry.samples import RankStats, Sample, to_line
 
 PidSource = Callable[[], Mapping[int, int]]  # rank -> pid of the live workers
 MIN_INTERVAL = 0.05
+FIRST_SAMPLE = 1.0  # seconds between tries until the first sample
 
 
 class ResourceSampler:
@@ -110,7 +111,11 @@ class ResourceSampler:
             return {}
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        # Every second until the first sample lands (workers take a moment to start),
+        # so that even a short run leaves some figures behind; then every interval.
+        while not self._stop.wait(
+            self.interval if self.count else min(self.interval, FIRST_SAMPLE)
+        ):
             self._append(self.sample())
         self._append(self.sample())
 
