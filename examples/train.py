@@ -56,6 +56,7 @@ def main() -> None:
     if step:
         accelerator.print(f"resumed from the checkpoint of step {step}")
     epoch, done_in_epoch = divmod(step, len(loader))
+    loss = None
 
     while step < args.steps:
         loader.set_epoch(epoch)
@@ -78,9 +79,11 @@ def main() -> None:
                 break
         epoch += 1
 
-    accelerator.print(f"done: {step} steps, final loss {loss.item():.5f}")
-    accelerator.wait_for_everyone()
-    accelerator.end()
+    if loss is None:
+        accelerator.print(f"nothing to do: already at step {step} (ask for more with --steps)")
+    else:
+        accelerator.print(f"done: {step} steps, final loss {loss.item():.5f}")
+    accelerator.end()  # waits for every rank and for pending checkpoint writes
 
 
 if __name__ == "__main__":

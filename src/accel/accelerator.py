@@ -37,6 +37,7 @@ from accel.workspace import Workspace
 if TYPE_CHECKING:
     import torch
 
+    from accel.metrics_tb import TensorBoardLogger
     from accel.store.cache import CacheEntryInfo
 
 __all__ = ["Accelerator"]
@@ -81,6 +82,8 @@ class Accelerator:
         self._loaders: list[Any] = []
         self.extra_state: Any = None
         self._ended = False
+        self._tensorboard: TensorBoardLogger | None = None
+        self._tensorboard_checked = False
         atexit.register(_end_at_exit, weakref.ref(self))
 
     # -- environment --------------------------------------------------------------------
@@ -130,13 +133,24 @@ class Accelerator:
         return self.workspace.checkpoints
 
     def end(self) -> None:
-        """Finish pending saves and tear down the process group this object made."""
+        """Finish pending saves, wait for every rank, tear down the process group."""
+        self._end(barrier=True)
+
+    def _end(self, *, barrier: bool) -> None:
         if self._ended:
             return
         self._ended = True
         try:
             self.workspace.checkpoints.wait()
+            # Destroying the groups while a peer is still inside its last collective
+            # (e.g. the checkpoint commit) aborts that peer ("terminate called without
+            # an active exception"). Not at exit: a rank dying of an exception must not
+            # wait in a barrier its peers never reach.
+            if barrier and self._owns_group:
+                self.wait_for_everyone()
         finally:
+            if self._tensorboard is not None:
+                self._tensorboard.close()
             if self._owns_group:
                 import torch.distributed as dist
 
@@ -236,6 +250,23 @@ class Accelerator:
                 os.close(fd)
         except OSError as exc:
             _log.warning("accel: could not write metrics to %s: %s", self.metrics_file, exc)
+        self._log_tensorboard(metrics, step)
+
+    def _log_tensorboard(self, metrics: dict[str, Any], step: int) -> None:
+        """The same scalars as TensorBoard events, when tensorboard is installed."""
+        if not self._tensorboard_checked:
+            from accel.metrics_tb import open_tensorboard
+
+            self._tensorboard_checked = True
+            self._tensorboard = open_tensorboard(self.metrics_file.parent, self.rank)
+        if self._tensorboard is not None:
+            self._tensorboard.log(metrics, step)
+
+    def heartbeat(self) -> None:
+        """Tell ``accel launch --hang-timeout`` this rank is alive (a long quiet phase)."""
+        from accel.hang.worker import heartbeat
+
+        heartbeat()
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -316,7 +347,7 @@ def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> l
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:
     acc = ref()
     if acc is not None:
-        acc.end()
+        acc._end(barrier=False)
 
 
 def _scalar(key: Any, value: Any) -> Any:
