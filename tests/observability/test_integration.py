@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -136,6 +137,9 @@ def test_metrics_resources_show_plot_and_log_filters(accel: Run, project: Path) 
     spread = [x for x in lines if "rank_value" in x]
     assert sorted({(x["rank"], x["rank_value"]) for x in spread}) == [(0, 0.0), (1, 1.0)]
     assert len(spread) == 24
+    if importlib.util.find_spec("tensorboard") is not None:
+        events = list((folder / "tensorboard").glob("rank-*/events.out.tfevents.*"))
+        assert {e.parent.name for e in events} == {"rank-0", "rank-1"}
 
     samples = [json.loads(x) for x in (folder / "resources.jsonl").read_text().splitlines()]
     assert len(samples) >= 2

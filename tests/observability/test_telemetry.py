@@ -29,7 +29,10 @@ STAT = "4242 (py (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 7 0
 
 def test_parse_stat_survives_a_command_name_with_parentheses() -> None:
     r = _proc.parse_stat(STAT, uptime=40.0, ticks=100, page_size=4096, pid=4242)
+    assert r is not None
     assert (r.cpu_seconds, r.age, r.rss_bytes, r.threads) == (3.0, 30.0, 2560 * 4096, 7)
+    zombie = STAT.replace(") S ", ") Z ")
+    assert _proc.parse_stat(zombie, uptime=40.0, ticks=100, page_size=4096, pid=4242) is None
 
 
 def test_cpu_percent_between_readings_since_start_and_on_pid_reuse() -> None:

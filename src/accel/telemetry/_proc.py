@@ -36,10 +36,14 @@ def cpu_percent(prev: ProcReading | None, cur: ProcReading) -> float:
     return round(max(0.0, cpu / span * 100.0), 1)
 
 
-def parse_stat(text: str, uptime: float, ticks: int, page_size: int, pid: int) -> ProcReading:
-    """A reading from the text of ``/proc/<pid>/stat`` (see proc(5))."""
+def parse_stat(
+    text: str, uptime: float, ticks: int, page_size: int, pid: int
+) -> ProcReading | None:
+    """A reading from the text of ``/proc/<pid>/stat`` (see proc(5)); None for a zombie."""
     # The command name is in parentheses and may itself contain spaces and parentheses.
     fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped: no memory, nothing to report
+        return None
     utime, stime = int(fields[11]), int(fields[12])
     threads, start, rss_pages = int(fields[17]), int(fields[19]), int(fields[21])
     return ProcReading(
