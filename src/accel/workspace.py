@@ -39,6 +39,7 @@ from accel.errors import WorkspaceError
 from accel.fsutil import atomic_write_json
 
 if TYPE_CHECKING:
+    from accel.clean import CleanOutcome
     from accel.store.cache import Cache
     from accel.store.checkpoints import Checkpoints
     from accel.store.kv import Store
@@ -236,3 +237,11 @@ class Workspace:
         from accel.store.checkpoints import Checkpoints
 
         return Checkpoints(self)
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def clean(self, **selectors: Any) -> CleanOutcome:
+        """Plan and (unless ``dry_run=True``) execute a clean; see :func:`accel.clean.clean`."""
+        from accel.clean import clean
+
+        return clean(self, **selectors)
