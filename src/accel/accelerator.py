@@ -133,12 +133,21 @@ class Accelerator:
         return self.workspace.checkpoints
 
     def end(self) -> None:
-        """Finish pending saves and tear down the process group this object made."""
+        """Finish pending saves, wait for every rank, tear down the process group."""
+        self._end(barrier=True)
+
+    def _end(self, *, barrier: bool) -> None:
         if self._ended:
             return
         self._ended = True
         try:
             self.workspace.checkpoints.wait()
+            # Destroying the groups while a peer is still inside its last collective
+            # (e.g. the checkpoint commit) aborts that peer ("terminate called without
+            # an active exception"). Not at exit: a rank dying of an exception must not
+            # wait in a barrier its peers never reach.
+            if barrier and self._owns_group:
+                self.wait_for_everyone()
         finally:
             if self._tensorboard is not None:
                 self._tensorboard.close()
@@ -338,7 +347,7 @@ def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> l
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:
     acc = ref()
     if acc is not None:
-        acc.end()
+        acc._end(barrier=False)
 
 
 def _scalar(key: Any, value: Any) -> Any:
