@@ -75,6 +75,17 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
     assert record["hangs"] and record["hangs"][0]["action"] == "kill"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_hang_warn_dumps_stacks_and_lets_the_run_finish(accel: Run, project: Path) -> None:
+    done = accel("launch", "--hang-timeout", "1s", str(SCRIPTS / "quiet_until_dumped.py"))
+    assert done.returncode == 0, done.stderr
+    assert "looks hung" in done.stderr and "quiet_phase" in done.stderr
+    assert "[rank0] resumed" in done.stdout
+    record = json.loads((_run_folder(project) / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["hangs"][0]["action"] == "warn"
+
+
 @pytest.fixture
 def live_run(accel_exe: list[str], project: Path) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(

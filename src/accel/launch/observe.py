@@ -104,10 +104,12 @@ class RunObserver:
             return {**record, "status": "running"}
         return None
 
-    def _on_hang(self, record: Mapping[str, Any], event: HangEvent) -> dict[str, Any]:
+    def _on_hang(
+        self, record: Mapping[str, Any], event: HangEvent, *, ended: bool = False
+    ) -> dict[str, Any]:
         verdict = event.verdict
         self._hung = True
-        stopping = self.action == "kill"
+        stopping = self.action == "kill" and not ended
         self.notify(f"accel: run {self.plan.run_id} looks hung: {verdict.message}")
         for rank, text in event.stacks.items():
             self.notify(f"[rank{rank}] ===== stack of rank {rank} =====")
@@ -127,7 +129,7 @@ class RunObserver:
             self.notify("accel: stopping the workers (--hang-action kill)")
             self.killed[self._attempt] = event
             self._kill()
-        else:
+        elif not ended:
             self.notify("accel: the run goes on (--hang-action warn); stacks are in the rank logs")
         return {**record, "status": HUNG, "hangs": list(self.hangs)}
 
@@ -161,6 +163,8 @@ class RunObserver:
 
     def finish(self, record: Mapping[str, Any], status: str) -> tuple[dict[str, Any], str]:
         """The final record (resources, hangs) and status (``hung`` after a hang kill)."""
+        while self._events:  # found after the last tick: the workers had just ended
+            record = self._on_hang(record, self._events.popleft(), ended=True)
         summary = summarize(read_samples(self.plan.run_dir / RESOURCES_FILE))
         out = {**record, "resources": summary.to_json()}
         if self.hangs:
