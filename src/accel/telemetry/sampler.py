@@ -46,14 +46,14 @@ class ResourceSampler:
         self._read = _proc.reader()
         self._previous: dict[int, _proc.ProcReading] = {}
         self._nvml: _gpu.Nvml | None = None
+        self._nvml_tried = False
+        self._nvml_lock = threading.Lock()
         self._file: IO[str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.count = 0
 
     def start(self) -> ResourceSampler:
-        if self._gpu_indices is None or self._gpu_indices:
-            self._nvml = _gpu.open_nvml(self._gpu_indices)
         self._thread = threading.Thread(target=self._loop, name="accel-resources", daemon=True)
         self._thread.start()
         return self
@@ -80,6 +80,7 @@ class ResourceSampler:
 
     def sample(self) -> Sample:
         """One sample of every live rank and GPU (also what the thread appends)."""
+        self._open_nvml()
         gpu_memory = self._nvml.process_memory() if self._nvml is not None else {}
         ranks = {}
         for rank, pid in sorted(self._safe_pids().items()):
@@ -88,6 +89,14 @@ class ResourceSampler:
                 ranks[rank] = stats
         gpus = tuple(self._nvml.read()) if self._nvml is not None else ()
         return Sample(time=self._clock(), ranks=ranks, gpus=gpus)
+
+    def _open_nvml(self) -> None:
+        # Here, not in start(): initialising NVML takes a while, and start() runs on the
+        # launcher's main thread before the workers start.
+        with self._nvml_lock:
+            if not self._nvml_tried and (self._gpu_indices is None or self._gpu_indices):
+                self._nvml = _gpu.open_nvml(self._gpu_indices)
+            self._nvml_tried = True
 
     def _rank(self, pid: int, gpu_memory: Mapping[int, int]) -> RankStats | None:
         reading = self._read(pid)
