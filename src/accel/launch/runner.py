@@ -84,7 +84,7 @@ def launch(
 
 @contextlib.contextmanager
 def _series_lease(ws: Workspace, plan: LaunchPlan) -> Iterator[None]:
-    """Hold the checkpoint series lease for the run, when the store provides one.
+    """Hold the checkpoint series lease for the whole run.
 
     Only node 0 holds it: rank 0 (on node 0) saves, and on a shared filesystem the
     other nodes' launchers would otherwise contend for the same series.
@@ -92,11 +92,8 @@ def _series_lease(ws: Workspace, plan: LaunchPlan) -> Iterator[None]:
     if plan.node_rank != 0:
         yield
         return
-    try:
-        from accel.store.lease import SeriesLease  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        yield
-        return
+    from accel.store.lease import SeriesLease
+
     lease = SeriesLease(ws, plan.run_name, run_id=plan.run_id)
     lease.acquire()
     try:

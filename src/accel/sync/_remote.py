@@ -267,7 +267,7 @@ def _entry(rel: str, raw: Any, url: str) -> FileEntry:
 def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) -> Remote:
     """The remote at ``url``; a missing backend or bad URL is one line, exit 2."""
     try:
-        import fsspec  # type: ignore[import-untyped]
+        import fsspec
     except ImportError:
         raise UsageError("remote sync needs fsspec: pip install 'accel[sync]'") from None
     protocol = url.split("://", 1)[0] if "://" in url else "file"

@@ -93,7 +93,7 @@ class Nvml:
 def open_nvml(indices: Sequence[int] | None = None) -> Nvml | None:
     """An NVML session over ``indices`` (default: every GPU), or None without one."""
     try:
-        import pynvml  # type: ignore[import-untyped]
+        import pynvml
     except ImportError:
         return None
     try:
