@@ -21,11 +21,12 @@ torch_hub     ``TORCH_HOME``               opt-in (usually shared across project
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from accel.fsutil import tree_usage
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -103,31 +104,7 @@ def scan_framework_caches(ws: Workspace) -> list[FrameworkCache]:
     found = []
     for name, var in FRAMEWORKS.items():
         path = framework_dir(ws.cache_dir, name)
-        size, files, newest = _usage(path)
+        size, files, newest = tree_usage(path)
         if name in enabled or files:
             found.append(FrameworkCache(name, var, path, name in enabled, size, files, newest))
     return found
-
-
-def _usage(root: Path) -> tuple[int, int, float | None]:
-    """(bytes, files, newest mtime) under ``root``, not following links."""
-    size = files = 0
-    newest: float | None = None
-    stack = [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                            continue
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    size += st.st_size
-                    files += 1
-                    newest = st.st_mtime if newest is None else max(newest, st.st_mtime)
-        except OSError:
-            continue
-    return size, files, newest

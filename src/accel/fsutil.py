@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 TMP_PREFIX = ".accel-tmp-"
 
@@ -79,9 +79,16 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
-def tree_size(path: Path) -> int:
-    """Bytes of regular files under ``path``, not following links; 0 if it is gone."""
-    total = 0
+class TreeUsage(NamedTuple):
+    size: int  # bytes of regular files
+    files: int
+    newest: float | None  # the newest mtime, None for an empty tree
+
+
+def tree_usage(path: Path) -> TreeUsage:
+    """Regular files under ``path``, not following links; zeros if it is gone."""
+    size = files = 0
+    newest: float | None = None
     stack = [str(path)]
     while stack:
         try:
@@ -90,10 +97,20 @@ def tree_size(path: Path) -> int:
                     try:
                         if entry.is_dir(follow_symlinks=False):
                             stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
+                            continue
+                        if not entry.is_file(follow_symlinks=False):
+                            continue
+                        st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
+                    size += st.st_size
+                    files += 1
+                    newest = st.st_mtime if newest is None else max(newest, st.st_mtime)
         except OSError:
             continue
-    return total
+    return TreeUsage(size, files, newest)
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of regular files under ``path``, not following links; 0 if it is gone."""
+    return tree_usage(path).size
