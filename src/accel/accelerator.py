@@ -320,11 +320,14 @@ class Accelerator:
             latest = self.checkpoints.latest() if self.is_main_process else None
             step = None if latest is None else latest.step
         if self.world_size > 1:
+            import torch
             import torch.distributed as dist
 
-            box = [step]
-            dist.broadcast_object_list(box, src=0)
-            step = box[0]
+            # A tensor, not broadcast_object_list: that one unpickles what it receives.
+            box = torch.tensor([-1 if step is None else step], dtype=torch.int64)
+            box = box.to(self.device)
+            dist.broadcast(box, src=0)
+            step = None if int(box.item()) < 0 else int(box.item())
         return step
 
     def clean_cache(self, older_than: float | str | None = None) -> list[CacheEntryInfo]:

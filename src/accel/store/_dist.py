@@ -7,6 +7,7 @@ thread without interleaving with the training loop's collectives.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -21,24 +22,51 @@ class DistContext:
     world_size: int
     group: Any = None
 
+    # Objects travel as JSON in uint8 tensors, never through torch's *_object
+    # collectives: those unpickle what they receive (and need numpy to do it).
+
     def broadcast(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank."""
+        """Rank 0's ``obj`` (JSON-compatible) on every rank."""
         if self.world_size == 1:
             return obj
+        import torch
         import torch.distributed as dist
 
-        box = [obj]
-        dist.broadcast_object_list(box, src=0, group=self.group)
-        return box[0]
+        payload = _encode(obj) if self.rank == 0 else b""
+        size = torch.tensor([len(payload)], dtype=torch.int64)
+        dist.broadcast(size, src=0, group=self.group)
+        buf = _tensor(payload) if self.rank == 0 else torch.empty(int(size), dtype=torch.uint8)
+        dist.broadcast(buf, src=0, group=self.group)
+        return _decode(buf)
 
     def all_gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (JSON-compatible), in rank order."""
         if self.world_size == 1:
             return [obj]
+        import torch
         import torch.distributed as dist
 
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
+        payload = _encode(obj)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
+        dist.all_gather(sizes, torch.tensor([len(payload)], dtype=torch.int64), group=self.group)
+        longest = max(int(s) for s in sizes)
+        bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
+        dist.all_gather(bufs, _tensor(payload.ljust(longest)), group=self.group)
+        return [_decode(buf[: int(n)]) for buf, n in zip(bufs, sizes, strict=True)]
+
+
+def _encode(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _tensor(payload: bytes) -> Any:
+    import torch
+
+    return torch.tensor(list(payload), dtype=torch.uint8)
+
+
+def _decode(buf: Any) -> Any:
+    return json.loads(bytes(buf.tolist()).decode("utf-8"))
 
 
 SINGLE = DistContext(rank=0, world_size=1)
