@@ -32,6 +32,9 @@ _STEP_RE = re.compile(r"step-([0-9]+)")
 _TMP_PREFIXES = (".tmp-", ".accel-tmp-")
 _MAX_THREADS = 8
 _PARALLEL_FROM = 2000
+# On 2 cores the reader threads fight over the GIL: a serial scan of 20,000 entries
+# took 0.26-0.33 s against 0.38-0.54 s on threads. Only larger machines use them.
+_PARALLEL_MIN_CPUS = 4
 
 
 class Item(NamedTuple):
@@ -145,7 +148,7 @@ def _in_parallel(
     Reading 100,000 small meta.json files is system calls, which release the GIL.
     """
     workers = min(_MAX_THREADS, os.cpu_count() or 1)
-    if workers < 2 or len(entries) < _PARALLEL_FROM:
+    if workers < _PARALLEL_MIN_CPUS or len(entries) < _PARALLEL_FROM:
         return [work(entries)]
     from concurrent.futures import ThreadPoolExecutor
 
