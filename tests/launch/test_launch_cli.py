@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from launchutil import SCRIPTS
 
+# Every test here starts `accel` processes: a hang fails fast.
+pytestmark = pytest.mark.timeout(120)
+
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 
 
