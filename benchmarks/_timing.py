@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+
+def accel_exe() -> str:
+    """The ``accel`` executable of this interpreter's environment."""
+    return shutil.which("accel") or str(Path(sys.executable).parent / "accel")
+
+
+@contextlib.contextmanager
+def scratch_project() -> Iterator[tuple[str, dict[str, str]]]:
+    """A temporary project with a default config: (its folder, the env to run accel in)."""
+    with tempfile.TemporaryDirectory() as project:
+        env = {**os.environ, "HOME": project, "ACCEL_WORKSPACE": f"{project}/.accelerate"}
+        subprocess.run(
+            [accel_exe(), "config", "--default"],
+            cwd=project,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        yield project, env
 
 
 def time_command(

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import alternate, report
+from _timing import accel_exe, alternate, report, scratch_project
 
 STARTUP = "start-up"
 WALK = (
@@ -69,13 +65,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.env:
         return bench_env(args.rounds)
-    accel = shutil.which("accel") or str(Path(sys.executable).parent / "accel")
-    with tempfile.TemporaryDirectory() as project:
+    accel = accel_exe()
+    with scratch_project() as (project, env):
         ws = Path(project) / ".accelerate"
-        env = {**os.environ, "HOME": project, "ACCEL_WORKSPACE": str(ws)}
-        subprocess.run(
-            [accel, "config", "--default"], cwd=project, env=env, check=True, capture_output=True
-        )
         build(ws, args.entries)
         commands = {
             "python os.walk + stat": [sys.executable, "-c", WALK, str(ws)],
@@ -103,12 +95,8 @@ def main() -> int:
 
 
 def bench_env(rounds: int) -> int:
-    accel = shutil.which("accel") or str(Path(sys.executable).parent / "accel")
-    with tempfile.TemporaryDirectory() as project:
-        env = {**os.environ, "HOME": project, "ACCEL_WORKSPACE": f"{project}/.accelerate"}
-        subprocess.run(
-            [accel, "config", "--default"], cwd=project, env=env, check=True, capture_output=True
-        )
+    accel = accel_exe()
+    with scratch_project() as (project, env):
         commands = {
             "python -c 'import torch'": [sys.executable, "-c", "import torch"],
             "accel env --json": [accel, "env", "--json"],

@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import accel_exe
 
 SCRIPT = """
 import json, os, time, torch
@@ -56,7 +58,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--launches", type=int, default=2)
     args = parser.parse_args()
-    accel = shutil.which("accel") or str(Path(sys.executable).parent / "accel")
+    accel = accel_exe()
     with tempfile.TemporaryDirectory() as scratch:
         project = Path(scratch)
         (project / "compile_me.py").write_text(SCRIPT)

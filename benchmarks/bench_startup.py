@@ -9,38 +9,26 @@ the medians are compared with a bare torch import measured in the same run (goal
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import alternate, report
+from _timing import accel_exe, alternate, report, scratch_project
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    accel = shutil.which("accel") or str(Path(sys.executable).parent / "accel")
-    with tempfile.TemporaryDirectory() as project:
-        env = {**os.environ, "HOME": project, "ACCEL_WORKSPACE": f"{project}/.accelerate"}
-        subprocess.run(
-            [accel, "config", "--default"], cwd=project, env=env, check=True, capture_output=True
-        )
+    accel = accel_exe()
+    with scratch_project() as (project, env):
         commands = {
             "python -c 'import torch'": [sys.executable, "-c", "import torch"],
             "accel --help": [accel, "--help"],
             "accel config show": [accel, "config", "show"],
             "accel status": [accel, "status"],
+            "accel clean --dry-run": [accel, "clean", "--older-than", "7d", "--dry-run"],
         }
-        if (
-            shutil.which("accel")
-            and subprocess.run([accel, "clean", "--help"], capture_output=True).returncode == 0
-        ):
-            commands["accel clean --dry-run"] = [accel, "clean", "--older-than", "7d", "--dry-run"]
         medians = alternate(commands, args.rounds, cwd=project, env=env)
     ok = report("CLI start-up", medians, "python -c 'import torch'", 0.20)
     return 0 if ok else 1
