@@ -106,9 +106,13 @@ def series_from_env(ws: Workspace, env: dict[str, str] | None = None) -> str:
     return check_series(env.get("ACCEL_RUN_NAME") or ws.config["launch.run_name"])
 
 
-def read_manifest(step_dir: Path) -> dict[str, Any] | None:
-    """The manifest of a committed checkpoint folder, None when it has no valid one."""
-    match = _STEP_RE.fullmatch(step_dir.name)
+def read_manifest(step_dir: Path, name: str | None = None) -> dict[str, Any] | None:
+    """The manifest of a committed checkpoint folder, None when it has no valid one.
+
+    ``name``: the step folder name to validate against when ``step_dir`` is a staging
+    folder that will be renamed to it (default: ``step_dir``'s own name).
+    """
+    match = _STEP_RE.fullmatch(name or step_dir.name)
     try:
         data = read_json(step_dir / MANIFEST)
     except (OSError, ValueError):

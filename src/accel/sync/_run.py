@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import time
 import uuid
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from accel.errors import AccelError, IntegrityError, UsageError
-from accel.fsutil import TMP_PREFIX, fsync_dir, read_json
+from accel.fsutil import TMP_PREFIX, fsync_dir
 from accel.locking import locked
 from accel.sync._checksum import hash_file
 from accel.sync._inventory import MANIFEST, inventory, manifest_entry
@@ -212,18 +211,9 @@ def _verify_checkpoint(stage: Path, unit: str, index: dict[str, FileEntry]) -> N
 
 def _staged_manifest(stage: Path, name: str) -> dict[str, Any] | None:
     """The staged manifest, validated as if it were already in its folder ``name``."""
-    from accel.store.checkpoints import FORMAT
+    from accel.store.checkpoints import read_manifest
 
-    try:
-        data = read_json(stage / MANIFEST)
-    except (OSError, ValueError):
-        return None
-    match = re.fullmatch(r"step-([0-9]{12})", name)
-    if not (match and isinstance(data, dict) and data.get("format") == FORMAT):
-        return None
-    if data.get("step") != int(match.group(1)) or not isinstance(data.get("files"), dict):
-        return None
-    return data
+    return read_manifest(stage, name)
 
 
 def _local_view(ws: Workspace, index: dict[str, FileEntry]) -> LocalView:
