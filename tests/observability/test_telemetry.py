@@ -35,6 +35,36 @@ def test_parse_stat_survives_a_command_name_with_parentheses() -> None:
     assert _proc.parse_stat(zombie, uptime=40.0, ticks=100, page_size=4096, pid=4242) is None
 
 
+def test_parse_stat_skips_a_process_whose_memory_is_already_released() -> None:
+    # Between exit_mm() and becoming a zombie, an exiting process still shows R or D
+    # with RSS 0; CI once sampled a rank in exactly that window and recorded 0 bytes.
+    exiting = STAT.replace(" 2560 ...", " 0 ...")
+    assert exiting != STAT
+    assert _proc.parse_stat(exiting, uptime=40.0, ticks=100, page_size=4096, pid=4242) is None
+
+
+@pytest.mark.timeout(60)
+def test_a_real_process_tearing_down_never_reads_as_zero_memory() -> None:
+    # Freeing 256 MiB takes long enough that a tight loop catches the exit window
+    # (state R, RSS 0) every time; each reading must be the live process or nothing.
+    read = _proc.reader()
+    code = "b = bytearray(256 << 20); print(flush=True); input()"
+    readings: list[_proc.ProcReading] = []
+    for _ in range(3):
+        with subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ) as proc:
+            assert proc.stdout is not None and proc.stdin is not None
+            proc.stdout.readline()
+            proc.stdin.close()
+            while proc.poll() is None:
+                reading = read(proc.pid)
+                if reading is not None:
+                    readings.append(reading)
+    assert readings, "the reader never saw the live process"
+    assert min(r.rss_bytes for r in readings) > 2**20
+
+
 def test_cpu_percent_between_readings_since_start_and_on_pid_reuse() -> None:
     first = _proc.ProcReading(1, cpu_seconds=5.0, age=10.0, rss_bytes=0, threads=1)
     later = _proc.ProcReading(1, cpu_seconds=7.0, age=12.0, rss_bytes=0, threads=1)

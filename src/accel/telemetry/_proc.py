@@ -39,13 +39,20 @@ def cpu_percent(prev: ProcReading | None, cur: ProcReading) -> float:
 def parse_stat(
     text: str, uptime: float, ticks: int, page_size: int, pid: int
 ) -> ProcReading | None:
-    """A reading from the text of ``/proc/<pid>/stat`` (see proc(5)); None for a zombie."""
+    """A reading from the text of ``/proc/<pid>/stat`` (see proc(5)).
+
+    None for a process that is exiting: a zombie, or one still running ``exit`` whose
+    memory is already released (RSS 0; a live user process always maps some pages).
+    Its figures are the process tearing down, not the rank at work.
+    """
     # The command name is in parentheses and may itself contain spaces and parentheses.
     fields = text[text.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):  # exited, not yet reaped: no memory, nothing to report
         return None
     utime, stime = int(fields[11]), int(fields[12])
     threads, start, rss_pages = int(fields[17]), int(fields[19]), int(fields[21])
+    if rss_pages <= 0:
+        return None
     return ProcReading(
         pid=pid,
         cpu_seconds=(utime + stime) / ticks,
@@ -81,12 +88,15 @@ def _read_psutil(pid: int) -> ProcReading | None:
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
+            rss = int(proc.memory_info().rss)
+            if rss <= 0:  # exiting: see parse_stat
+                return None
             times = proc.cpu_times()
             return ProcReading(
                 pid=pid,
                 cpu_seconds=float(times.user + times.system),
                 age=max(0.0, time.time() - proc.create_time()),
-                rss_bytes=int(proc.memory_info().rss),
+                rss_bytes=rss,
                 threads=int(proc.num_threads()),
             )
     except Exception:  # noqa: BLE001 - psutil raises its own family; none may escape
