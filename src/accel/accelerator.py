@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import UsageError
+from accel.fsutil import open_private_append
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ class Accelerator:
         line = json.dumps(record, allow_nan=True) + "\n"
         try:
             self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.metrics_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            fd = open_private_append(self.metrics_file)
             try:
                 os.write(fd, line.encode("utf-8"))
             finally:

@@ -3,8 +3,8 @@
 :func:`collect` gathers everything into a frozen :class:`EnvReport` of raw values; every
 part that can fail (torch missing, config invalid, HOME unset, an unreadable folder)
 becomes ``None``/an error string plus a :class:`Problem`, never an exception. Secrets
-are redacted here, by the pure :func:`redact_value`/:func:`redact_text`, so no form of
-the report (text, markdown, JSON) and no log line can show one.
+are redacted here (by :mod:`accel._redact`), so no form of the report (text, markdown,
+JSON) can show one.
 
 torch is imported inside :func:`torch_info` only; devices are probed only when asked.
 """
@@ -13,33 +13,17 @@ from __future__ import annotations
 
 import os
 import platform as _platform
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from accel._redact import redact_env, redact_mapping, redact_text
 from accel._version import __version__
 from accel.errors import AccelError
 from accel.workspace import LAYOUT_VERSION, Workspace
 
-REDACTED = "***"
-_SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|COOKIE|(^|_)KEY($|_)|(^|_)AUTH($|_)|APIKEY",
-    re.IGNORECASE,
-)
-_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
-_ASSIGNMENT = re.compile(
-    r"(--[A-Za-z0-9][A-Za-z0-9_-]*|\b[A-Za-z_][A-Za-z0-9_.]*)"
-    r"([\"']?\s*[=:]\s*[\"']?|(?<=[A-Za-z0-9])\s+)([^\s\"',;}]+)"
-)
-_BEARER = re.compile(r"\b(Bearer|Basic|token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
-_KNOWN_TOKENS = re.compile(
-    r"\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[A-Z0-9]{16})\b"
-)
-_PROSE_WORDS = {"key", "keys", "auth", "token", "tokens"}
 ENV_PREFIXES = (
     "ACCEL_",
     "ACCELERATE_",
@@ -70,58 +54,10 @@ ENV_NAMES = (
 PACKAGES = ("numpy", "accelerate", "transformers", "safetensors", "filelock", "typer", "rich")
 
 
-# -- redaction (pure) ---------------------------------------------------------------------
-
-
-def is_secret_name(name: str) -> bool:
-    return _SECRET_NAME.search(name) is not None
-
-
-def redact_value(name: str, value: str) -> str:
-    """``value`` as it may be shown: hidden for a secret-looking ``name``, URLs stripped."""
-    if is_secret_name(name):
-        return REDACTED if value else value
-    return redact_text(value)
-
-
-def redact_text(text: str) -> str:
-    """Free text (a log line, a command) with credentials in URLs, ``KEY=value`` pairs
-    with secret-looking names and well-known token formats replaced by ``***``."""
-    text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
-    text = _KNOWN_TOKENS.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-
-    def assignment(m: re.Match[str]) -> str:
-        name, separator = m.group(1), m.group(2)
-        is_flag = name.startswith("--")
-        if not separator.strip() and not is_flag:
-            return m.group(0)  # "key value" in prose is not an assignment; "--key value" is
-        bare = name.lstrip("-").replace("-", "_")
-        prose = not is_flag and bare.lower() in _PROSE_WORDS
-        if prose or not is_secret_name(bare) or m.group(3) == REDACTED:
-            return m.group(0)
-        return f"{m.group(1)}{m.group(2)}{REDACTED}"
-
-    return _ASSIGNMENT.sub(assignment, text)
-
-
-def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy with every string value under a secret-looking key hidden (recursively)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            out[key] = redact_mapping(value)
-        elif isinstance(value, str):
-            out[key] = redact_value(str(key), value)
-        else:
-            out[key] = value
-    return out
-
-
 def relevant_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The variables that matter to training, redacted, sorted by name."""
     chosen = {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
-    return {k: redact_value(k, chosen[k]) for k in sorted(chosen)}
+    return redact_env({k: chosen[k] for k in sorted(chosen)})
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -315,7 +251,7 @@ def config_info(ws: Workspace) -> ConfigInfo:
     except AccelError as exc:
         return ConfigInfo(file, exists, False, redact_text(str(exc)), {}, {})
     except Exception as exc:  # noqa: BLE001 - e.g. an unreadable user file
-        return ConfigInfo(file, exists, False, f"{type(exc).__name__}: {exc}", {}, {})
+        return ConfigInfo(file, exists, False, redact_text(f"{type(exc).__name__}: {exc}"), {}, {})
     values = redact_mapping(config.nested())
     origins = {k: str(o) for k, o in config.origins.items()}
     return ConfigInfo(file, exists, True, None, values, origins)

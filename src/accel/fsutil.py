@@ -17,14 +17,27 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 TMP_PREFIX = ".accel-tmp-"
+# Run records and logs may hold user data (commands, messages, what a script printed):
+# never readable by other users, whatever the umask.
+PRIVATE_MODE = 0o640
 
 
 @functools.lru_cache(maxsize=1)
-def _file_mode() -> int:
-    # mkstemp creates 0600 files; give ours the mode open() would (0666 & ~umask).
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def file_mode(mode: int = 0o666) -> int:
+    """``mode`` as ``open()`` would create it (less the umask)."""
+    return mode & ~_umask()
+
+
+def open_private_append(path: Path) -> int:
+    """A descriptor appending to ``path``, created :data:`PRIVATE_MODE`, never via a link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    return os.open(path, flags, PRIVATE_MODE)
 
 
 def fsync_dir(path: Path) -> None:
@@ -42,13 +55,18 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Path, mode: str = "wb", *, durable: bool = True) -> Iterator[IO[Any]]:
-    """Open a temp file beside ``path``; on clean exit it replaces ``path`` atomically."""
+def atomic_open(
+    path: Path, mode: str = "wb", *, durable: bool = True, perms: int = 0o666
+) -> Iterator[IO[Any]]:
+    """Open a temp file beside ``path``; on clean exit it replaces ``path`` atomically.
+
+    ``perms``: the file's mode before the umask (:data:`PRIVATE_MODE` for user data).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
     try:
-        os.fchmod(fd, _file_mode())
+        os.fchmod(fd, file_mode(perms))  # mkstemp made it 0600
         with os.fdopen(fd, mode) as fh:
             yield fh
             fh.flush()
@@ -63,15 +81,18 @@ def atomic_open(path: Path, mode: str = "wb", *, durable: bool = True) -> Iterat
         fsync_dir(path.parent)
 
 
-def atomic_write(path: Path, data: bytes | str, *, durable: bool = True) -> None:
+def atomic_write(
+    path: Path, data: bytes | str, *, durable: bool = True, perms: int = 0o666
+) -> None:
     """Write ``data`` to ``path`` so readers see the old or the new file, never a mix."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    with atomic_open(path, "wb", durable=durable) as fh:
+    with atomic_open(path, "wb", durable=durable, perms=perms) as fh:
         fh.write(payload)
 
 
-def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
-    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)
+def atomic_write_json(path: Path, obj: Any, *, durable: bool = True, perms: int = 0o666) -> None:
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    atomic_write(path, text, durable=durable, perms=perms)
 
 
 def read_json(path: Path) -> Any:

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel._redact import redact_mapping
 from accel.errors import LockTimeout, UsageError
 
 if TYPE_CHECKING:
@@ -179,7 +180,8 @@ def read_run(ws: Workspace, run_id: str) -> RunRecord:
             raise ValueError("not an object")
     except (OSError, ValueError):
         data = {}
-    return _record(run_id, folder, data, live)
+    # A record written by an older accel may hold secrets in clear: never show them.
+    return _record(run_id, folder, redact_mapping(data), live)
 
 
 def list_runs(ws: Workspace) -> list[RunRecord]:

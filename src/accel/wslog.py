@@ -51,7 +51,7 @@ def format_line(
     message: str, level: str, *, command: str, now: float | None = None, pid: int | None = None
 ) -> str:
     """One log line (pure apart from defaults): time, level, pid, command, message."""
-    from accel.envreport import redact_text
+    from accel._redact import redact_text
 
     when = _dt.datetime.fromtimestamp(
         _now() if now is None else now, tz=_dt.timezone.utc
@@ -78,6 +78,7 @@ def _logs_dir(ws: Workspace) -> Path:
 
 
 def _append(ws: Workspace, line: bytes, settings: dict[str, object]) -> None:
+    from accel.fsutil import open_private_append
     from accel.locking import locked
 
     folder = _logs_dir(ws)
@@ -88,7 +89,7 @@ def _append(ws: Workspace, line: bytes, settings: dict[str, object]) -> None:
     with locked(ws.lock_path(LOCK_NAME), ws, timeout=LOCK_TIMEOUT):
         if max_bytes > 0 and _size(path) + len(line) > max_bytes and _size(path) > 0:
             _rotate(path, backups)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        fd = open_private_append(path)
         try:
             os.write(fd, line)
         finally:

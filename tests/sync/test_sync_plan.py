@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from accel._redact import redact_url
 from accel.errors import IntegrityError, UsageError
 from accel.sync._model import CHECKPOINT, RUN, FileEntry, LocalFile
 from accel.sync._paths import kind_of, split, unit_of
 from accel.sync._plan import LocalView, needs_checksum, plan_pull, plan_push
-from accel.sync._remote import parse_storage_options, redact_url, storage_options_for
+from accel.sync._remote import parse_storage_options, storage_options_for
 
 CK = "checkpoints/default/step-000000000002"
 

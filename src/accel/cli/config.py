@@ -52,10 +52,13 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
     origin: bool = typer.Option(False, "--origin", help="Where each value came from."),
 ) -> None:
-    """Show the effective configuration (all layers applied)."""
+    """Show the effective configuration (all layers applied; secrets shown as ***)."""
+    from accel._redact import redact_mapping
+
     cfg = _app.workspace(ctx).config
+    shown = redact_mapping(cfg.values)
     if as_json:
-        payload: dict[str, Any] = {"config": cfg.nested()}
+        payload: dict[str, Any] = {"config": redact_mapping(cfg.nested())}
         if origin:
             payload["origins"] = {k: _origin_json(o) for k, o in cfg.origins.items()}
         _output.print_json(payload)
@@ -63,13 +66,20 @@ def show(
     columns = ["key", "value"] + (["origin"] if origin else [])
     rows = [
         [key, _show_value(value)] + ([str(cfg.origins[key])] if origin else [])
-        for key, value in cfg.values.items()
+        for key, value in shown.items()
     ]
     _output.table(None, columns, rows)
 
 
 def _origin_json(origin: Any) -> dict[str, Any]:
     return {"layer": origin.layer, "source": origin.source or None, "line": origin.line}
+
+
+def _shown(key: str, value: Any) -> str:
+    """One value for people: secrets (``launch.env`` tokens, URL passwords) as ***."""
+    from accel._redact import redact_mapping
+
+    return _show_value(redact_mapping({key: value})[key])
 
 
 def _show_value(value: Any) -> str:
@@ -84,11 +94,11 @@ def _show_value(value: Any) -> str:
 
 @app.command()
 def get(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.")) -> None:
-    """Print one effective value."""
+    """Print one effective value (secrets shown as ***; the file holds the real ones)."""
     from accel.config import schema
 
     f = schema.field(key)
-    print(_show_value(_app.workspace(ctx).config[f.key]))
+    print(_shown(f.key, _app.workspace(ctx).config[f.key]))
 
 
 @app.command("set")
@@ -101,7 +111,7 @@ def set_(
     from accel.config import project
 
     new = project.set_value(_app.workspace(ctx), key, value)
-    _output.out(f"{key} = {_show_value(new)}")
+    _output.out(f"{key} = {_shown(key, new)}")
 
 
 @app.command()
@@ -143,7 +153,7 @@ def import_(
 
     result = project.import_hf(_app.workspace(ctx), path)
     for key, value in result.values.items():
-        _output.out(f"{key} = {_show_value(value)}")
+        _output.out(f"{key} = {_shown(key, value)}")
     for note in result.notes:
         _output.warn(note)
 

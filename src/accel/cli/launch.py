@@ -267,9 +267,14 @@ def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
 
 
 def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
+    from accel._redact import redact_argv, redact_env, redact_mapping
+
+    command = redact_argv(plan.worker_command)
+    worker_env = redact_env(plan.worker_env)  # the workers get the real values
+    config = redact_mapping(plan.config)
     data = {
         "run_id": plan.run_id,
-        "worker_command": list(plan.worker_command),
+        "worker_command": command,
         "nproc_per_node": plan.nproc_per_node,
         "nnodes": plan.nnodes,
         "node_rank": plan.node_rank,
@@ -277,14 +282,14 @@ def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
         "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
         "max_restarts": plan.max_restarts,
         "stop_grace_period": plan.grace_period,
-        "worker_env": dict(plan.worker_env),
+        "worker_env": worker_env,
         "run_dir": str(plan.run_dir),
-        "config": dict(plan.config),
+        "config": config,
     }
     if as_json:
         _output.print_json(data)
         return
-    _output.out(f"command    {' '.join(plan.worker_command)}")
+    _output.out(f"command    {' '.join(command)}")
     _output.out(
         f"workers    {plan.nproc_per_node} per node x {plan.nnodes} node(s) = {plan.world_size}"
         f" (this is node {plan.node_rank})"
@@ -295,7 +300,7 @@ def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
     _output.table(
         "environment (added to torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ...)",
         ["variable", "value"],
-        sorted(plan.worker_env.items()),
+        sorted(worker_env.items()),
     )
-    rows = [[f"{s}.{k}", v] for s, body in plan.config.items() for k, v in body.items()]
+    rows = [[f"{s}.{k}", v] for s, body in config.items() for k, v in body.items()]
     _output.table("config", ["key", "value"], rows)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
-import time
 import traceback
 from pathlib import Path
 
 import typer
 
+from accel._redact import redact_text
 from accel._version import __version__
 from accel.cli import _app, _output
 from accel.cli import clean as clean_cmd
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except typer.exceptions.TyperException as exc:
         return _usage_error(exc)
     except AccelError as exc:
-        _output.error(str(exc))
+        _output.error(redact_text(str(exc)))  # messages quote values: URLs, failing ranks' errors
         return exc.exit_code
     except BrokenPipeError:
         _silence_stdout()
@@ -109,29 +108,25 @@ def _usage_error(exc: typer.exceptions.TyperException) -> int:
 
 
 def _crash() -> int:
-    path = _crash_log_path()
-    text = f"accel {__version__} {' '.join(sys.argv)}\n{traceback.format_exc()}"
+    from accel.cli._crash import crash_text, write_crash_log
+
+    text = crash_text(__version__, sys.argv, traceback.format_exc())
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        where = f"the traceback is in {path}"
-    except OSError:
-        where = "the traceback could not be saved:\n" + text
+        where = f"the traceback is in {write_crash_log(text, _workspace_logs(), os.environ)}"
+    except OSError as err:
+        where = f"the traceback could not be saved ({err.strerror or err})"
     exc = sys.exc_info()[1]
-    _output.error(f"unexpected {type(exc).__name__}: {exc}; {where} (please report it)")
+    message = redact_text(f"unexpected {type(exc).__name__}: {exc}")
+    _output.error(f"{message}; {where} (please report it)")
     return 1
 
 
-def _crash_log_path() -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(tempfile.gettempdir())
+def _workspace_logs() -> Path | None:
     try:
         ws = Workspace.discover()
-        if ws.exists and os.access(ws.path, os.W_OK):
-            base = ws.path / "logs"
+        return ws.logs_dir if ws.exists else None
     except Exception:  # noqa: BLE001 - a broken workspace must not hide the crash
-        pass
-    return base / f"crash-{stamp}-{os.getpid()}.log"
+        return None
 
 
 def _silence_stdout() -> None:

@@ -17,10 +17,11 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from accel.fsutil import open_private_append
 from accel.runview.logs import LogIndexWriter
 
 ConsoleSink = Callable[[int, str], None]
@@ -38,8 +39,11 @@ class LogRouter:
         nproc: int,
         sink: ConsoleSink | None,
         show: Callable[[int], bool],
+        secrets: Sequence[str] = (),
     ) -> None:
         self.run_dir = run_dir
+        # Values a worker may print (its tokens, URL passwords): hidden in logs and console.
+        self._secrets = tuple(s.encode("utf-8", "surrogateescape") for s in secrets)
         self._sink = sink
         self._show = show
         self._lock = threading.Lock()
@@ -139,6 +143,8 @@ class LogRouter:
 
     def _emit(self, local: int, data: bytes) -> None:
         rank = self._global.get(local, local)
+        for secret in self._secrets:  # whole lines only: a secret is never split
+            data = data.replace(secret, b"***")
         self._write_bytes(rank, data)
         text = data.decode("utf-8", errors="replace")
         lines = text.splitlines()
@@ -170,5 +176,6 @@ class LogRouter:
 
     def _file(self, rank: int) -> BinaryIO:
         if rank not in self._files:
-            self._files[rank] = open(self.run_dir / f"rank-{rank}.log", "ab")  # noqa: SIM115
+            fd = open_private_append(self.run_dir / f"rank-{rank}.log")
+            self._files[rank] = open(fd, "ab")  # noqa: SIM115
         return self._files[rank]

@@ -1,7 +1,9 @@
 """The run record (``run.json``) and the failure reports in it: pure functions on data.
 
 ``run.json`` is rewritten atomically as the run progresses: at the start (``running``),
-at every restart, and at the end. See docs/commands/runs.md for the schema.
+at every restart, and at the end. See docs/commands/runs.md for the schema. What is
+written is :func:`for_disk`: secrets (``--env`` and ``launch.env`` values, tokens in
+the command line, credentials in URLs and error messages) never reach the file.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from accel._redact import redact_mapping
 from accel.launch.plan import LaunchPlan
 
 RECORD_VERSION = 1
@@ -94,6 +97,11 @@ def _blame(f: RankFailure) -> tuple[int, float, int]:
     stopped = f.exitcode in (-signal.SIGTERM, -signal.SIGINT)
     priority = 0 if f.type else (2 if stopped else 1)
     return priority, f.timestamp, f.rank
+
+
+def for_disk(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record as it may be written: every secret in it replaced by ``***``."""
+    return redact_mapping(record)
 
 
 def start_record(plan: LaunchPlan, facts: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from accel import runs
+from accel._redact import secret_values
 from accel.errors import JobFailed
-from accel.fsutil import atomic_write_json
+from accel.fsutil import PRIVATE_MODE, atomic_write_json
 from accel.launch import record
 from accel.launch.guard import Guard
 from accel.launch.logs import ConsoleSink, LogRouter
@@ -112,7 +113,10 @@ class _Run:
         self.pids: dict[int, int] = {}
         self.failures: list[RankFailure] = []
         self.error_dir = scratch / "errors"
-        self.router = LogRouter(plan.run_dir, scratch, plan.nproc_per_node, sink, self._show)
+        secrets = secret_values({**os.environ, **plan.worker_env})
+        self.router = LogRouter(
+            plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=secrets
+        )
         self.observer = RunObserver(plan, lambda: dict(self.pids), self.router.last_output, notify)
 
     def _show(self, rank: int) -> bool:
@@ -232,7 +236,8 @@ class _Run:
         )
 
     def _save(self) -> None:
-        atomic_write_json(self.plan.run_dir / runs.RUN_FILE, self.record, durable=False)
+        path = self.plan.run_dir / runs.RUN_FILE
+        atomic_write_json(path, record.for_disk(self.record), durable=False, perms=PRIVATE_MODE)
 
 
 # -- torch glue -------------------------------------------------------------------------

@@ -193,10 +193,14 @@ def load_view(ws: Workspace, ref: str | None) -> RunView:
 
 
 def current_config(ws: Workspace) -> dict[str, Any] | None:
-    """The workspace's effective config, or None when it is invalid (the diff is skipped)."""
+    """The workspace's effective config, or None when it is invalid (the diff is skipped).
+
+    Redacted like run.json, so the two compare and no view shows a secret.
+    """
+    from accel._redact import redact_mapping
     from accel.errors import AccelError
 
     try:
-        return dict(ws.config.nested())
+        return redact_mapping(ws.config.nested())
     except AccelError:
         return None

@@ -17,13 +17,13 @@ it becomes visible.
 
 from __future__ import annotations
 
+from accel._redact import redact_url
 from accel.sync._model import NullReporter, Reporter, Skipped, SyncPlan, SyncResult, Transfer
 from accel.sync._remote import (
     INDEX_NAME,
     Remote,
     open_remote,
     parse_storage_options,
-    redact_url,
 )
 from accel.sync._run import pull, push
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from accel.workspace import Workspace
 
 MANIFEST = "manifest.json"
+RUN_RECORD = "run.json"
+CONFIG_NAME = CONFIG_REL.rsplit("/", 1)[-1]
 
 
 def inventory(ws: Workspace, include_cache: bool) -> tuple[list[LocalFile], list[Skipped]]:
@@ -38,6 +40,43 @@ def inventory(ws: Workspace, include_cache: bool) -> tuple[list[LocalFile], list
             else:
                 files.append(item)
     return files, skipped
+
+
+def redacted_copy(f: LocalFile, folder: Path) -> LocalFile:
+    """What is uploaded for ``f``: the config and run records with every secret hidden
+    (a copy in ``folder`` when that changes them), anything else as it is."""
+    if f.kind not in (CONFIG, RUN) or f.path.name not in (CONFIG_NAME, RUN_RECORD):
+        return f
+    try:
+        raw = f.path.read_bytes()
+    except OSError:
+        return f
+    shown = _redacted_bytes(raw, json_record=f.path.name == RUN_RECORD)
+    if shown == raw:
+        return f
+    copy = folder / f"{len(list(folder.iterdir()))}-{f.path.name}"
+    copy.write_bytes(shown)
+    return LocalFile(f.rel, copy, len(shown), None, f.unit, f.kind)
+
+
+def _redacted_bytes(raw: bytes, *, json_record: bool) -> bytes:
+    import json
+
+    from accel._redact import redact_mapping, redact_text
+
+    text = raw.decode("utf-8", "replace")
+    if json_record:
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict):
+            shown = redact_mapping(data)
+            if shown == data:
+                return raw  # byte for byte: a record accel wrote is already redacted
+            return (json.dumps(shown, indent=2, sort_keys=True) + "\n").encode()
+    shown_text = redact_text(text)
+    return raw if shown_text == text else shown_text.encode("utf-8")
 
 
 def _config(ws: Workspace) -> list[LocalFile]:

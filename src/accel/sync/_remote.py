@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from accel._redact import redact_url
 from accel._version import __version__
 from accel.errors import IntegrityError, JobFailed, UsageError
 from accel.sync._checksum import (
@@ -40,22 +40,8 @@ TMP_MARK = ".accel-tmp-"
 ENDPOINT_VARS = ("ACCEL_SYNC_ENDPOINT_URL", "AWS_ENDPOINT_URL")
 _ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
 _EXTRAS = {"s3": "accel[s3]", "s3a": "accel[s3]", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
-_SECRET_PARAM = re.compile(r"(sig|signature|token|key|secret|password|credential)", re.I)
 
 Progress = Callable[[int], None]
-
-
-def redact_url(url: str) -> str:
-    """``s3://KEY:SECRET@bucket/p?X-Amz-Signature=..`` -> ``s3://***@bucket/p?X-Amz-Signature=***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = [(k, "***" if _SECRET_PARAM.search(k) else v) for k, v in parse_qsl(parts.query)]
-    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), ""))
 
 
 def parse_storage_options(pairs: list[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -21,7 +22,7 @@ from accel.errors import AccelError, IntegrityError, UsageError
 from accel.fsutil import TMP_PREFIX, fsync_dir
 from accel.locking import locked
 from accel.sync._checksum import hash_file
-from accel.sync._inventory import MANIFEST, inventory, manifest_entry
+from accel.sync._inventory import MANIFEST, inventory, manifest_entry, redacted_copy
 from accel.sync._model import (
     CACHE,
     CHECKPOINT,
@@ -63,9 +64,10 @@ def push(
     if not ws.exists:
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
-    with locked(ws.lock_path("sync"), ws):
+    with locked(ws.lock_path("sync"), ws), tempfile.TemporaryDirectory(prefix="accel-") as tmp:
         index = _guard(remote, remote.read_index) or {}
         files, skipped = inventory(ws, include_cache)
+        files = [redacted_copy(f, Path(tmp)) for f in files]
         plan = plan_push(_with_checksums(files, index), index, skipped)
         if dry_run:
             return SyncResult(plan, remote.url, True)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from accel.fsutil import open_private_append
 from accel.telemetry import _gpu, _proc
 from accel.telemetry.samples import RankStats, Sample, to_line
 
@@ -134,7 +135,8 @@ class ResourceSampler:
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                fd = open_private_append(self.path)
+                self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115
             # One write per line in append mode: readers see whole lines (or a torn
             # last one after a crash, which they skip).
             self._file.write(to_line(sample))

@@ -1,0 +1,309 @@
+"""Redaction: the one place that decides what a secret looks like and hides it.
+
+Ground floor: imports nothing of accel. Everything accel writes, shows or uploads that
+may carry a value from the user (run records, views, logs, crash logs, sync uploads)
+passes through here; the workers still get the real values.
+
+What counts as a secret
+-----------------------
+A *name* (a variable, a flag, a key, a query parameter) is split into words at ``_``,
+``-``, ``.``, spaces and camelCase humps. It is secret when one word
+
+- contains ``SECRET``, ``PASSWORD``, ``PASSWD``, ``PASSPHRASE`` or ``CREDENTIAL``;
+- ends with ``TOKEN`` (``HF_TOKEN``, ``accessToken``) - not ``TOKENS``/``TOKENIZER``,
+  which are counts and models (``MAX_NEW_TOKENS``, ``TOKENIZERS_PARALLELISM``);
+- is ``PASS`` (``DB_PASS``) - not ``PASSES``, ``BYPASS``, ``COMPASS``;
+- is ``AUTH``/``OAUTH``/``AUTHORIZATION`` or starts with ``AUTH`` - not ``AUTHOR(S)``,
+  ``AUTHORITY``;
+- is ``KEY`` or a known ``*KEY`` (``APIKEY``, ``ACCESSKEY``, ``PRIVATEKEY``, ...) unless
+  the next word says it names where a key is (``KEY_PATH``, ``KEY_FILE``, ``KEY_ID``):
+  ``MONKEY``, ``KEYBOARD`` and ``KEYS`` are not keys;
+- is ``CREDS``, ``COOKIE``, ``SIGNATURE``, ``SIG`` or ``DSN``.
+
+A *value* is hidden whole under a secret name. In free text, besides ``NAME=value``,
+``NAME: value``, ``"name": "value"``, ``--name value`` and ``--name=value`` pairs with
+secret names, these are hidden wherever they appear: the credentials of a URL
+(``scheme://user:pass@host``, any characters in the password, ``/`` and ``@`` included),
+``Bearer``/``Basic`` values, and well-known token formats (``hf_``, ``ghp_``, ``sk-``,
+``AKIA``, ``xox*-``, JWTs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, unquote
+
+__all__ = [
+    "REDACTED",
+    "is_secret_name",
+    "redact_argv",
+    "redact_env",
+    "redact_mapping",
+    "redact_text",
+    "redact_url",
+    "redact_value",
+    "secret_values",
+]
+
+REDACTED = "***"
+
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_SUBSTRINGS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL")
+_WORDS = {"PASS", "AUTH", "OAUTH", "AUTHORIZATION", "CREDS", "COOKIE", "SIGNATURE", "SIG", "DSN"}
+_KEYS = {
+    "KEY",
+    "APIKEY",
+    "ACCESSKEY",
+    "PRIVATEKEY",
+    "SECRETKEY",
+    "SSHKEY",
+    "AUTHKEY",
+    "MASTERKEY",
+    "SIGNINGKEY",
+    "ACCOUNTKEY",
+    "LICENSEKEY",
+    "ENCRYPTIONKEY",
+}
+# The next word says the value names a key instead of holding one.
+_KEY_POINTERS = {"PATH", "FILE", "DIR", "FOLDER", "ID", "NAME", "TYPE", "SIZE", "LEN", "LENGTH"}
+_NOT_AUTH = ("AUTHOR", "AUTHORS", "AUTHORED", "AUTHORITY", "AUTHORITIES")
+
+# -- free-text patterns ------------------------------------------------------------------
+
+# scheme://userinfo@host: the password may hold '/', '@' and ':'; the userinfo ends at the
+# last '@' that is followed by a host and the end of the authority. The user part has no
+# '/', so ``https://host/@scope/pkg`` (an '@' in a path) is left alone.
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?P<userinfo>[^\s/@:\"'<>]+(?::[^\s\"'<>]*)?)"
+    r"@(?=[A-Za-z0-9\[\]._-]+(?::[0-9]*)?(?:[/?#\s\"'<>),;]|$))"
+)
+_KNOWN_TOKENS = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[A-Z0-9]{16}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+)"
+)
+# "Bearer x" anywhere; "Basic x"/"Token x"/"Digest x" only as an Authorization header's
+# value ("Basic training" is English).
+_SCHEME_VALUE = re.compile(
+    r"(\bBearer|(?<=Authorization: )(?:Basic|Token|Digest)|(?<=Authorization=)(?:Basic|Token))"
+    r"(\s+)([A-Za-z0-9._~+/=:-]{6,})",
+    re.I,
+)
+_TAIL = r"[^\s\"',;&}\]]"
+_QUOTED = r"\"[^\"\n]*\"|'[^'\n]*'"
+_ANY_VALUE = rf"(?:(?i:bearer|basic|token|digest)[ \t]+{_TAIL}+|{_QUOTED}|{_TAIL}+)"
+# After a space a value never starts with '-': ``--verbose --token x`` must leave
+# ``--token`` to be matched itself.
+_SPACED_VALUE = rf"(?:{_QUOTED}|(?!-){_TAIL}+)"
+_FLAG_NAME = r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)"
+# --name=value and --name value anywhere in a command line. Values are matched in a
+# lookahead, never consumed, so a secret pair inside another pair's value
+# (``https://h/p?token=x``, ``OTHER=HF_TOKEN=x``) is still found.
+_FLAG = re.compile(rf"{_FLAG_NAME}(?:(=)(?=({_ANY_VALUE}))|([ \t]+)(?=({_SPACED_VALUE})))")
+# NAME=value, NAME: value, "name": "value", name = 'value', ?name=value
+_ASSIGN = re.compile(
+    r"(?<![\w.-])([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1([ \t]*[=:][ \t]*)(?=(" + _ANY_VALUE + "))"
+)
+# Lowercase words that are prose before a colon ("auth: failed", "key: launch.env" are
+# messages, not assignments); with '=' they are still assignments. "token: x" and
+# "password: x" are YAML far more often than prose: those are hidden.
+_PROSE = {"auth", "key", "keys"}
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+def _words(name: str) -> list[str]:
+    return [w.upper() for w in _WORD_SPLIT.split(name) if w]
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, flag, key or parameter ``name`` holds a secret (see above)."""
+    words = _words(name)
+    for i, word in enumerate(words):
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if _secret_word(word, nxt):
+            return True
+    return False
+
+
+def _secret_word(word: str, nxt: str) -> bool:
+    if any(s in word for s in _SUBSTRINGS) or word in _WORDS:
+        return True
+    if word.endswith("TOKEN"):
+        return True
+    if word.startswith("AUTH") and not word.startswith(_NOT_AUTH):
+        return True
+    if word.endswith("AUTH") and len(word) > 4 and word not in ("UNAUTH",):
+        return True
+    return word in _KEYS and nxt not in _KEY_POINTERS
+
+
+# -- values --------------------------------------------------------------------------------
+
+
+def redact_value(name: str, value: str) -> str:
+    """``value`` as it may be shown: hidden for a secret ``name``, else its text redacted."""
+    if is_secret_name(name):
+        return REDACTED if value else value
+    return redact_text(value)
+
+
+def redact_url(url: str) -> str:
+    """A URL with its credentials and secret query parameters hidden."""
+    text = redact_text(url)
+    head, sep, query = text.partition("?")
+    if not sep:
+        return text
+    query, hsep, fragment = query.partition("#")
+    parts = []
+    for pair in query.split("&"):
+        name, eq, value = pair.partition("=")
+        secret = eq and value != REDACTED and is_secret_name(unquote(name))
+        parts.append(f"{name}={REDACTED}" if secret else pair)
+    return f"{head}?{'&'.join(parts)}{hsep}{fragment}"
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log line, a command, an error message) with every secret hidden."""
+    if not text:
+        return text
+    text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    text = _KNOWN_TOKENS.sub(REDACTED, text)
+    text = _SCHEME_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    text = _hide_values(_FLAG, text, _flag_value)
+    return _hide_values(_ASSIGN, text, _assigned_value)
+
+
+def _hide_values(
+    pattern: re.Pattern[str], text: str, pick: Callable[[re.Match[str]], int | None]
+) -> str:
+    """Replace the value (group ``pick(m)``) of every match that ``pick`` says is secret."""
+    out, last = [], 0
+    for m in pattern.finditer(text):
+        group = pick(m)
+        if group is None or m.start(group) < last:
+            continue
+        out += [text[last : m.start(group)], _hidden(m.group(group))]
+        last = m.end(group)
+    return "".join(out) + text[last:] if out else text
+
+
+def _flag_value(m: re.Match[str]) -> int | None:
+    group = 3 if m.group(2) else 5
+    if not is_secret_name(m.group(1).lstrip("-")) or REDACTED in m.group(group):
+        return None
+    return group
+
+
+def _assigned_value(m: re.Match[str]) -> int | None:
+    quote_, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
+    if not is_secret_name(name) or REDACTED in value or not value.strip("\"'"):
+        return None
+    if ":" in sep and name.lower() in _PROSE and not quote_:
+        return None
+    return 4
+
+
+def _hidden(value: str) -> str:
+    """``***``, keeping the quotes around a quoted value."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return f"{value[0]}{REDACTED}{value[0]}"
+    return REDACTED
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """A command line with secrets hidden: ``--token x``, ``--token=x``, ``KEY=x``, URLs.
+
+    A value after a secret flag is hidden whether it follows in the same argument or the
+    next one (``["--api-key", "abc"]``).
+    """
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        arg = str(arg)
+        if hide_next and not arg.startswith("--"):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, value = arg.partition("=")
+        if eq and _is_name(name) and is_secret_name(name.lstrip("-")):
+            out.append(f"{name}={REDACTED}" if value else arg)
+        elif arg.startswith("-") and not eq and _is_name(arg) and is_secret_name(arg.lstrip("-")):
+            out.append(arg)
+            hide_next = True
+        else:
+            out.append(redact_text(arg))
+    return out
+
+
+def _is_name(text: str) -> bool:
+    return re.fullmatch(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]*", text) is not None
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment variables as they may be shown (names kept, secret values hidden)."""
+    return {str(k): redact_value(str(k), str(v)) for k, v in env.items()}
+
+
+def redact_mapping(values: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A deep copy with every value under a secret key hidden and all text redacted.
+
+    Lists of strings are read as command lines (:func:`redact_argv`), so a flag and its
+    value in two items are redacted together.
+    """
+    return {key: _redact_item(str(key), value) for key, value in values.items()}
+
+
+def _redact_item(key: str, value: Any) -> Any:
+    if is_secret_name(key):
+        return _hide_all(value)
+    if isinstance(value, Mapping):
+        return redact_mapping(value)
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, str) for v in value):
+            return redact_argv(value)
+        return [_redact_item(key, v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def _hide_all(value: Any) -> Any:
+    """Everything under a secret key: strings and numbers hidden, the shape kept."""
+    if isinstance(value, Mapping):
+        return {k: _hide_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_hide_all(v) for v in value]
+    if isinstance(value, bool) or value is None or value == "":
+        return value
+    return REDACTED if isinstance(value, (str, int, float)) else value
+
+
+def secret_values(env: Mapping[str, str], *, minimum: int = 4) -> tuple[str, ...]:
+    """The values that must never be written verbatim: those of secret-named variables
+    and the credentials of URLs in any variable (longest first, so a secret that contains
+    another is replaced whole). Short values are left out: hiding every ``1`` would
+    garble a log without protecting anything."""
+    found: set[str] = set()
+    for name, value in env.items():
+        if is_secret_name(name) and len(value) >= minimum:
+            found.add(value)
+        for m in _URL_USERINFO.finditer(value):
+            _, _, password = m.group("userinfo").partition(":")
+            for secret in (password, unquote(password), quote(password, safe="")):
+                if len(secret) >= minimum:
+                    found.add(secret)
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every occurrence of one of ``secrets`` replaced by ``***``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
