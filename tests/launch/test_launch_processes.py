@@ -237,3 +237,36 @@ def test_module_mode(accel: Accel, project: Path) -> None:
     done = accel("launch", "-m", "mymod", "--a", "1")
     assert done.returncode == 0, done.stderr
     assert "[rank0] module ran ['--a', '1']" in done.stdout
+
+
+def _daemon(out: Path, rank: int = 0) -> int:
+    pid, marked = map(int, (out / f"daemon-{rank}").read_text().split())
+    assert not marked  # invisible to a scan of environments
+    return pid
+
+
+@pytest.mark.timeout(60)
+def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    done = accel("launch", str(SCRIPTS / "daemonizer.py"), str(out))
+    assert done.returncode == 0, done.stderr
+    assert "left a daemon" in done.stdout
+    pid = _daemon(out)
+    wait_for(lambda: not pid_alive(pid), 5, f"the daemon {pid} to be ended with its run")
+
+
+@pytest.mark.timeout(60)
+def test_a_daemon_started_by_a_worker_ends_when_the_launcher_is_killed(
+    start_accel: StartAccel, project: Path
+) -> None:
+    out = project / "out"
+    out.mkdir()
+    proc = start_accel("launch", "-n", "2", str(SCRIPTS / "daemonizer.py"), str(out), "--stay")
+    wait_for(lambda: all((out / f"daemon-{r}").exists() for r in (0, 1)), 30, "the daemons")
+    daemons = [_daemon(out, r) for r in (0, 1)]
+    time.sleep(1.0)  # the guard has seen them
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for pid in daemons:
+        wait_for(lambda pid=pid: not pid_alive(pid), 5, f"the daemon {pid} to be ended")

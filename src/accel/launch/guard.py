@@ -1,24 +1,92 @@
-"""No process left behind: the guard that outlives a SIGKILLed launcher.
+"""No process left behind: every descendant of a run ends with it, whatever it did.
 
-Workers die with the launcher through a parent-death signal (see ``_bootstrap``), but
-processes *they* started (data loader workers, a daemonized helper) would not. The
-guard is a tiny process forked from the launcher before torch is imported; it waits
-for the launcher to go away (end of file on a pipe only the launcher writes to, so
-nothing can be missed) and then kills every process still carrying the run's
-``ACCEL_RUN_ID`` in its environment.
+A worker's child may start its own session, clear its environment and double-fork
+(a daemon): neither its process group nor ``ACCEL_RUN_ID`` finds it then. What does is
+the process tree, and two things keep that tree whole:
+
+- the launcher makes itself a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a
+  process orphaned under it is re-parented to the launcher, not to init, so every
+  process the run started stays a descendant of the launcher while it lives;
+- the *guard*, a tiny process forked from the launcher before torch is imported,
+  records that tree (pid and start time of every descendant, a few times a second) and
+  waits for the launcher to go away (end of file on a pipe only the launcher writes
+  to, so a SIGKILL cannot be missed).
+
+At the end of a run the launcher ends its descendants itself; when the launcher is
+killed, the guard ends every process it recorded. Ending is *freeze, then kill*: each
+process is stopped (SIGSTOP) before its children are listed, so none can fork or
+orphan a new one in between, and then all are SIGKILLed. The start time recorded with
+each pid makes sure a recycled pid is never killed. Processes with the run's
+``ACCEL_RUN_ID`` in their environment are ended too (the net the guard used before).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 RUN_ID_VAR = "ACCEL_RUN_ID"
+PR_SET_CHILD_SUBREAPER = 36
+TRACK_INTERVAL = 0.25  # seconds between snapshots of the tree (more on a crowded host)
 _PROC = Path("/proc")
+
+Table = Mapping[int, tuple[int, int]]  # pid -> (parent pid, start time in clock ticks)
+
+
+# -- the process table ------------------------------------------------------------------
+
+
+def process_table() -> dict[int, tuple[int, int]]:
+    """``pid -> (ppid, start time)`` of every process (Linux ``/proc``)."""
+    table = {}
+    for pid in _pids():
+        entry = _stat(pid)
+        if entry is not None:
+            table[pid] = entry
+    return table
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 2048)
+        finally:
+            os.close(fd)
+        fields = data.rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pids() -> Iterator[int]:
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(_PROC):
+            if entry.name.isdigit():
+                yield int(entry.name)
+
+
+def descendants(root: int, table: Table, *, since: int = 0) -> dict[int, int]:
+    """``pid -> start time`` of every descendant of ``root`` started at or after ``since``."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: dict[int, int] = {}
+    stack = list(children.get(root, ()))
+    while stack:
+        pid = stack.pop()
+        if pid in found or pid == root:
+            continue
+        if table[pid][1] >= since:
+            found[pid] = table[pid][1]
+        stack.extend(children.get(pid, ()))
+    return found
 
 
 def run_processes(run_id: str, exclude: frozenset[int] = frozenset()) -> list[int]:
@@ -34,26 +102,56 @@ def run_processes(run_id: str, exclude: frozenset[int] = frozenset()) -> list[in
     return found
 
 
-def _pids() -> Iterator[int]:
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(_PROC):
-            if entry.name.isdigit():
-                yield int(entry.name)
+# -- ending processes ---------------------------------------------------------------------
+
+
+def end_processes(known: Mapping[int, int], exclude: Iterable[int] = ()) -> set[int]:
+    """Freeze every process of ``known`` (pid -> start time) still alive, and every
+    descendant of theirs, then SIGKILL them all; returns the pids killed."""
+    spared = {os.getpid(), *exclude}
+    table = process_table()
+    frontier = {p for p, start in known.items() if p not in spared and _same(table, p, start)}
+    frozen: set[int] = set()
+    while frontier:
+        for pid in frontier:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= frontier
+        table = process_table()  # children forked before the stop are listed now
+        frontier = {
+            p for p, (ppid, _) in table.items() if ppid in frozen and p not in frozen | spared
+        }
+    for pid in frozen:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return frozen
+
+
+def _same(table: Table, pid: int, start: int) -> bool:
+    return pid in table and table[pid][1] == start
 
 
 def kill_run_processes(run_id: str, exclude: frozenset[int] = frozenset()) -> int:
-    """SIGKILL every process of the run (a few sweeps, to catch fresh forks); how many."""
-    killed: set[int] = set()
-    for _ in range(3):
-        pids = run_processes(run_id, exclude)
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-        if not pids:
-            break
-        time.sleep(0.05)
-    return len(killed)
+    """End every process carrying the run's ``ACCEL_RUN_ID`` (and its descendants)."""
+    table = process_table()
+    marked = {p: table[p][1] for p in run_processes(run_id, exclude) if p in table}
+    return len(end_processes(marked, exclude))
+
+
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux); False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+# -- the guard ----------------------------------------------------------------------------
 
 
 class Guard:
@@ -63,31 +161,71 @@ class Guard:
         self.run_id = run_id
         self._write_fd: int | None = None
         self.pid: int | None = None
+        self._since = 0
+        self._subreaper = False
 
     def start(self) -> Guard:
         if not _PROC.is_dir():
             return self  # no /proc: the parent-death signal alone has to do
+        me = os.getpid()
+        self._since = _ticks_now()
+        self._subreaper = become_subreaper()
         read_fd, write_fd = os.pipe()
-        launcher = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the forked guard
-            _guard_main(read_fd, self.run_id, launcher)
+            _guard_main(read_fd, self.run_id, me, self._since)
         os.close(read_fd)
         self._write_fd, self.pid = write_fd, pid
         return self
 
     def stop(self) -> None:
-        """The run is over: the guard sweeps once more and exits."""
+        """The run is over: end every process it left, then let the guard go."""
         if self._write_fd is not None:
+            self.end_descendants()
             os.close(self._write_fd)
             self._write_fd = None
         if self.pid is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
             self.pid = None
+        if self._subreaper:
+            become_subreaper(False)
+            self._subreaper = False
+
+    def end_descendants(self) -> set[int]:
+        """End what the run left below the launcher (orphans included) and reap them."""
+        found = descendants(os.getpid(), process_table(), since=self._since)
+        killed = end_processes(found, exclude={self.pid or 0})
+        _reap(killed)
+        return killed
 
 
-def _guard_main(read_fd: int, run_id: str, launcher: int) -> None:  # pragma: no cover
+def _ticks_now() -> int:
+    """Now, in the unit of a process's start time (clock ticks since boot), a tick early."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, int(uptime * os.sysconf("SC_CLK_TCK")) - 1)
+
+
+def _reap(pids: Iterable[int], timeout: float = 2.0) -> None:
+    """Collect those of ``pids`` that are our children (orphans re-parented to us)."""
+    waiting = set(pids)
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid  # not ours, or already collected
+            if done:
+                waiting.discard(pid)
+        if waiting:
+            time.sleep(0.01)
+
+
+def _guard_main(read_fd: int, run_id: str, launcher: int, since: int) -> None:  # pragma: no cover
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)
@@ -96,8 +234,25 @@ def _guard_main(read_fd: int, run_id: str, launcher: int) -> None:  # pragma: no
             os.dup2(devnull, fd)
         os.closerange(3, read_fd)
         os.closerange(read_fd + 1, 65536)
-        while os.read(read_fd, 1):
-            pass
+        tracked = _track(read_fd, launcher, since)
+        end_processes(tracked, exclude={launcher})
         kill_run_processes(run_id, exclude=frozenset({launcher}))
     finally:
         os._exit(0)
+
+
+def _track(read_fd: int, launcher: int, since: int) -> dict[int, int]:  # pragma: no cover
+    """Snapshots of the launcher's tree until the launcher closes the pipe or dies."""
+    tracked: dict[int, int] = {}
+    wait = TRACK_INTERVAL
+    while True:
+        ready, _, _ = select.select([read_fd], [], [], wait)
+        if ready and not os.read(read_fd, 1):
+            return tracked
+        began = time.monotonic()
+        table = process_table()
+        tracked = {p: s for p, s in tracked.items() if _same(table, p, s)}  # drop the gone
+        tracked.update(descendants(launcher, table, since=since))
+        tracked.pop(os.getpid(), None)
+        # Scanning /proc costs about 12 us a process: stay under 5% of a core.
+        wait = max(TRACK_INTERVAL, 20 * (time.monotonic() - began))

@@ -78,6 +78,7 @@ def launch(
             stack.enter_context(runs.run_lock(ws, plan.run_id))
             stack.enter_context(_series_lease(ws, plan))
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="accel-run-")))
+            stack.callback(guard.end_descendants)  # while the run is still live
             return _Run(plan, scratch, sink, notify or (lambda _: None)).execute()
     finally:
         guard.stop()
