@@ -245,10 +245,15 @@ def _daemon(out: Path, rank: int = 0) -> int:
     return pid
 
 
+@pytest.fixture
+def out(project: Path) -> Path:
+    folder = project / "out"
+    folder.mkdir()
+    return folder
+
+
 @pytest.mark.timeout(60)
-def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, project: Path) -> None:
-    out = project / "out"
-    out.mkdir()
+def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, out: Path) -> None:
     done = accel("launch", str(SCRIPTS / "daemonizer.py"), str(out))
     assert done.returncode == 0, done.stderr
     assert "left a daemon" in done.stdout
@@ -258,10 +263,8 @@ def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, project: P
 
 @pytest.mark.timeout(60)
 def test_a_daemon_started_by_a_worker_ends_when_the_launcher_is_killed(
-    start_accel: StartAccel, project: Path
+    start_accel: StartAccel, out: Path
 ) -> None:
-    out = project / "out"
-    out.mkdir()
     proc = start_accel("launch", "-n", "2", str(SCRIPTS / "daemonizer.py"), str(out), "--stay")
     wait_for(lambda: all((out / f"daemon-{r}").exists() for r in (0, 1)), 30, "the daemons")
     daemons = [_daemon(out, r) for r in (0, 1)]
