@@ -316,6 +316,8 @@ def problems(ws: Workspace, report: EnvReport) -> list[Problem]:
     if report.config.error is not None:
         found.append(Problem("config", report.config.error))
     found += _workspace_problems(ws, report.workspace)
+    if report.workspace.exists and report.workspace.writable:
+        found += _storage_problems(ws)
     if report.torch.error is not None:
         found.append(
             Problem("torch", f"torch cannot be imported ({report.torch.error}); pip install torch")
@@ -346,6 +348,43 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
             )
         )
     return found
+
+
+MIN_FREE = 16 * 1024**2  # below this, the next checkpoint or run record will not fit
+
+
+def _storage_problems(ws: Workspace) -> list[Problem]:
+    """Parts of the layout that are in the way (a file for a folder, unwritable) and a
+    full disk: each would make the next writing command fail."""
+    found = []
+    for folder in _layout_folders(ws):
+        if folder.exists() and not folder.is_dir():
+            what = f"{folder} is a file where a folder belongs; move it away"
+            found.append(Problem("workspace_layout", what))
+        elif folder.is_dir() and not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+            what = f"{folder} cannot be read or written; fix its permissions"
+            found.append(Problem("workspace_unwritable", what))
+    free = _free_bytes(ws.path)
+    if free is not None and free < MIN_FREE:
+        where = f"the disk of {ws.path} has {free} bytes free"
+        found.append(Problem("disk_full", f"{where}; free space (`accel clean`)"))
+    return found
+
+
+def _layout_folders(ws: Workspace) -> list[Path]:
+    try:
+        data = [ws.cache_dir, ws.checkpoints_dir, ws.logs_dir, ws.runs_dir, ws.tmp_dir]
+    except AccelError:  # an invalid config cannot say where the data lives
+        data = []
+    return [ws.config_file.parent, ws.locks_dir, *data]
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _gpu_problems(report: EnvReport) -> list[Problem]:

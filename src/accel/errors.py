@@ -7,6 +7,9 @@ exit code in exactly one place (:func:`accel.cli.main`).
 
 from __future__ import annotations
 
+import errno as _errno
+import os
+
 __all__ = [
     "AccelError",
     "ConfigError",
@@ -14,8 +17,10 @@ __all__ = [
     "InterruptedRun",
     "JobFailed",
     "LockTimeout",
+    "StorageError",
     "UsageError",
     "WorkspaceError",
+    "storage_error",
 ]
 
 EXIT_OK = 0
@@ -68,3 +73,46 @@ class InterruptedRun(AccelError):
     def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class StorageError(AccelError, OSError):
+    """The filesystem refused: a full disk, a quota or file-size limit, a read-only or
+    unreadable folder, a folder replaced by a file. Also an :class:`OSError`, so code
+    that handles those still does; ``errno`` and ``filename`` are the original ones."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, code: int | None = None, filename: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.errno = code  # type: ignore[assignment]
+        self.filename = filename
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_HINTS = {
+    _errno.ENOSPC: "the disk is full: free space (`accel clean`) and retry",
+    _errno.EDQUOT: "the disk quota is used up: free space (`accel clean`) or raise the quota",
+    _errno.EFBIG: "a file-size limit was hit (see `ulimit -f`): raise it and retry",
+    _errno.EROFS: "the filesystem is read-only: use a writable workspace (--workspace PATH)",
+    _errno.EACCES: "permission denied: fix the permissions or use another --workspace",
+    _errno.EPERM: "permission denied: fix the permissions or use another --workspace",
+    _errno.ENOTDIR: "a part of that path is a file where a folder belongs: move it away",
+    _errno.EEXIST: "a file is in the way where a folder belongs: move it away",
+    _errno.EISDIR: "a folder is in the way where a file belongs: move it away",
+    _errno.ELOOP: "a link is in the way: accel does not follow links there; remove it",
+    _errno.EIO: "the disk reported an I/O error: check its health",
+}
+
+
+def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
+    """``exc`` as one actionable line (a :class:`StorageError`), unless it is not about the
+    storage (a file that vanished stays a ``FileNotFoundError``: callers handle races)."""
+    if isinstance(exc, StorageError) or exc.errno in (None, _errno.ENOENT, _errno.EINTR):
+        return exc
+    where = path if path is not None else exc.filename
+    reason = exc.strerror or os.strerror(exc.errno)
+    hint = _HINTS.get(exc.errno, "check that the disk is writable and healthy, then retry")
+    return StorageError(f"cannot {action} {where}: {reason}; {hint}", exc.errno, str(where))

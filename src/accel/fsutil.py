@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from accel.errors import storage_error
+
 TMP_PREFIX = ".accel-tmp-"
 # Run records and logs may hold user data (commands, messages, what a script printed):
 # never readable by other users, whatever the umask.
@@ -37,7 +39,10 @@ def file_mode(mode: int = 0o666) -> int:
 def open_private_append(path: Path) -> int:
     """A descriptor appending to ``path``, created :data:`PRIVATE_MODE`, never via a link."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    return os.open(path, flags, PRIVATE_MODE)
+    try:
+        return os.open(path, flags, PRIVATE_MODE)
+    except OSError as exc:
+        raise storage_error(exc, "write", path) from None
 
 
 def fsync_dir(path: Path) -> None:
@@ -63,8 +68,11 @@ def atomic_open(
     ``perms``: the file's mode before the umask (:data:`PRIVATE_MODE` for user data).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    except OSError as exc:
+        raise storage_error(exc, "write", path) from None
     try:
         os.fchmod(fd, file_mode(perms))  # mkstemp made it 0600
         with os.fdopen(fd, mode) as fh:
@@ -73,9 +81,11 @@ def atomic_open(
             if durable:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise storage_error(exc, "write", path) from None
         raise
     if durable:
         fsync_dir(path.parent)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accel.errors import LockTimeout
+from accel.errors import LockTimeout, storage_error
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -42,16 +42,18 @@ def locked(
     """
     from filelock import FileLock, Timeout
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     wait = lock_timeout(ws) if timeout is None else timeout
     lock = FileLock(str(path), timeout=wait, poll_interval=poll_interval)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
         raise LockTimeout(
             f"timed out after {wait:g}s waiting for the lock {path}; another accel process "
             "holds it (raise store.lock_timeout to wait longer)"
         ) from None
+    except OSError as exc:  # `locks` a file, read-only, full (after Timeout: an OSError too)
+        raise storage_error(exc, "take the lock", path) from None
     try:
         yield
     finally:

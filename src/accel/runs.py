@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel._redact import redact_mapping
-from accel.errors import LockTimeout, UsageError
+from accel.errors import LockTimeout, UsageError, storage_error
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -121,8 +121,11 @@ def run_lock(ws: Workspace, run_id: str, timeout: float = 10.0) -> Iterator[None
     import time
 
     path = run_lock_path(ws, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise storage_error(exc, "take the lock", path) from None
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -6,7 +6,9 @@ unexpected prints one line and leaves the traceback in a crash log.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -24,7 +26,7 @@ from accel.cli import runs as runs_cmd
 from accel.cli import stack as stack_cmd
 from accel.cli import status as status_cmd
 from accel.cli import sync as sync_cmd
-from accel.errors import EXIT_INTERRUPTED, AccelError
+from accel.errors import EXIT_INTERRUPTED, AccelError, storage_error
 from accel.workspace import Workspace
 
 app = typer.Typer(
@@ -74,6 +76,9 @@ app.add_typer(sync_cmd.app, name="sync")
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit: EFBIG and one line, not a core dump
+        with contextlib.suppress(ValueError):  # not the main thread: leave it as it is
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="accel", standalone_mode=False)
@@ -89,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         _silence_stdout()
+        return 1
+    except OSError as exc:  # the filesystem refused somewhere no AccelError was made for it
+        if exc.errno is None:
+            return _crash()
+        _output.error(redact_text(str(storage_error(exc, "use", exc.filename))))
         return 1
     except Exception:  # noqa: BLE001 - the one place unexpected errors are reported
         return _crash()
