@@ -256,3 +256,11 @@ def test_the_module_is_ground_floor() -> None:
         for a in (n.names if isinstance(n, ast.Import) else [n])
     ]
     assert not [name for name in imported if name and name.startswith("accel")]
+
+
+def test_a_mapping_nested_deeper_than_python_recurses_is_redacted_not_a_crash() -> None:
+    deep: object = "leaf"
+    for _ in range(5000):
+        deep = [deep, "x"]
+    shown = redact_mapping({"cwd": deep, "HF_TOKEN": "t"})
+    assert shown["HF_TOKEN"] == REDACTED and isinstance(shown["cwd"], list)

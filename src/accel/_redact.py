@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 REDACTED = "***"
+MAX_DEPTH = 64  # deeper than this, a value is hidden whole: redaction never recurses without end
 
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _SUBSTRINGS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL")
@@ -256,29 +257,37 @@ def redact_mapping(values: Mapping[Any, Any]) -> dict[Any, Any]:
     Lists of strings are read as command lines (:func:`redact_argv`), so a flag and its
     value in two items are redacted together.
     """
-    return {key: _redact_item(str(key), value) for key, value in values.items()}
+    return _redact_dict(values, 0)
 
 
-def _redact_item(key: str, value: Any) -> Any:
+def _redact_dict(values: Mapping[Any, Any], depth: int) -> dict[Any, Any]:
+    return {key: _redact_item(str(key), value, depth + 1) for key, value in values.items()}
+
+
+def _redact_item(key: str, value: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        return REDACTED
     if is_secret_name(key):
-        return _hide_all(value)
+        return _hide_all(value, depth)
     if isinstance(value, Mapping):
-        return redact_mapping(value)
+        return _redact_dict(value, depth)
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, str) for v in value):
             return redact_argv(value)
-        return [_redact_item(key, v) for v in value]
+        return [_redact_item(key, v, depth + 1) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value
 
 
-def _hide_all(value: Any) -> Any:
+def _hide_all(value: Any, depth: int) -> Any:
     """Everything under a secret key: strings and numbers hidden, the shape kept."""
+    if depth > MAX_DEPTH:
+        return REDACTED
     if isinstance(value, Mapping):
-        return {k: _hide_all(v) for k, v in value.items()}
+        return {k: _hide_all(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_hide_all(v) for v in value]
+        return [_hide_all(v, depth + 1) for v in value]
     if isinstance(value, bool) or value is None or value == "":
         return value
     return REDACTED if isinstance(value, (str, int, float)) else value

@@ -106,8 +106,12 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True, perms: int 
 
 
 def read_json(path: Path) -> Any:
+    """The JSON document at ``path``; ValueError also for one nested beyond json's reach."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        try:
+            return json.load(fh)
+        except RecursionError:
+            raise ValueError(f"{path} is nested too deeply to be read") from None
 
 
 class TreeUsage(NamedTuple):

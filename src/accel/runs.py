@@ -181,7 +181,7 @@ def read_run(ws: Workspace, run_id: str) -> RunRecord:
         data = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError("not an object")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested beyond json's reach
         data = {}
     # A record written by an older accel may hold secrets in clear: never show them.
     return _record(run_id, folder, redact_mapping(data), live)

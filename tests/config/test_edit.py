@@ -71,7 +71,7 @@ def test_set_value_writes_atomically_and_validates(ws: Workspace) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("launch.num_processes", "-2", "expected an integer or 'auto' >= 1"),
+        ("launch.num_processes", "-2", "expected an integer from 1 to 1024 or 'auto'"),
         ("launch.nope", "1", "unknown config key 'launch.nope'"),
         ("cache.max_size", "7x", "expected a size"),
     ],

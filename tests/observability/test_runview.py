@@ -182,3 +182,27 @@ def test_plot_refuses_an_unknown_metric_and_explains_a_missing_matplotlib(
     with pytest.raises(AccelError, match=r"pip install 'accel\[plot\]'"):
         plotting.plot(plotting.metric_panels([run], ["loss"]), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_deeply_nested_lines_and_records_are_skipped_not_a_crash(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel.cli.main import main
+
+    deep = "[" * 100_000 + "]" * 100_000
+    folder = _make_run(ws, "20261129-100000-aaaaaa", hangs=[{"message": "x"}])
+    with open(folder / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 9, "rank": 0, "loss": ' + deep + "}\n")
+        fh.write(deep + "\n")
+    with open(folder / "resources.jsonl", "a") as fh:
+        fh.write(deep + "\n")
+    other = runs.run_dir(ws, "20261129-090000-bbbbbb")
+    other.mkdir(parents=True)
+    # json reads this one (under its limit); redacting it must not recurse past Python's
+    (other / "run.json").write_text('{"id": "x", "cwd": ' + "[" * 950 + "]" * 950 + "}")
+    assert main(["runs", "show", "aaaaaa", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in shown["metrics"]] == ["loss", "lr", "acc"]
+    for argv in (["runs", "show", "bbbbbb"], ["runs"], ["runs", "--json"]):
+        assert main(argv) == 0, argv
+        assert "unexpected" not in capsys.readouterr().err

@@ -1,13 +1,19 @@
-"""The configuration schema: every key, its type, default and documentation.
+"""The configuration schema: every key, its type, default, bounds and documentation.
 
 Pure data and pure functions. ``coerce(field, value)`` checks a value read from YAML;
 ``parse_text(field, text)`` reads one from an environment variable or a flag. Both
 raise :class:`ValueError` with what was expected; callers add file, line and key.
+
+Validation is total: every number has an upper bound (a 400-digit ``lock_timeout``,
+``1e999`` or ``.nan`` is refused, never passed on to crash a later command), and so
+does every string and list (an environment value the kernel could not pass on, a
+list of a million GPU indices).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +27,11 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _ENDPOINT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:([0-9]{1,5}))?", re.ASCII)
+HOUR, DAY = 3600.0, 86400.0
+MAX_TEXT = 4096  # a string value: a path, an id, a backend name
+MAX_ENV_VALUE = 131071  # the kernel refuses a longer environment string (MAX_ARG_STRLEN)
+MAX_ENV_VARS = 1000
+MAX_GPU_INDEX = 1023
 
 
 @dataclass(frozen=True)
@@ -32,7 +43,8 @@ class Field:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
-    minimum: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None  # every number has one: see docs/configuration.md
     nullable: bool = False
 
     @property
@@ -50,9 +62,38 @@ class Field:
             text = "a list of names from " + ", ".join(self.choices)
         elif self.choices:
             text = "one of " + ", ".join(self.choices)
-        if self.minimum is not None and self.kind in ("int", "int_or_auto"):
-            text += f" >= {self.minimum}"
+        if self.kind in ("int", "int_or_auto") and self.maximum is not None:
+            text = text.replace("an integer", f"an integer {self.bounds}")
+        elif self.kind in ("duration", "size") and self.maximum is not None:
+            text += f" ({self.bounds})"
         return text + (" or null" if self.nullable else "")
+
+    @property
+    def bounds(self) -> str:
+        """The range of a number, for people: ``from 1 to 1024``, ``at most 1h``."""
+        if self.maximum is None:
+            return ""
+        if self.kind not in ("duration", "size"):
+            return f"from {int(self.minimum or 0)} to {int(self.maximum)}"
+        high = _format(self, self.maximum)
+        return (
+            f"from {_format(self, self.minimum)} to {high}" if self.minimum else f"at most {high}"
+        )
+
+
+def _format(f: Field, value: float | None) -> str:
+    from accel.units import format_duration
+
+    number = value or 0
+    if f.kind == "duration":
+        return format_duration(number)
+    if number >= 2**63 - 1:
+        return "8 EiB"  # what a signed 64-bit byte count holds
+    unit, name = next((u, n) for u, n in _BINARY if number % u == 0)
+    return f"{int(number) // unit} {name}"
+
+
+_BINARY = ((1024**4, "TiB"), (1024**3, "GiB"), (1024**2, "MiB"), (1024, "KiB"), (1, "B"))
 
 
 FIELDS: tuple[Field, ...] = (
@@ -62,9 +103,19 @@ FIELDS: tuple[Field, ...] = (
         1,
         "Worker processes per machine; `auto` = one per visible GPU, else 1.",
         minimum=1,
+        maximum=1024,
     ),
-    Field("launch.num_machines", "int", 1, "Machines (nodes) in the job.", minimum=1),
-    Field("launch.machine_rank", "int", 0, "This machine's rank among num_machines.", minimum=0),
+    Field(
+        "launch.num_machines", "int", 1, "Machines (nodes) in the job.", minimum=1, maximum=65536
+    ),
+    Field(
+        "launch.machine_rank",
+        "int",
+        0,
+        "This machine's rank among num_machines.",
+        minimum=0,
+        maximum=65535,
+    ),
     Field(
         "launch.rdzv_endpoint",
         "endpoint",
@@ -75,7 +126,14 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "launch.rdzv_id", "str", None, "Rendezvous id shared by all nodes of a job.", nullable=True
     ),
-    Field("launch.max_restarts", "int", 0, "Restarts of the workers after a failure.", minimum=0),
+    Field(
+        "launch.max_restarts",
+        "int",
+        0,
+        "Restarts of the workers after a failure.",
+        minimum=0,
+        maximum=10000,
+    ),
     Field(
         "launch.mixed_precision",
         "enum",
@@ -108,12 +166,14 @@ FIELDS: tuple[Field, ...] = (
         "duration",
         10.0,
         "How long workers get after SIGTERM before they are killed.",
+        maximum=HOUR,
     ),
     Field(
         "launch.hang_timeout",
         "duration",
         None,
         "Declare the run hung when no rank printed, logged a metric or beat for this long.",
+        maximum=30 * DAY,
         nullable=True,
     ),
     Field(
@@ -129,6 +189,7 @@ FIELDS: tuple[Field, ...] = (
         3,
         "Committed checkpoints kept per series; null keeps all.",
         minimum=1,
+        maximum=1_000_000,
         nullable=True,
     ),
     Field(
@@ -142,6 +203,7 @@ FIELDS: tuple[Field, ...] = (
         "size",
         None,
         "Size budget of the workspace; least recently used entries are evicted.",
+        maximum=2**63 - 1,
         nullable=True,
     ),
     Field(
@@ -160,20 +222,29 @@ FIELDS: tuple[Field, ...] = (
         choices=("debug", "info", "warning", "error"),
     ),
     Field(
-        "logs.rotate_max_bytes", "size", 10 * 1024**2, "Size at which logs/training.log rotates."
+        "logs.rotate_max_bytes",
+        "size",
+        10 * 1024**2,
+        "Size at which logs/training.log rotates.",
+        maximum=1024**4,
     ),
-    Field("logs.backup_count", "int", 5, "Rotated training.log files kept.", minimum=0),
+    Field(
+        "logs.backup_count", "int", 5, "Rotated training.log files kept.", minimum=0, maximum=1000
+    ),
     Field(
         "logs.resource_interval",
         "duration",
         10.0,
         "How often the launcher samples CPU, memory and GPU use into resources.jsonl.",
+        minimum=0.1,
+        maximum=DAY,
     ),
     Field(
         "store.lock_timeout",
         "duration",
         60.0,
         "How long to wait for a workspace lock before giving up.",
+        maximum=DAY,
     ),
     Field(
         "workspace.path",
@@ -231,10 +302,19 @@ def coerce(f: Field, value: Any) -> Any:
         raise ValueError(f"expected {f.expected}, got null")
     result = _COERCE[f.kind](f, value)
     if f.choices and f.kind != "names" and result not in f.choices:
-        raise ValueError(f"expected {f.expected}, got {value!r}")
-    if f.minimum is not None and isinstance(result, int) and result < f.minimum:
-        raise ValueError(f"expected {f.expected}, got {value!r}")
+        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+    if isinstance(result, (int, float)) and not isinstance(result, bool):
+        low = f.minimum if f.minimum is not None else 0
+        # An int is compared as an int: float() of a 400-digit number would overflow.
+        if not low <= result <= (f.maximum if f.maximum is not None else result):
+            raise ValueError(f"expected {f.expected}, got {_shown(value)}")
     return result
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message, cut short: a 400-digit number is not one line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
 def parse_text(f: Field, text: str) -> Any:
@@ -254,7 +334,7 @@ def _int(value: Any) -> int:
         raise ValueError
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip(), re.ASCII):
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]{1,30}", value.strip(), re.ASCII):
         return int(value)
     raise ValueError
 
@@ -263,7 +343,7 @@ def _coerce_int(f: Field, value: Any) -> int:
     try:
         return _int(value)
     except ValueError:
-        raise ValueError(f"expected {f.expected}, got {value!r}") from None
+        raise ValueError(f"expected {f.expected}, got {_shown(value)}") from None
 
 
 def _coerce_int_or_auto(f: Field, value: Any) -> int | str:
@@ -281,9 +361,9 @@ def _coerce_bool(f: Field, value: Any) -> bool:
 
 
 def _coerce_str(f: Field, value: Any) -> str:
-    if isinstance(value, str) and value and "\0" not in value:
+    if isinstance(value, str) and value and "\0" not in value and len(value) <= MAX_TEXT:
         return value
-    raise ValueError(f"expected {f.expected}, got {value!r}")
+    raise ValueError(f"expected {f.expected} of at most {MAX_TEXT} characters, got {_shown(value)}")
 
 
 def _coerce_name(f: Field, value: Any) -> str:
@@ -312,21 +392,25 @@ def _coerce_gpu_ids(f: Field, value: Any) -> str | list[int]:
         ids = [_int(v) for v in value] if isinstance(value, list) and value else None
     except ValueError:
         ids = None
-    if ids is None or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise ValueError(f"expected {f.expected}, got {value!r}")
+    bad = ids is None or any(not 0 <= i <= MAX_GPU_INDEX for i in ids)
+    if bad or ids is None or len(set(ids)) != len(ids):
+        raise ValueError(f"expected {f.expected} (0 to {MAX_GPU_INDEX}), got {_shown(value)}")
     return ids
 
 
 def _coerce_env(f: Field, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise ValueError(f"expected {f.expected}, got {value!r}")
+    if not isinstance(value, dict) or len(value) > MAX_ENV_VARS:
+        raise ValueError(f"expected {f.expected} (at most {MAX_ENV_VARS}), got {_shown(value)}")
     out: dict[str, str] = {}
     for name, val in value.items():
-        if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None:
-            raise ValueError(f"invalid environment variable name {name!r}")
+        if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or len(name) > 255:
+            raise ValueError(f"invalid environment variable name {_shown(name)}")
         if isinstance(val, bool) or not isinstance(val, (str, int, float)):
-            raise ValueError(f"value of {name} must be a string, got {val!r}")
-        out[name] = str(val)
+            raise ValueError(f"value of {name} must be a string, got {_shown(val)}")
+        text = str(val)
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_ENV_VALUE or "\0" in text:
+            raise ValueError(f"value of {name} is longer than {MAX_ENV_VALUE} bytes or has NUL")
+        out[name] = text
     return out
 
 
@@ -367,14 +451,20 @@ def _coerce_size(f: Field, value: Any) -> int:
 
 
 def _coerce_duration(f: Field, value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
+    limit = f.maximum if f.maximum is not None else 0.0
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # 1e999 is inf, .nan compares false, a 400-digit int overflows float(): all refused
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+        if 0 <= value <= limit:
+            return float(value)
+        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
     if not isinstance(value, str):
-        raise ValueError(f"expected {f.expected}, got {value!r}")
+        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
     try:
         return parse_duration(value)
     except UsageError:
-        raise ValueError(f"expected {f.expected}, got {value!r}") from None
+        raise ValueError(f"expected {f.expected}, got {_shown(value)}") from None
 
 
 _COERCE = {
@@ -428,8 +518,8 @@ def _json_type(f: Field) -> dict[str, Any]:
         "names": {"type": "array", "items": {"enum": list(f.choices)}, "uniqueItems": True},
     }
     base = dict(kinds.get(f.kind, {"type": "string"}))
-    if f.minimum is not None and f.kind == "int":
-        base["minimum"] = f.minimum
+    if f.kind == "int" and f.maximum is not None:
+        base["minimum"], base["maximum"] = int(f.minimum or 0), int(f.maximum)
     if f.nullable:
         base = {"anyOf": [base, {"type": "null"}]}
     base["description"] = f.help

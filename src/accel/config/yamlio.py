@@ -5,6 +5,8 @@
   the typed schema then catches what was meant.
 - Duplicate keys are an error, not last-wins.
 - Alias expansion is bounded by counting the nodes visited (no billion laughs).
+- Nesting is bounded (``MAX_DEPTH``) before anything is built, and a number has at most
+  ``MAX_DIGITS`` digits: a hostile file is one clear error, never a RecursionError.
 - Every key of the result carries its line number for error messages.
 """
 
@@ -20,6 +22,8 @@ import yaml
 from accel.errors import ConfigError
 
 MAX_NODES = 10_000
+MAX_DEPTH = 32  # a config is section: key: value; launch.env is the deepest at 3
+MAX_DIGITS = 100
 _PLAIN = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
@@ -51,6 +55,10 @@ _StrictLoader.add_implicit_resolver(
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     text = str(loader.construct_scalar(node))
+    if len(text) > MAX_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a number of {len(text)} digits (at most {MAX_DIGITS})", node.start_mark
+        )
     return int(text, 0) if text[:2] in ("0x", "0o") else int(text, 10)
 
 
@@ -68,6 +76,7 @@ class LoadedYaml:
 def load_yaml_text(text: str, source: str) -> LoadedYaml:
     loader = _StrictLoader(text)
     try:
+        _check_depth(text, source)
         node = loader.get_single_node()
         if node is None:
             return LoadedYaml({})
@@ -81,6 +90,23 @@ def load_yaml_text(text: str, source: str) -> LoadedYaml:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from None
     finally:
         loader.dispose()
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse deep nesting from the parser's events (flat, no recursion), before the
+    composer, which recurses once per level, builds anything."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_StrictLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise ConfigError(
+                    f"{source}:{line}: nested more than {MAX_DEPTH} levels deep; a config "
+                    "file holds sections of keys (launch: num_processes: 2)"
+                )
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def load_yaml_file(path: Path) -> LoadedYaml:

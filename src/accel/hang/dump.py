@@ -114,7 +114,7 @@ def read_workers(run_dir: Path) -> dict[int, int]:
     try:
         data = json.loads((Path(run_dir) / WORKERS_FILE).read_text(encoding="utf-8"))
         return {int(r): int(p) for r, p in dict(data["pids"]).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
 
 

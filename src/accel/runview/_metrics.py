@@ -53,7 +53,7 @@ def parse_metrics(lines: Iterable[str]) -> list[MetricPoint]:
     for line in lines:
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # torn, foreign, or nested beyond json's reach
             continue
         if isinstance(data, dict):
             out.append(_point(data))

@@ -231,7 +231,7 @@ def parse_index(raw: bytes, url: str) -> dict[str, FileEntry]:
         data = json.loads(raw)
         if data.get("format") != INDEX_FORMAT:
             raise ValueError
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         raise IntegrityError(f"{url}/{INDEX_NAME} is not an accel sync index") from None
     if not isinstance(data.get("version"), int) or data["version"] > INDEX_VERSION:
         raise UsageError(f"{url} was written by a newer accel; upgrade accel to sync with it")

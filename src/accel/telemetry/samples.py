@@ -69,8 +69,8 @@ def parse_lines(lines: Iterator[str] | list[str]) -> list[Sample]:
             continue
         try:
             out.append(Sample.from_json(json.loads(line)))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            continue  # RecursionError: a line nested deeper than json can read
     return out
 
 

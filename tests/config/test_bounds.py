@@ -1,0 +1,116 @@
+"""Bounded, total validation: every hostile value is refused with one clear line, and
+every number the schema accepts has a documented upper bound."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from accel.config import schema
+from accel.config.resolve import env_values, flag_value, validate_document
+from accel.config.yamlio import MAX_DEPTH, load_yaml_text
+from accel.errors import ConfigError, UsageError
+from tests_paths import ROOT
+
+DIGITS_400 = "9" * 400
+HOSTILE_FILES = [
+    (f"store:\n  lock_timeout: {DIGITS_400}\n", "a number of 400 digits"),
+    (f"store:\n  lock_timeout: {'9' * 5000}\n", "a number of 5000 digits"),
+    (f"store:\n  lock_timeout: {DIGITS_400}s\n", "store.lock_timeout: expected a duration"),
+    ("launch:\n  stop_grace_period: 1e999\n", "at most 1h), got inf"),
+    ("store:\n  lock_timeout: 1e999\n", "store.lock_timeout: expected a duration"),
+    ("store:\n  lock_timeout: .inf\n", "store.lock_timeout: expected a duration"),
+    ("launch:\n  stop_grace_period: .nan\n", "launch.stop_grace_period: expected a duration"),
+    ("launch:\n  stop_grace_period: 2h\n", "(at most 1h), got '2h'"),
+    ("store:\n  lock_timeout: 3w\n", "(at most 1d)"),
+    ("launch:\n  hang_timeout: 5w\n", "launch.hang_timeout: expected a duration"),
+    ("logs:\n  resource_interval: 0\n", "(from 0.1s to 1d), got 0"),
+    ("launch:\n  num_processes: 100000\n", "from 1 to 1024 or 'auto', got 100000"),
+    ("launch:\n  num_machines: 70000\n", "from 1 to 65536"),
+    ("launch:\n  machine_rank: 65536\n", "from 0 to 65535"),
+    (f"launch:\n  max_restarts: {'9' * 90}\n", "(90 characters)"),
+    ("checkpoints:\n  keep_last: 1000001\n", "from 1 to 1000000"),
+    ("logs:\n  backup_count: 1001\n", "from 0 to 1000"),
+    ("logs:\n  rotate_max_bytes: 2TiB\n", "(at most 1 TiB)"),
+    ("cache:\n  max_size: 9EB\n", "cache.max_size: expected a size"),
+    ("launch:\n  gpu_ids: [5000]\n", "(0 to 1023)"),
+    ("launch:\n  env:\n    A: " + "x" * 140_000 + "\n", "longer than 131071 bytes"),
+    ("launch:\n  rdzv_id: " + "x" * 5000 + "\n", "at most 4096 characters"),
+    ("a: " + "[" * 2000 + "]" * 2000 + "\n", f"nested more than {MAX_DEPTH} levels deep"),
+    ("a:" + "".join(f"\n{'  ' * i}k{i}:" for i in range(1, 200)) + " 1\n", "levels deep"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), HOSTILE_FILES, ids=range(len(HOSTILE_FILES)))
+def test_hostile_files_are_refused_with_one_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_document(load_yaml_text(text, "c.yaml"), "c.yaml")
+    shown = str(caught.value)
+    assert message in shown and shown.startswith("c.yaml:")
+    assert "\n" not in shown and len(shown) < 300, shown
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("ACCEL_STORE_LOCK_TIMEOUT", f"{DIGITS_400}s"),
+        ("ACCEL_STORE_LOCK_TIMEOUT", "2d"),
+        ("ACCEL_LAUNCH_MAX_RESTARTS", DIGITS_400),
+        ("ACCEL_LAUNCH_NUM_PROCESSES", "2000"),
+        ("ACCEL_LOGS_BACKUP_COUNT", "1" * 5000),
+    ],
+)
+def test_hostile_environment_values_are_refused(var: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=var):
+        env_values({var: value})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("launch.stop_grace_period", "2h"),
+        ("launch.max_restarts", DIGITS_400),
+        ("launch.max_restarts", 10**400),
+        ("launch.num_machines", 65537),
+    ],
+)
+def test_hostile_flags_are_refused(key: str, value: object) -> None:
+    with pytest.raises(UsageError):
+        flag_value(key, value)
+
+
+def test_every_number_has_an_upper_bound_and_the_docs_state_it() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    for f in schema.FIELDS:
+        if f.kind in ("int", "int_or_auto", "duration", "size"):
+            assert f.maximum is not None, f.key
+            assert schema.coerce(f, f.default) == f.default
+            row = next(line for line in page.splitlines() if line.startswith(f"| `{f.key}`"))
+            assert f.bounds in row, (f.key, f.bounds)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args", [["config", "show"], ["status"], ["launch", "t.py"]])
+def test_commands_refuse_a_hostile_config_in_one_line(
+    project: Path, accel_exe: list[str], args: list[str]
+) -> None:
+    config = project / ".accelerate" / "config" / "accelerate_config.yaml"
+    config.parent.mkdir(parents=True)
+    (project / "t.py").write_text("print(1)\n")
+    for text, message in HOSTILE_FILES[:2] + HOSTILE_FILES[3:5] + HOSTILE_FILES[-2:]:
+        config.write_text(text)
+        done = subprocess.run(
+            [*accel_exe, *args],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+        )
+        err = done.stderr.strip()
+        assert done.returncode == 2, (args, err)
+        assert message in err and len(err.splitlines()) == 1, err
+        assert "unexpected" not in err
