@@ -138,6 +138,8 @@ HARMLESS_TEXT = [
     "http://localhost:8000/api?page=2&sort=asc",
     "ssh git@github.com:org/repo.git",
     "rank 0 failed: RuntimeError: CUDA out of memory",
+    "invalid --storage-option 'oops': expected KEY=VALUE",
+    "usage: accel launch --env KEY=VALUE [--token <token>]",
 ]
 
 

@@ -195,14 +195,21 @@ def _hide_values(
 
 def _flag_value(m: re.Match[str]) -> int | None:
     group = 3 if m.group(2) else 5
-    if not is_secret_name(m.group(1).lstrip("-")) or REDACTED in m.group(group):
+    value = m.group(group)
+    if not is_secret_name(m.group(1).lstrip("-")) or REDACTED in value or _placeholder(value):
         return None
     return group
 
 
+def _placeholder(value: str) -> bool:
+    """A usage hint's stand-in (``KEY=VALUE``, ``--token <token>``), not a value."""
+    bare = value.strip("\"'")
+    return not bare or bare in ("VALUE", "...", "TOKEN", "KEY") or bare.startswith("<")
+
+
 def _assigned_value(m: re.Match[str]) -> int | None:
     quote_, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    if not is_secret_name(name) or REDACTED in value or not value.strip("\"'"):
+    if not is_secret_name(name) or REDACTED in value or _placeholder(value):
         return None
     if ":" in sep and name.lower() in _PROSE and not quote_:
         return None

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from sync_helpers import checkpoint_file_count, finished_run, save_checkpoints, tree
+from sync_helpers import Interrupt, checkpoint_file_count, finished_run, save_checkpoints, tree
 
 from accel import Workspace
 from accel.cli.main import main
@@ -36,6 +36,11 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
     fresh = tmp_path / "fresh" / ".accelerate"
     capsys.readouterr()
     assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 0
+    assert not (fresh / "config/accelerate_config.yaml").exists()  # aside until applied
+    assert "--apply-config" in capsys.readouterr().err
+    argv = ["--workspace", str(fresh), "sync", "pull", remote_url, "--apply-config"]
+    assert main(argv) == 0
+    assert "+version: 1" in capsys.readouterr().err  # the difference, shown
     pulled = Workspace(fresh)
     assert [c.step for c in pulled.checkpoints.list()] == [1, 2]
     for step, state in states.items():
@@ -109,24 +114,6 @@ def test_dry_run_moves_nothing(
     assert not fresh.exists()
 
 
-class Interrupt:
-    """A progress reporter that interrupts the push once ``limit`` bytes have moved."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.seen = limit, 0
-
-    def begin(self, total_bytes: int, total_files: int) -> None:
-        pass
-
-    def advance(self, num_bytes: int) -> None:
-        self.seen += num_bytes
-        if self.seen > self.limit:
-            raise KeyboardInterrupt
-
-    def end(self) -> None:
-        pass
-
-
 def test_an_interrupted_push_resumes_where_it_stopped(
     ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -176,7 +163,7 @@ def test_a_forged_index_cannot_write_outside_the_workspace(
     assert main(["sync", "push", remote_url]) == 0
     index_path = remote_dir / "accel-sync.json"
     index = json.loads(index_path.read_text())
-    index["files"]["checkpoints/../../../evil"] = {"size": 1, "checksum": "xxh3_64:00"}
+    index["files"]["checkpoints/../../../evil"] = {"size": 1, "checksum": "xxh3_64:" + "0" * 16}
     index_path.write_text(json.dumps(index))
     fresh = ws.path.parent / "other" / ".accelerate"
     capsys.readouterr()
@@ -325,7 +312,9 @@ def test_the_cache_moves_only_with_include_cache_and_only_committed_entries(
     fresh = Workspace(ws.path.parent / "other" / ".accelerate")
     assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url]) == 0
     assert "ns/blob" not in fresh.cache
+    capsys.readouterr()
     argv = ["--workspace", str(fresh.path), "sync", "pull", remote_url, "--include-cache"]
-    assert main(argv) == 0
+    assert main(argv) == 1  # compiled kernels from a remote are code: refused and listed
+    assert "cache/frameworks/inductor/ab/kernel.py: refused" in capsys.readouterr().err
     assert fresh.cache.get("ns/blob") == b"payload" * 100
-    assert (fresh.cache_dir / "frameworks/inductor/ab/kernel.py").read_text() == "# compiled\n"
+    assert not (fresh.cache_dir / "frameworks").exists()

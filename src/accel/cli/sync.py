@@ -55,9 +55,39 @@ def pull(
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
     storage_option: list[str] = _OPTIONS,
+    apply_config: bool = typer.Option(
+        False,
+        "--apply-config",
+        help="Replace the local config with the remote's (pulled aside), showing the difference.",
+    ),
 ) -> int:
-    """Copy what this workspace lacks from URL; every file is verified before it is visible."""
-    return _sync("pull", ctx, url, include_cache, dry_run, as_json, storage_option)
+    """Copy what this workspace lacks from URL; every file is verified before it is visible.
+
+    Only checkpoints, run records and logs, cache entries and the config are pulled; the
+    config goes aside (config/accelerate_config.pulled.yaml) until --apply-config.
+    """
+    code = _sync("pull", ctx, url, include_cache, dry_run, as_json, storage_option)
+    if not dry_run:
+        _pulled_config(_app.workspace(ctx), url, apply_config)
+    return code
+
+
+def _pulled_config(ws: Any, url: str, apply: bool) -> None:
+    from accel._redact import redact_url
+    from accel.sync._config import apply_pulled, pulled_path
+
+    if not pulled_path(ws).is_file():
+        return
+    if not apply:
+        _output.info(
+            f"the remote's config differs: it is in {pulled_path(ws)}; "
+            f"`accel sync pull {redact_url(url)} --apply-config` shows the difference and "
+            "applies it"
+        )
+        return
+    for line in apply_pulled(ws) or []:  # on stderr: no markup, and --json stays clean
+        _output.info(line)
+    _output.info(f"applied the remote's config to {ws.config_file}")
 
 
 def _sync(
@@ -97,6 +127,8 @@ def _render(result: SyncResult) -> None:
         _output.table(f"would {plan.direction}", ["unit", "files", "size"], rows)
     for s in plan.skipped:
         _output.info(f"skipped {s.unit}: {s.reason}")
+    for s in plan.refused:
+        _output.error(f"{s.unit}: {s.reason}")
     for s in result.failed:
         _output.error(f"{s.unit}: {s.reason}")
     verb = {"push": "pushed", "pull": "pulled"}[plan.direction]
@@ -120,7 +152,8 @@ def _log(ws: Any, result: SyncResult) -> None:
         from accel.wslog import log_event
     except ImportError:
         return
-    state = "ok" if result.ok else f"{len(result.failed)} units failed"
+    bad = len(result.failed) + len(result.plan.refused)
+    state = "ok" if result.ok else f"{bad} units failed or refused"
     log_event(
         ws,
         f"sync {result.plan.direction} {result.url}: {result.files} files, "

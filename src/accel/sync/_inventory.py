@@ -13,6 +13,7 @@ followed.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from accel.sync._paths import CONFIG_REL, MARKERS, is_debris
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
+_BARE_REDACTED = re.compile(r"^([^#\n]*:[ \t]*)\*\*\*(?=[ \t]*(#.*)?$)", re.MULTILINE)
 MANIFEST = "manifest.json"
 RUN_RECORD = "run.json"
 CONFIG_NAME = CONFIG_REL.rsplit("/", 1)[-1]
@@ -76,7 +78,10 @@ def _redacted_bytes(raw: bytes, *, json_record: bool) -> bytes:
                 return raw  # byte for byte: a record accel wrote is already redacted
             return (json.dumps(shown, indent=2, sort_keys=True) + "\n").encode()
     shown_text = redact_text(text)
-    return raw if shown_text == text else shown_text.encode("utf-8")
+    if shown_text == text:
+        return raw
+    # A bare *** starts a YAML alias: quote it so the uploaded config still parses.
+    return _BARE_REDACTED.sub(r"\1'***'", shown_text).encode("utf-8")
 
 
 def _config(ws: Workspace) -> list[LocalFile]:

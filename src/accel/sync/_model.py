@@ -72,10 +72,14 @@ class Skipped:
 
 @dataclass(frozen=True)
 class SyncPlan:
+    """``skipped``: units left alone on purpose (exit 0); ``refused``: what the remote
+    holds that a pull may not bring in (unknown files and places, a live series): exit 1."""
+
     direction: str
     transfers: tuple[Transfer, ...]
     skipped: tuple[Skipped, ...] = ()
     unchanged: int = 0
+    refused: tuple[Skipped, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -101,7 +105,7 @@ class SyncResult:
 
     @property
     def ok(self) -> bool:
-        return not self.failed
+        return not self.failed and not self.plan.refused
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +121,7 @@ class SyncResult:
             "seconds": round(self.seconds, 3),
             "transfers": [t.to_json() for t in self.plan.transfers],
             "skipped": [s.to_json() for s in self.plan.skipped],
+            "refused": [s.to_json() for s in self.plan.refused],
             "failed": [s.to_json() for s in self.failed],
         }
 

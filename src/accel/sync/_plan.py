@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from accel.sync._model import (
     CACHE,
     CHECKPOINT,
+    CONFIG,
     PULL,
     PUSH,
     RUN,
@@ -103,6 +104,8 @@ def _pull_unit(
     here: LocalView,
 ) -> tuple[list[str], str | None]:
     """(files to download, reason the unit is skipped or None)."""
+    if kind == CONFIG:  # goes aside, never over the local file: no conflict to keep
+        return [r for r in rels if here.files.get(r) != remote[r]], None
     if kind == RUN and unit.rsplit("/", 1)[-1] in here.live_runs:
         return [], "live run here"
     folder_unit = kind == CHECKPOINT or (kind == CACHE and unit.endswith(".entry"))

@@ -27,6 +27,7 @@ from accel.sync._checksum import (
     CHUNK,
     DEFAULT_ALGORITHM,
     algorithm_of,
+    checksum_problem,
     format_checksum,
     hash_file,
     new_hasher,
@@ -245,8 +246,11 @@ def _entry(rel: str, raw: Any, url: str) -> FileEntry:
     from accel.sync._inventory import manifest_entry
 
     entry = manifest_entry(raw)
-    if entry is None:
-        raise IntegrityError(f"{url}/{INDEX_NAME} is damaged at {rel!r}")
+    if entry is None or not 0 <= entry.size < 2**63:
+        raise IntegrityError(f"{url}/{INDEX_NAME} is damaged at {rel[:200]!r}; refused")
+    problem = checksum_problem(entry.checksum)
+    if problem is not None:
+        raise IntegrityError(f"{url}/{INDEX_NAME} lists {rel[:200]!r} with {problem}; refused")
     return entry
 
 

@@ -1,31 +1,29 @@
 """Push and pull: plan, then move unit by unit, recording progress in the remote index.
 
 Push commits each unit (a checkpoint, a run, a file) by writing the index after its
-files, so an interrupted push resumes where it stopped. Pull stages a checkpoint or a
-cache entry in a ``.tmp-*`` folder beside its place, verifies every file against the
-index and the checkpoint against its own manifest, and renames it into place whole.
+files, so an interrupted push resumes where it stopped; what it uploads is redacted.
+Pull considers only known files in known places (:mod:`accel.sync._trust`), never
+writes into a series a live run holds, and moves each unit staged and verified
+(:mod:`accel.sync._pull`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from accel.errors import AccelError, IntegrityError, UsageError
-from accel.fsutil import TMP_PREFIX, fsync_dir
+from accel.errors import AccelError, UsageError
 from accel.locking import locked
 from accel.sync._checksum import hash_file
-from accel.sync._inventory import MANIFEST, inventory, manifest_entry, redacted_copy
+from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
-    CACHE,
     CHECKPOINT,
+    CONFIG,
     FileEntry,
     LocalFile,
     NullReporter,
@@ -37,7 +35,9 @@ from accel.sync._model import (
 )
 from accel.sync._paths import kind_of, local_path, unit_of
 from accel.sync._plan import LocalView, needs_checksum, plan_pull, plan_push
+from accel.sync._pull import PullUnit
 from accel.sync._remote import INDEX_NAME, Remote, backend_error
+from accel.sync._trust import screen
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -82,18 +82,54 @@ def pull(
     dry_run: bool = False,
     reporter: Reporter | None = None,
 ) -> SyncResult:
-    """Copy what this workspace lacks from ``remote``, verified before it is visible."""
+    """Copy what this workspace lacks from ``remote``, verified before it is visible.
+
+    Only known files in known places are considered (:mod:`accel.sync._trust`); the
+    rest of the remote, and checkpoints of a series a live run holds here, are refused
+    and listed in ``plan.refused`` (the result is then not ``ok``).
+    """
     index = _guard(remote, remote.read_index)
     if index is None:
         raise UsageError(f"nothing was pushed to {remote.url} (no {INDEX_NAME} there)")
-    paths = {rel: str(local_path(ws, rel)) for rel in index}  # refuses unsafe paths
-    view = _local_view(ws, index) if ws.exists else LocalView({})
-    plan = plan_pull(index, view, include_cache, paths)
+    in_scope = {r: e for r, e in index.items() if include_cache or not r.startswith("cache/")}
+    accepted, refused = screen(in_scope)
+    paths = {rel: str(_pulled_to(ws, rel)) for rel in accepted}
+    view = _local_view(ws, accepted) if ws.exists else LocalView({})
+    plan = plan_pull(accepted, view, include_cache, paths)
+    plan = _without_live_series(ws, plan, refused)
     if dry_run:
         return SyncResult(plan, remote.url, True)
     ws.ensure()
     with locked(ws.lock_path("sync"), ws):
-        return _execute(plan, remote, reporter or NullReporter(), _PullUnit(ws, remote, index))
+        return _execute(plan, remote, reporter or NullReporter(), PullUnit(ws, remote, accepted))
+
+
+def _pulled_to(ws: Workspace, rel: str) -> Path:
+    """Where ``rel`` lands: its place, but the config goes aside."""
+    from accel.sync._config import pulled_path
+
+    return pulled_path(ws) if kind_of(rel) == CONFIG else local_path(ws, rel)
+
+
+def _without_live_series(ws: Workspace, plan: SyncPlan, refused: list[Skipped]) -> SyncPlan:
+    """Checkpoints of a series a live run holds here are refused, one line per series."""
+    from accel.store.lease import holder_of
+
+    series = {t.unit.split("/")[1] for t in plan.transfers if t.kind == CHECKPOINT}
+    held = {}
+    for name in sorted(series) if ws.exists else ():
+        holder = holder_of(ws, name)
+        if holder is not None:
+            who = f"run {holder.run_id}" if holder.run_id else f"pid {holder.pid}"
+            held[name] = (
+                f"refused: the series {name!r} is held by the live {who} (pid {holder.pid} "
+                f"on {holder.host}); pull never writes into it: pull again once it ended"
+            )
+    keep = tuple(
+        t for t in plan.transfers if t.kind != CHECKPOINT or t.unit.split("/")[1] not in held
+    )
+    refused = refused + [Skipped(f"checkpoints/{n}", why) for n, why in held.items()]
+    return replace(plan, transfers=keep, refused=tuple(refused))
 
 
 def _guard(remote: Remote, fn: Callable[[], _T]) -> _T:
@@ -146,78 +182,6 @@ class _PushUnit:
         self._last_write = time.monotonic()
 
 
-class _PullUnit:
-    def __init__(self, ws: Workspace, remote: Remote, index: dict[str, FileEntry]) -> None:
-        self.ws, self.remote, self.index = ws, remote, index
-
-    def __call__(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
-        kind = transfers[0].kind
-        if kind == CHECKPOINT or (kind == CACHE and unit.endswith(".entry")):
-            self._staged(unit, transfers, reporter)
-        else:
-            for t in transfers:
-                self._one_file(t, reporter)
-
-    def flush(self) -> None:
-        pass
-
-    def _one_file(self, t: Transfer, reporter: Reporter) -> None:
-        target = local_path(self.ws, t.rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}"
-        try:
-            self.remote.download(t.rel, tmp, self.index[t.rel], reporter.advance)
-            os.replace(tmp, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        fsync_dir(target.parent)
-
-    def _staged(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
-        final = local_path(self.ws, transfers[0].rel)
-        while final.name != unit.rsplit("/", 1)[-1]:
-            final = final.parent
-        final.parent.mkdir(parents=True, exist_ok=True)
-        stage = final.parent / f".tmp-sync-{uuid.uuid4().hex[:12]}"
-        try:
-            for t in transfers:  # commit markers come last in plan order
-                dest = stage / t.rel[len(unit) + 1 :]
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                self.remote.download(t.rel, dest, self.index[t.rel], reporter.advance)
-            if transfers[0].kind == CHECKPOINT:
-                _verify_checkpoint(stage, unit, self.index)
-            fsync_dir(stage)
-            self._commit(stage, final, transfers[0].kind)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
-
-    def _commit(self, stage: Path, final: Path, kind: str) -> None:
-        lock = self.ws.lock_path("cache") if kind == CACHE else self.ws.lock_path("sync-commit")
-        with locked(lock, self.ws):
-            if final.exists():
-                raise UsageError(f"{final} appeared while it was pulled; kept the local one")
-            os.rename(stage, final)
-        fsync_dir(final.parent)
-
-
-def _verify_checkpoint(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
-    """The manifest must be valid for its step and list exactly the files pulled."""
-    manifest = _staged_manifest(stage, unit.rsplit("/", 1)[-1])
-    pulled = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
-    if manifest is None or pulled != set(manifest["files"]) | {MANIFEST}:
-        raise IntegrityError(f"{unit}: its manifest does not match the files pulled; refused")
-    for name, raw in manifest["files"].items():
-        if manifest_entry(raw) != index[f"{unit}/{name}"]:
-            raise IntegrityError(f"{unit}/{name} does not match its manifest; refused")
-
-
-def _staged_manifest(stage: Path, name: str) -> dict[str, Any] | None:
-    """The staged manifest, validated as if it were already in its folder ``name``."""
-    from accel.store.checkpoints import read_manifest
-
-    return read_manifest(stage, name)
-
-
 def _local_view(ws: Workspace, index: dict[str, FileEntry]) -> LocalView:
     from accel.runs import live_run_ids
 
@@ -232,6 +196,8 @@ def _local_view(ws: Workspace, index: dict[str, FileEntry]) -> LocalView:
         if unit.endswith(".entry") and local_path(ws, unit + "/meta.json").parent.is_dir():
             units.add(unit)
         mine = _file_here(local_path(ws, rel), entry)
+        if kind_of(rel) == CONFIG and mine != entry:  # the config as pulled aside before
+            mine = _file_here(_pulled_to(ws, rel), entry)
         if mine is not None:
             files[rel] = mine
     return LocalView(files, frozenset(units), frozenset(live_run_ids(ws)))

@@ -1,0 +1,218 @@
+"""Pulling one unit: staged, verified, then made visible whole (or not at all).
+
+A checkpoint is staged in ``checkpoints/<series>/.tmp-sync-*``, a new run and a cache
+entry in ``tmp/``; every file is hashed as it downloads and compared with the index;
+then the unit is checked for what it claims to be (the checkpoint's manifest, the run's
+record, the entry's ``meta.json``: known files only, in their places) and renamed into
+place under a lock. Nothing is visible before that rename, so an interrupted or refused
+pull never leaves a half-pulled checkpoint, a run listed as crashed or a torn entry.
+A checkpoint is never renamed into a series a live run holds: the series lease is
+taken around the rename. The config goes aside (:mod:`accel.sync._config`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.errors import IntegrityError, JobFailed, UsageError
+from accel.fsutil import TMP_PREFIX, fsync_dir, read_json
+from accel.locking import locked
+from accel.sync._inventory import MANIFEST, RUN_RECORD, manifest_entry
+from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
+from accel.sync._paths import local_path
+from accel.sync._remote import Remote
+from accel.sync._trust import PLAIN_NAME, cache_key
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
+
+CACHE_KINDS = ("json", "bytes", "tensors", "file")
+
+
+class PullUnit:
+    """Moves one unit of a pull plan into the workspace (see the module docstring)."""
+
+    def __init__(self, ws: Workspace, remote: Remote, index: dict[str, FileEntry]) -> None:
+        self.ws, self.remote, self.index = ws, remote, index
+
+    def __call__(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
+        kind = transfers[0].kind
+        if kind == CONFIG:
+            self._config(transfers[0], reporter)
+        elif kind == CHECKPOINT:
+            self._checkpoint(unit, transfers, reporter)
+        elif kind == CACHE:
+            self._cache_entry(unit, transfers, reporter)
+        elif local_path(self.ws, unit + "/" + RUN_RECORD).parent.is_dir():
+            for t in transfers:  # a run folder already here: add what it lacks
+                self._one_file(t, local_path(self.ws, t.rel), reporter)
+        else:
+            self._new_run(unit, transfers, reporter)
+
+    def flush(self) -> None:
+        pass
+
+    # -- units ----------------------------------------------------------------------------
+
+    def _checkpoint(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
+        from accel.store.lease import LeaseHeld, SeriesLease
+
+        series = unit.split("/")[1]
+        final = self.ws.checkpoints_dir / series / unit.rsplit("/", 1)[-1]
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with self._stage(final.parent / f".tmp-sync-{uuid.uuid4().hex[:12]}") as stage:
+            self._download(unit, transfers, stage, reporter)
+            verify_checkpoint(stage, unit, self.index)
+            try:
+                with SeriesLease(self.ws, series):  # a live run may have taken it meanwhile
+                    self._commit(stage, final, self.ws.lock_path("sync-commit"))
+            except LeaseHeld as exc:
+                raise JobFailed(f"{exc}: pull never writes into a live series") from None
+
+    def _cache_entry(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
+        final = local_path(self.ws, unit + "/" + "meta.json").parent
+        with self._stage(self.ws.tmp_dir / f"sync-{uuid.uuid4().hex[:12]}") as stage:
+            self._download(unit, transfers, stage, reporter)
+            verify_cache_entry(stage, unit, self.index)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self._commit(stage, final, self.ws.lock_path("cache"))
+
+    def _new_run(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
+        final = local_path(self.ws, unit + "/" + RUN_RECORD).parent
+        with self._stage(self.ws.tmp_dir / f"sync-{uuid.uuid4().hex[:12]}") as stage:
+            self._download(unit, transfers, stage, reporter)
+            verify_run(stage, unit)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self._commit(stage, final, self.ws.lock_path("sync-commit"))
+
+    def _config(self, t: Transfer, reporter: Reporter) -> None:
+        from accel.sync._config import checked, pulled_path
+
+        aside = pulled_path(self.ws)
+
+        def check(tmp: Path) -> None:
+            checked(tmp.read_text(encoding="utf-8", errors="replace"), "the remote's config")
+
+        self._one_file(t, aside, reporter, check)
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    def _one_file(self, t: Transfer, target: Path, reporter: Reporter, check: Any = None) -> None:
+        """Download ``t`` to ``target`` (temp beside it, verified, renamed)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}"
+        try:
+            self.remote.download(t.rel, tmp, self.index[t.rel], reporter.advance)
+            if check is not None:
+                check(tmp)
+            elif target.name == RUN_RECORD:
+                _record_of(tmp, t.unit)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        fsync_dir(target.parent)
+
+    def _download(self, unit: str, transfers: list[Transfer], stage: Path, rep: Reporter) -> None:
+        for t in transfers:  # commit markers come last in plan order
+            dest = stage / t.rel[len(unit) + 1 :]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self.remote.download(t.rel, dest, self.index[t.rel], rep.advance)
+
+    @contextlib.contextmanager
+    def _stage(self, stage: Path) -> Iterator[Path]:
+        stage.mkdir(parents=True)
+        try:
+            yield stage
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+    def _commit(self, stage: Path, final: Path, lock: Path) -> None:
+        fsync_dir(stage)
+        with locked(lock, self.ws):
+            if final.exists():
+                raise UsageError(f"{final} appeared while it was pulled; kept the local one")
+            os.rename(stage, final)
+        fsync_dir(final.parent)
+
+
+# -- what a unit must be ------------------------------------------------------------------
+
+
+def verify_checkpoint(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
+    """The manifest is one the store can use, for this series and step, and lists
+    exactly the files pulled with the index's sizes and checksums."""
+    from accel.store.checkpoints import read_manifest
+
+    manifest = read_manifest(stage, unit.rsplit("/", 1)[-1])
+    pulled = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
+    if manifest is None or pulled != set(manifest["files"]) | {MANIFEST}:
+        raise IntegrityError(f"{unit}: its manifest does not match the files pulled; refused")
+    problem = _manifest_problem(stage, manifest, unit.split("/")[1])
+    if problem is not None:
+        raise IntegrityError(f"{unit}: its manifest {problem}; refused")
+    for name, raw in manifest["files"].items():
+        if manifest_entry(raw) != index[f"{unit}/{name}"]:
+            raise IntegrityError(f"{unit}/{name} does not match its manifest; refused")
+
+
+def _manifest_problem(stage: Path, manifest: dict[str, Any], series: str) -> str | None:
+    # The store's own reader of a manifest (what list() and load() use) must accept it:
+    # one missing `created` would otherwise break load_state() for the whole series.
+    from accel.store.checkpoints import _info
+
+    try:
+        info = _info(stage, manifest)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"is not one accel can read ({type(exc).__name__}: {exc})"
+    if info.series != series:
+        return f"names the series {info.series!r}, not {series!r}"
+    return None
+
+
+def verify_cache_entry(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
+    """``meta.json`` is one the cache can use, for this key, naming the one payload
+    pulled beside it (a plain name: never a path out of the entry)."""
+    from accel.store.cache import META, _info
+
+    try:
+        meta = read_json(stage / META)
+        _info(stage, meta)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise IntegrityError(f"{unit}: its {META} is not valid ({exc}); refused") from None
+    payload = meta.get("payload")
+    files = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
+    problem = None
+    if meta.get("key") != cache_key(unit):
+        problem = f"is for the key {meta.get('key')!r}"
+    elif not isinstance(payload, str) or not PLAIN_NAME.fullmatch(payload) or payload == META:
+        problem = f"names the payload {str(payload)[:100]!r}, which is not a file of the entry"
+    elif files != {META, payload} or meta.get("kind") not in CACHE_KINDS:
+        problem = "does not describe the files pulled"
+    elif FileEntry(meta.get("size"), meta.get("checksum")) != index[f"{unit}/{payload}"]:
+        problem = "does not match its payload"
+    if problem is not None:
+        raise IntegrityError(f"{unit}: its {META} {problem}; refused")
+
+
+def verify_run(stage: Path, unit: str) -> None:
+    """A new run comes with its record, or it would be listed as crashed."""
+    if not (stage / RUN_RECORD).is_file():
+        raise IntegrityError(f"{unit}: no {RUN_RECORD} on the remote; refused")
+    _record_of(stage / RUN_RECORD, unit)
+
+
+def _record_of(path: Path, unit: str) -> None:
+    run_id = unit.rsplit("/", 1)[-1]
+    try:
+        record = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise IntegrityError(f"{unit}: its {RUN_RECORD} is not JSON ({exc}); refused") from None
+    if not isinstance(record, dict) or record.get("id", run_id) != run_id:
+        raise IntegrityError(f"{unit}: its {RUN_RECORD} is not the record of {run_id}; refused")
