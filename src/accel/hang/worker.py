@@ -48,7 +48,9 @@ def install_stack_dump_handler(env: Mapping[str, str] | None = None) -> str | No
         target = sys.stderr
         if path is not None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
+            # 0640 like every run log (stdlib only: this file is loaded in every worker)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+            handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
             _handler_file = target = handle
         faulthandler.register(STACK_SIGNAL, file=target, all_threads=True, chain=False)
     except (OSError, ValueError, RuntimeError, AttributeError):
