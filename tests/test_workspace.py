@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,47 @@ def test_workspace_path_relocates_data(project: Path, tmp_path: Path) -> None:
     assert ws.cache_dir == tmp_path / "elsewhere" / "cache"
     assert ws.state_file == tmp_path / "elsewhere" / "state.bin"
     assert ws.config_file.parent == project / ".accelerate" / "config"
+
+
+def test_a_new_workspace_comes_with_a_gitignore(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / ".accelerate").ensure()
+    text = (ws.path / ".gitignore").read_text()
+    assert text.splitlines()[1:] == [
+        "*",
+        "!.gitignore",
+        "!config/",
+        "!config/accelerate_config.yaml",
+    ]
+    (ws.path / ".gitignore").write_text("mine\n")  # the user's edits are kept
+    ws.ensure()
+    assert (ws.path / ".gitignore").read_text() == "mine\n"
+
+
+def test_an_existing_workspace_is_not_given_one_behind_its_back(tmp_path: Path) -> None:
+    (tmp_path / ".accelerate").mkdir()
+    ws = Workspace(tmp_path / ".accelerate").ensure()
+    assert not (ws.path / ".gitignore").exists()
+    ws.ensure_gitignore()  # what `accel config --default` does
+    assert (ws.path / ".gitignore").is_file()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.timeout(60)
+def test_git_tracks_the_config_and_nothing_else(project: Path, accel_exe: list[str]) -> None:
+    def run(*argv: str) -> str:
+        done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    run("git", "init", "-q")
+    run(*accel_exe, "config", "--default")
+    ws = Workspace.discover()
+    ws.cache.put("weights", b"x" * 100)
+    (ws.runs_dir / "20260101-000000-aaaaaa").mkdir(parents=True)
+    (ws.runs_dir / "20260101-000000-aaaaaa" / "rank-0.log").write_text("hello\n")
+    (ws.path / "config" / "notes.tmp").write_text("scratch\n")
+    listed = run("git", "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert sorted(listed) == [
+        "?? .accelerate/.gitignore",
+        "?? .accelerate/config/accelerate_config.yaml",
+    ]

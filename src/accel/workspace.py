@@ -7,6 +7,7 @@ parents, else a new one in the current folder, created by the first command that
 ::
 
     .accelerate/
+      .gitignore                     keeps all but config/ out of git (written on creation)
       layout.json                    layout version (refused when newer than this accel)
       config/accelerate_config.yaml  project configuration
       state.bin                      the store (key-value run state)
@@ -36,7 +37,7 @@ from accel.config.resolve import (
     user_config_path,
 )
 from accel.errors import WorkspaceError
-from accel.fsutil import atomic_write_json
+from accel.fsutil import atomic_write, atomic_write_json
 
 if TYPE_CHECKING:
     from accel.clean import CleanOutcome
@@ -48,6 +49,16 @@ DIRNAME = ".accelerate"
 ENV_VAR = "ACCEL_WORKSPACE"
 LAYOUT_FILE = "layout.json"
 LAYOUT_VERSION = 1
+GITIGNORE = ".gitignore"
+# Like the one `python -m venv` writes: the workspace stays out of git, except the
+# project configuration, which belongs with the code.
+GITIGNORE_TEXT = f"""\
+# Written by accel: git tracks the project configuration, nothing else of the workspace.
+*
+!{GITIGNORE}
+!{PROJECT_FILE.parent.as_posix()}/
+!{PROJECT_FILE.as_posix()}
+"""
 
 
 def find_workspace(
@@ -189,6 +200,8 @@ class Workspace:
     def ensure(self) -> Workspace:
         """Create the layout if needed (idempotent, safe to race)."""
         self.check_layout()
+        if not self.path.exists():
+            self._create_folder()
         try:
             for folder in (self.path / "config", self.locks_dir):
                 folder.mkdir(parents=True, exist_ok=True)
@@ -202,6 +215,24 @@ class Workspace:
                 "choose another with --workspace or ACCEL_WORKSPACE"
             ) from None
         return self
+
+    def _create_folder(self) -> None:
+        """A new workspace comes with its ``.gitignore``."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return  # ensure() reports it
+        self.ensure_gitignore()
+
+    def ensure_gitignore(self) -> None:
+        """Write ``.accelerate/.gitignore`` unless there is one (``accel config`` calls it)."""
+        target = self.path / GITIGNORE
+        if target.exists() or target.is_symlink():
+            return
+        try:
+            atomic_write(target, GITIGNORE_TEXT, durable=False)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot write {target}: {exc.strerror}") from None
 
     # -- configuration ------------------------------------------------------------------
 
