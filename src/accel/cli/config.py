@@ -41,6 +41,7 @@ def config(
         _output.error("not a terminal: run `accel config --default` to write the defaults")
         raise typer.Exit(2)
     if default and not force and ws.config_file.exists():
+        ws.ensure().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
         return
     _output.out(f"wrote {project.write(ws, values)}")
@@ -153,7 +154,7 @@ def import_(
 
     result = project.import_hf(_app.workspace(ctx), path)
     for key, value in result.values.items():
-        _output.out(f"{key} = {_shown(key, value)}")
+        _output.out(f"{key} unset" if value is None else f"{key} = {_shown(key, value)}")
     for note in result.notes:
         _output.warn(note)
 

@@ -34,7 +34,7 @@ def _editing(ws: Workspace) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def write(ws: Workspace, values: dict[str, Any]) -> Path:
     """Write a fresh project file holding ``values`` (flat keys, already validated)."""
-    ws.ensure()
+    ws.ensure().ensure_gitignore()
     with locked(ws.lock_path("config"), ws):
         rewrite(ws.config_file, "", dump(values), values)
     return ws.config_file
@@ -60,14 +60,28 @@ def unset_value(ws: Workspace, key: str) -> bool:
     return True
 
 
-def import_hf(ws: Workspace, source: Path) -> ImportResult:
+def read_hf(source: Path) -> ImportResult:
+    """What a Hugging Face Accelerate config file means for accel (ConfigError if nothing)."""
+    if not source.is_file():
+        raise ConfigError(f"{source}: no such file")
     loaded = load_yaml_file(source)
     if not isinstance(loaded.data, dict):
         raise ConfigError(f"{source}: not a Hugging Face Accelerate config (expected a mapping)")
-    result = map_hf_config(loaded.data)
+    return map_hf_config(loaded.data, str(source))
+
+
+def import_hf(ws: Workspace, source: Path) -> ImportResult:
+    """Write what ``source`` means into the project file; a refused file changes nothing."""
+    result = read_hf(source)
     with _editing(ws) as (current, values):
         edited = current
         for key, value in result.values.items():
+            if key == "launch.env":  # the file's variables join the project's own
+                value = {**values.get(key, {}), **value}
+            if value is None:
+                values.pop(key, None)
+                edited = unset_in_text(edited, key)
+                continue
             values[key] = value
             edited = set_in_text(edited, key, render_value(schema.BY_KEY[key], value))
         rewrite(ws.config_file, current, edited, values)
