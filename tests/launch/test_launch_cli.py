@@ -34,7 +34,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(accel: Accel, project: Path)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-n", "zero"], "--num-processes"),
+        (["-n", "zero"], "-n/--nproc-per-node"),
         (["--nnodes", "2"], "--rdzv-endpoint"),
         (["--mixed-precision", "fp8"], "--mixed-precision"),
         (["--env", "NOEQUALS"], "--env"),
@@ -92,7 +92,8 @@ def test_runs_limit_and_logs_of_a_finished_run(accel: Accel, project: Path) -> N
     assert listed[0]["status"] == "failed" and listed[0]["live"] is False
     assert "failed (rank 1)" in accel("runs").stdout
     logs = accel("logs").stdout
-    assert logs.splitlines() == ["[rank0] zero 2", "[rank1] one 2"]
+    # a partial last line is shown too: the worker wrote it
+    assert logs.splitlines() == ["[rank0] zero 2", "[rank1] one 2", "[rank1] partial"]
     follow = accel("logs", "aaaaa0", "--follow", "--rank", "0", timeout=10)
     assert follow.stdout.splitlines() == ["[rank0] zero 0"]
     assert "failed, exit code 1" in follow.stderr

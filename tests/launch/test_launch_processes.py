@@ -70,13 +70,15 @@ def test_two_ranks_env_args_all_reduce_logs_and_records(accel: Accel, project: P
     run_id = ranks[0]["env"]["ACCEL_RUN_ID"]
     assert ranks[1]["env"]["TORCHELASTIC_RUN_ID"] == run_id  # rendezvous id of a 1-node run
 
-    # console: every line prefixed with its rank, stderr included
+    # console: every line prefixed with its rank, stdout on stdout, stderr on stderr
     assert "[rank0] hello from rank 0" in done.stdout
-    assert "[rank1] stderr line from rank 1" in done.stdout
-    # logs and the record
+    assert "[rank1] stderr line from rank 1" in done.stderr
+    assert "stderr line" not in done.stdout and "hello from" not in done.stderr
+    # logs (stderr marked) and the record
     folder = run_folder(project)
     assert folder.name == run_id
-    assert "stderr line from rank 1" in (folder / "rank-1.log").read_text()
+    log = (folder / "rank-1.log").read_text().splitlines()
+    assert "hello from rank 1" in log and "[stderr] stderr line from rank 1" in log
     record = run_json(project)
     assert record["status"] == "succeeded" and record["exit_code"] == 0
     assert record["world_size"] == 2 and record["nnodes"] == 1 and record["restarts"] == 0
@@ -91,8 +93,9 @@ def test_two_ranks_env_args_all_reduce_logs_and_records(accel: Accel, project: P
     listed = json.loads(accel("runs", "--json").stdout)
     assert [r["id"] for r in listed] == [run_id] and listed[0]["status"] == "succeeded"
     assert run_id in accel("runs").stdout
-    logs = accel("logs", "--rank", "1").stdout
-    assert "[rank1] hello from rank 1" in logs and "rank 0" not in logs
+    logs = accel("logs", "--rank", "1")
+    assert "[rank1] hello from rank 1" in logs.stdout and "rank 0" not in logs.stdout
+    assert logs.stderr.splitlines() == ["[rank1] stderr line from rank 1"]  # as on the console
     assert "hello from rank 0" in accel("logs", run_id[-6:], "--no-prefix").stdout
     assert_no_orphans(run_id)
 
@@ -126,8 +129,8 @@ def test_failing_rank_stops_the_others(accel: Accel, project: Path) -> None:
     )
     assert time.monotonic() - started < 30
     assert done.returncode == 1
-    assert "[rank1] RuntimeError: deliberate failure on rank 1" in done.stdout
-    assert "in fail_here" in done.stdout and "runpy" not in done.stdout
+    assert "[rank1] RuntimeError: deliberate failure on rank 1" in done.stderr  # a traceback
+    assert "in fail_here" in done.stderr and "runpy" not in done.stderr
     assert "rank 1 failed first: RuntimeError: deliberate failure on rank 1" in done.stderr
     assert "stopped as collateral" in done.stderr
     record = run_json(project)

@@ -42,7 +42,7 @@ def test_restart_resumes_and_matches_the_uninterrupted_run(accel: Accel, project
         timeout=120,
     )
     assert crashed.returncode == 0, crashed.stdout + crashed.stderr
-    assert "simulated crash at step 25" in crashed.stdout
+    assert "simulated crash at step 25" in crashed.stderr  # the traceback, on stderr
     assert "resumed from the checkpoint of step 20" in crashed.stdout
 
     ws = Workspace(project / ".accelerate")

@@ -13,45 +13,70 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from accel.cli import _app, _output
+from accel.cli._worker_console import WorkerConsole
 from accel.errors import InterruptedRun, JobFailed
 
 if TYPE_CHECKING:
     from accel.launch.plan import LaunchPlan
     from accel.launch.runner import RunOutcome
 
-# Everything after SCRIPT belongs to the script, options included.
-CONTEXT = {"allow_interspersed_args": False}
-_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+
+def _dashes(name: str) -> str:
+    return name.replace("_", "-")
+
+
+# Everything after SCRIPT belongs to the script, options included. Every flag also
+# works with underscores (--nproc_per_node), as torchrun and Accelerate accept both.
+CONTEXT = {"allow_interspersed_args": False, "token_normalize_func": _dashes}
+
+
+_COMPAT = "torchrun and Accelerate spellings"
 
 
 def launch(
     ctx: typer.Context,
     script: str = typer.Argument(..., help="The training script (or module with -m)."),
     script_args: list[str] = typer.Argument(None, help="Passed to the script untouched."),
-    num_processes: str | None = typer.Option(
+    nproc_per_node: str | None = typer.Option(
         None,
-        "--num-processes",
         "-n",
         "--nproc-per-node",
         help="Workers on this node; `auto` = one per GPU, else 1. (config launch.num_processes)",
     ),
-    nnodes: int | None = typer.Option(
-        None, "--nnodes", "--num-machines", help="Nodes in the job. (config launch.num_machines)"
+    num_processes: str | None = typer.Option(
+        None,
+        "--num-processes",
+        help="Workers in the whole job, divided among the nodes (Hugging Face's meaning).",
+    ),
+    nnodes: str | None = typer.Option(
+        None,
+        "--nnodes",
+        "--num-machines",
+        help="Nodes in the job: N (or N:N). (config launch.num_machines)",
     ),
     node_rank: int | None = typer.Option(
-        None, "--node-rank", "--machine-rank", help="This node's rank. (config launch.machine_rank)"
+        None,
+        "--node-rank",
+        "--machine-rank",
+        help="This node's rank. (config launch.machine_rank)",
     ),
     rdzv_endpoint: str | None = typer.Option(
-        None, "--rdzv-endpoint", help="HOST:PORT of node 0 (c10d). (config launch.rdzv_endpoint)"
+        None,
+        "--rdzv-endpoint",
+        help="HOST:PORT of node 0 (c10d). (config launch.rdzv_endpoint)",
     ),
     rdzv_id: str | None = typer.Option(
         None, "--rdzv-id", help="Job id shared by all nodes. (config launch.rdzv_id)"
     ),
     max_restarts: int | None = typer.Option(
-        None, "--max-restarts", help="Restarts after a failure. (config launch.max_restarts)"
+        None,
+        "--max-restarts",
+        help="Restarts after a failure. (config launch.max_restarts)",
     ),
     mixed_precision: str | None = typer.Option(
-        None, "--mixed-precision", help="no, fp16 or bf16. (config launch.mixed_precision)"
+        None,
+        "--mixed-precision",
+        help="no, fp16 or bf16. (config launch.mixed_precision)",
     ),
     cpu: bool = typer.Option(False, "--cpu", help="Run on the CPU. (config launch.use_cpu)"),
     gpu_ids: str | None = typer.Option(
@@ -77,6 +102,11 @@ def launch(
         help="On a hang: warn, or kill the workers like a failure. (config launch.hang_action)",
     ),
     module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module: python -m."),
+    no_python: bool = typer.Option(
+        False,
+        "--no-python",
+        help="SCRIPT is a program to run as it is, not a Python script.",
+    ),
     env: list[str] = typer.Option(
         None, "--env", "-e", help="KEY=VALUE for every worker (repeatable). (config launch.env)"
     ),
@@ -90,35 +120,93 @@ def launch(
         False, "--dry-run", help="Print the command, environment and config; start nothing."
     ),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: one JSON object."),
+    config_file: Path | None = typer.Option(
+        None,
+        "--config-file",
+        help="Use this Hugging Face Accelerate config for this launch (as `accel config "
+        "import` reads it); flags still win.",
+        rich_help_panel=_COMPAT,
+    ),
+    standalone: bool = typer.Option(
+        False,
+        "--standalone",
+        help="One node, rendezvous on a free port (what accel does on one node anyway).",
+        rich_help_panel=_COMPAT,
+    ),
+    master_addr: str | None = typer.Option(
+        None,
+        "--master-addr",
+        help="torchrun: host of node 0 of a multi-node job (one node binds a free port).",
+        rich_help_panel=_COMPAT,
+    ),
+    master_port: int | None = typer.Option(
+        None,
+        "--master-port",
+        help="torchrun: port of node 0 of a multi-node job (default 29500).",
+        rich_help_panel=_COMPAT,
+    ),
+    main_process_ip: str | None = typer.Option(
+        None,
+        "--main-process-ip",
+        help="Accelerate: host of node 0 of a multi-node job (one node binds a free port).",
+        rich_help_panel=_COMPAT,
+    ),
+    main_process_port: int | None = typer.Option(
+        None,
+        "--main-process-port",
+        help="Accelerate: port of node 0 of a multi-node job (default 29500).",
+        rich_help_panel=_COMPAT,
+    ),
+    rdzv_backend: str | None = typer.Option(
+        None,
+        "--rdzv-backend",
+        help="c10d (static is accepted: accel's rendezvous is always c10d).",
+        rich_help_panel=_COMPAT,
+    ),
+    multi_gpu: bool = typer.Option(
+        False,
+        "--multi-gpu",
+        help="One worker per GPU unless a count is given (-n, --num-processes or config).",
+        rich_help_panel=_COMPAT,
+    ),
+    dynamo_backend: str | None = typer.Option(
+        None,
+        "--dynamo-backend",
+        help="torch.compile backend for Accelerate scripts. (config launch.dynamo_backend)",
+        rich_help_panel=_COMPAT,
+    ),
+    monitor_interval: float | None = typer.Option(
+        None,
+        "--monitor-interval",
+        help="Accepted for torchrun; accel checks the workers every 0.1 s.",
+        rich_help_panel=_COMPAT,
+    ),
+    log_dir: str | None = typer.Option(None, "--log-dir", hidden=True),
 ) -> int:
-    """Start SCRIPT as N torch.distributed workers on this node, or join a multi-node job."""
+    """Start SCRIPT as N torch.distributed workers on this node, or join a multi-node job.
+
+    torchrun's and Accelerate's flags keep their meaning; `_` works for `-` (--nproc_per_node).
+    """
+    from accel.cli._launch_flags import translate
     from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks
 
-    flags = {
-        "launch.num_processes": num_processes,
-        "launch.num_machines": nnodes,
-        "launch.machine_rank": node_rank,
-        "launch.rdzv_endpoint": rdzv_endpoint,
-        "launch.rdzv_id": rdzv_id,
-        "launch.max_restarts": max_restarts,
-        "launch.mixed_precision": mixed_precision,
-        "launch.use_cpu": True if cpu else None,
-        "launch.gpu_ids": gpu_ids,
-        "launch.run_name": run_name,
-        "launch.stop_grace_period": grace,
-        "launch.hang_timeout": hang_timeout,
-        "launch.hang_action": hang_action,
-    }
+    given = translate(ctx.params)
+    for note in given.notes:
+        _output.warn(f"{config_file}: {note}")
     request = LaunchRequest(
         script=script,
         script_args=tuple(script_args or ()),
         module=module,
-        extra_env=parse_env_pairs(env or []),
+        extra_env={**given.file_env, **parse_env_pairs(env or [])},
         console="tee" if tee else "quiet",
         console_ranks=parse_ranks(ranks),
         command=("accel", *sys.argv[1:]),
+        no_python=no_python,
+        total_processes=given.total_processes,
+        multi_gpu=given.multi_gpu,
+        main_endpoint=given.main_endpoint,
     )
-    ws = _app.workspace(ctx, flags=flags)
+    ws = _app.workspace(ctx, flags=given.flags)
     plan = _plan(ws, request)
     if dry_run:
         _show_plan(plan, as_json)
@@ -126,7 +214,14 @@ def launch(
     from accel.launch.runner import launch as run_plan
 
     _output.info(f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}")
-    outcome = run_plan(plan, ws, sink=_console_sink(plan.world_size), notify=_output.info)
+    console = WorkerConsole(plan.world_size)
+
+    def notify(message: str) -> None:
+        console.end_line()
+        _output.info(message)
+
+    outcome = run_plan(plan, ws, sink=console, notify=notify)
+    console.end_line()
     _size_budget(ws, outcome)
     code = _report(plan, outcome)
     _exit_now(code)
@@ -207,26 +302,6 @@ def _gpu_count(config: Any) -> int:
     import torch
 
     return int(torch.cuda.device_count())
-
-
-def _console_sink(world_size: int) -> Any:
-    width = len(str(max(world_size - 1, 0)))
-    if not _output.is_terminal():
-
-        def plain(rank: int, line: str) -> None:
-            sys.stdout.write(f"[rank{rank:<{width}}] {line}\n")
-            sys.stdout.flush()
-
-        return plain
-    from rich.text import Text
-
-    console = _output.console()
-
-    def coloured(rank: int, line: str) -> None:
-        prefix = Text(f"[rank{rank:<{width}}] ", style=_COLOURS[rank % len(_COLOURS)])
-        console.print(prefix + Text(line), soft_wrap=True)
-
-    return coloured
 
 
 def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,7 +85,7 @@ def logs(
     from accel import runs as runs_mod
     from accel.runview.logs import line_filter, parse_since
 
-    keep = line_filter(grep)
+    keep = line_filter(grep) if grep else None
     cutoff = parse_since(since) if since else None
     ws = _app.workspace(ctx)
     record = runs_mod.read_run(ws, runs_mod.resolve_run_id(ws, run))
@@ -99,14 +98,14 @@ def logs(
         )
         return
     tailer = _Tailer(files, prefix, keep, cutoff)
-    tailer.pump()
+    tailer.pump(final=not follow)
     while follow and runs_mod.is_live(ws, record.id):
         time.sleep(0.2)
         tailer.add(_select(record, wanted))
         tailer.pump()
     if follow:
         tailer.add(_select(record, wanted))
-        tailer.pump()
+        tailer.pump(final=True)
         final = runs_mod.read_run(ws, record.id)
         _output.info(
             f"run {final.id} {final.status}"
@@ -119,31 +118,42 @@ def _select(record: RunRecord, wanted: set[int]) -> dict[int, Path]:
 
 
 class _Tailer:
-    """Prints what each file gained since last time, whole lines only."""
+    """Prints what each rank log gained since last time, as the live console showed it.
+
+    stdout lines go to stdout and stderr lines to stderr; partial lines and progress
+    bars show as they were written (a redraw that a later one replaced is skipped).
+    With ``--grep``, whole lines only.
+    """
 
     def __init__(
         self,
         files: dict[int, Path],
         prefix: bool,
-        keep: Callable[[str], bool] = lambda _line: True,
+        keep: Callable[[str], bool] | None = None,
         cutoff: float | None = None,
     ) -> None:
-        self.prefix = prefix
+        from accel.cli._worker_console import WorkerConsole
+
         self.keep = keep
         self.cutoff = cutoff
         self.offsets: dict[int, int] = {}
         self.files: dict[int, Path] = {}
+        self.readers: dict[int, Any] = {}
+        self.lines: dict[tuple[int, str], Any] = {}
+        self.console = WorkerConsole(max(files, default=0) + 1, prefix=prefix)
         self.add(files)
 
     def add(self, files: dict[int, Path]) -> None:
+        from accel.launch._streams import RankLogReader
+        from accel.runview.logs import start_offset
+
         for r, p in files.items():
             if r not in self.files:
-                from accel.runview.logs import start_offset
-
                 self.files[r] = p
                 self.offsets[r] = start_offset(p, self.cutoff)
+                self.readers[r] = RankLogReader()
 
-    def pump(self) -> None:
+    def pump(self, final: bool = False) -> None:
         for r, path in sorted(self.files.items()):
             try:
                 with open(path, "rb") as fh:
@@ -151,13 +161,21 @@ class _Tailer:
                     data = fh.read()
             except OSError:
                 continue
-            complete = data[: data.rfind(b"\n") + 1]
-            self.offsets[r] += len(complete)
-            for line in complete.decode("utf-8", errors="replace").splitlines():
-                if not self.keep(line):
-                    continue
-                sys.stdout.write(f"[rank{r}] {line}\n" if self.prefix else f"{line}\n")
-        sys.stdout.flush()
+            self.offsets[r] += len(data)
+            for stream, piece in self.readers[r].feed(data, final):
+                self._show(r, stream, piece)
+        if final:
+            self.console.end_line()
+
+    def _show(self, rank: int, stream: str, piece: Any) -> None:
+        if self.keep is None:
+            self.console(rank, stream, piece)
+            return
+        from accel.launch._streams import NL, Lines, Piece
+
+        line = self.lines.setdefault((rank, stream), Lines()).add(piece)
+        if line is not None and self.keep(line.decode("utf-8", errors="replace")):
+            self.console(rank, stream, Piece(line, NL, True, False))
 
 
 app.command("show")(runs_view.show)

@@ -1,7 +1,9 @@
-"""Worker bootstrap: ``python -u _bootstrap.py [-m] TARGET [ARGS...]``.
+"""Worker bootstrap: ``python -u _bootstrap.py [-m | --accel-exec] TARGET [ARGS...]``.
 
-Every worker of ``accel launch`` starts here, then runs the user's script (or module)
-in-process with :mod:`runpy`, exactly as ``python script.py`` would. Around it:
+Every worker of ``accel launch`` starts here, then runs the user's script in-process
+exactly as ``python script.py`` would (``__file__``, ``sys.argv``, ``sys.path``: see
+:func:`_run_script`), a module as ``python -m`` would (:mod:`runpy`), or, with
+``--no-python``, execs the program. Around it:
 
 - the worker dies with its launcher: a parent-death signal (Linux ``prctl``), so even
   a SIGKILLed ``accel launch`` leaves no worker behind;
@@ -19,6 +21,7 @@ stays as cheap as a bare interpreter. It is the seam for later worker-side hooks
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import runpy
@@ -29,6 +32,7 @@ import traceback
 from types import TracebackType
 
 PR_SET_PDEATHSIG = 1
+EXEC = "--accel-exec"  # then PROGRAM ARGS: run PROGRAM itself (launch --no-python)
 _SKIP_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
 _HANG_WORKER = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hang", "worker.py"
@@ -109,16 +113,54 @@ def _record_error(exc: BaseException, formatted: str) -> None:
 
 
 def _run(argv: list[str]) -> None:
-    if argv and argv[0] == "-m":
+    if argv and argv[0] == EXEC:
+        _exec(argv[1], argv[2:])
+    elif argv and argv[0] == "-m":
         module, args = argv[1], argv[2:]
         sys.argv = [module, *args]
         sys.path[0] = os.getcwd()
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
-        script, args = argv[0], argv[1:]
-        sys.argv = [script, *args]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        _run_script(argv[0], argv[1:])
+
+
+def _run_script(typed: str, args: list[str]) -> None:
+    """Run a script as ``python script.py`` does (and so torchrun).
+
+    ``__file__`` is absolute (the current folder joined with the path as typed, not
+    normalised), ``sys.argv[0]`` is the path as typed, ``sys.path[0]`` is the script's
+    real folder (links resolved). ``runpy.run_path`` would put the absolute path in
+    ``sys.argv[0]`` too, so the script runs in a fresh ``__main__`` here instead.
+    """
+    import builtins
+    import importlib.machinery
+    import types
+
+    path = os.path.join(os.getcwd(), typed)
+    sys.argv = [typed, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+    )
+    sys.modules["__main__"] = main
+    with io.open_code(path) as fh:
+        code = compile(fh.read(), path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _exec(program: str, args: list[str]) -> None:
+    """``--no-python``: become ``program`` (the hooks above survive exec: no orphans)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(program, [program, *args])
+    except OSError as exc:
+        sys.stderr.write(f"accel: cannot run {program}: {exc.strerror}\n")
+        raise SystemExit(127 if isinstance(exc, FileNotFoundError) else 126) from None
 
 
 def main(argv: list[str]) -> int:

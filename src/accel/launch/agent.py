@@ -48,11 +48,14 @@ class RunHooks(Protocol):
 
 
 class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
-    """Every local rank writes stdout and stderr into its FIFO; error files per attempt."""
+    """Every local rank writes stdout and stderr into its two FIFOs; error files per attempt."""
 
-    def __init__(self, fifos: list[Path], error_dir: Path, begin: Any) -> None:
+    def __init__(
+        self, stdouts: list[Path], stderrs: list[Path], error_dir: Path, begin: Any
+    ) -> None:
         super().__init__(log_dir=str(error_dir))
-        self._fifos = fifos
+        self._stdouts = stdouts
+        self._stderrs = stderrs
         self._error_dir = error_dir
         self._begin = begin
 
@@ -65,11 +68,12 @@ class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
         attempt_dir = self._error_dir / f"attempt-{restart}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
         self._begin({local: int(env["RANK"]) for local, env in envs.items()}, restart)
-        pipes = {local: str(self._fifos[local]) for local in envs}
+        stdouts = {local: str(self._stdouts[local]) for local in envs}
+        stderrs = {local: str(self._stderrs[local]) for local in envs}
         errors = {local: str(attempt_dir / f"error-{local}.json") for local in envs}
         for local, env in envs.items():  # as torch's DefaultLogsSpecs does: workers read it
             env["TORCHELASTIC_ERROR_FILE"] = errors[local]
-        return LogsDest(stdouts=pipes, stderrs=dict(pipes), error_files=errors)
+        return LogsDest(stdouts=stdouts, stderrs=stderrs, error_files=errors)
 
 
 class AccelAgent(LocalElasticAgent):  # type: ignore[misc]

@@ -1,12 +1,16 @@
-"""Per-rank output: ``rank-N.log`` in the run folder and rank-prefixed console lines.
+"""Per-rank output: ``rank-N.log`` in the run folder and rank-prefixed console output.
 
-Each local worker writes its stdout *and* stderr into one FIFO owned by the launcher
-(torch's elastic agent opens the "log file" we name, which is that FIFO). A pump
-thread reads them all, appends every line to ``rank-<global rank>.log`` across
-attempts, and hands the lines the console should show to a callback. Because the
-launcher holds the read end, nothing a worker wrote is lost when it dies. Beside each
-log, ``rank-N.log.idx`` maps byte offsets to times (``accel logs --since``), and
-:meth:`LogRouter.last_output` tells the hang watch when each rank last wrote.
+Each local worker writes its stdout and its stderr into two FIFOs owned by the
+launcher (torch's elastic agent opens the "log files" we name, which are those FIFOs).
+A pump thread reads them all as the bytes arrive and cuts them into pieces
+(:mod:`accel.launch._streams`): whole lines at once, partial lines after a short
+quiet time, carriage-return redraws (progress bars) as they are drawn, thinned to
+one a second in the log. Every piece is appended to ``rank-<global rank>.log`` across
+attempts (stderr segments marked ``[stderr]``) and handed, with its stream, to the
+console callback. Because the launcher holds the read ends, nothing a worker wrote is
+lost when it dies. Beside each log, ``rank-N.log.idx`` maps byte offsets to times
+(``accel logs --since``), and :meth:`LogRouter.last_output` tells the hang watch when
+each rank last wrote.
 """
 
 from __future__ import annotations
@@ -19,14 +23,63 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from accel.fsutil import open_private_append
+from accel.launch._streams import (
+    LOG_REDRAW_EVERY,
+    STDERR,
+    STDOUT,
+    Interleaver,
+    Lines,
+    Piece,
+    Splitter,
+    log_prefix,
+)
 from accel.runview.logs import LogIndexWriter
 
-ConsoleSink = Callable[[int, str], None]
+
+class ConsoleSink(Protocol):
+    """Where console output goes: ``(rank, "stdout" or "stderr", piece)``."""
+
+    def __call__(self, rank: int, stream: str, piece: Piece) -> None: ...
+
+    def redraw_every(self, stream: str) -> float:
+        """At most one redraw of ``stream`` per this many seconds."""
+        ...
+
+
+STREAMS = (STDOUT, STDERR)
 TAIL_LINES = 200
 _CHUNK = 65536
+_IDLE_POLL = 1.0
+
+
+class _Source:
+    """One local worker's stdout or stderr: its FIFO and where its pieces go."""
+
+    def __init__(self, fd: int, console_every: float | None) -> None:
+        self.fd = fd
+        self.log = Splitter(LOG_REDRAW_EVERY)
+        self.console = Splitter(console_every) if console_every is not None else None
+        self.lines = Lines()
+
+
+class _RankLog:
+    """``rank-N.log`` and its time index; stdout and stderr lines kept apart."""
+
+    def __init__(self, path: Path) -> None:
+        # closed by LogRouter.close
+        self.fh: BinaryIO = open(open_private_append(path), "ab")  # noqa: SIM115
+        self.index = LogIndexWriter(path)
+        self.interleave = Interleaver(log_prefix)
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.index.note(self.fh.tell(), time.time())
+        self.fh.write(data)
+        self.fh.flush()
 
 
 class LogRouter:
@@ -48,26 +101,32 @@ class LogRouter:
         self._show = show
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._fifos = [fifo_dir / f"local-{i}.pipe" for i in range(nproc)]
-        self._fds: dict[int, int] = {}
-        self._partial: dict[int, bytes] = {}
+        self._paths = {
+            (i, s): fifo_dir / f"local-{i}.{s}.pipe" for i in range(nproc) for s in STREAMS
+        }
+        self._sources: dict[tuple[int, str], _Source] = {}
         self._global: dict[int, int] = {i: i for i in range(nproc)}
-        self._files: dict[int, BinaryIO] = {}
-        self._indexes: dict[int, LogIndexWriter] = {}
+        self._logs: dict[int, _RankLog] = {}
         self._last_output: dict[int, float] = {}  # rank -> when it last wrote anything
         self.tails: dict[int, deque[str]] = {}
         self._thread = threading.Thread(target=self._pump, name="accel-log-pump", daemon=True)
         self._wake_r, self._wake_w = os.pipe()  # close() wakes the pump at once
 
     @property
-    def fifos(self) -> list[Path]:
-        return list(self._fifos)
+    def stdout_fifos(self) -> list[Path]:
+        return [p for (_, s), p in sorted(self._paths.items()) if s == STDOUT]
+
+    @property
+    def stderr_fifos(self) -> list[Path]:
+        return [p for (_, s), p in sorted(self._paths.items()) if s == STDERR]
 
     def start(self) -> LogRouter:
-        for local, path in enumerate(self._fifos):
+        for key, path in self._paths.items():
             os.mkfifo(path, 0o600)
             # O_RDWR: we are a writer too, so the FIFO never reports EOF between attempts.
-            self._fds[local] = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            every = self._sink.redraw_every(key[1]) if self._sink is not None else None
+            self._sources[key] = _Source(fd, every)
         self._thread.start()
         return self
 
@@ -75,107 +134,143 @@ class LogRouter:
         """Before workers (re)start: drain the last attempt, mark the logs, map the ranks."""
         with self._lock:
             self._drain_all()
+            self._end_streams()
             self._global = dict(local_to_global)
             for rank in self._global.values():
-                self._file(rank)
+                log = self._log(rank)
                 if restart:
                     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-                    self._write(rank, f"===== accel: restart {restart} at {stamp} =====\n")
+                    marker = f"===== accel: restart {restart} at {stamp} =====\n".encode()
+                    log.write(log.interleave.end_line() + marker)
 
     def close(self) -> None:
-        """Drain what is left, flush partial lines, close everything."""
+        """Drain what is left, end partial lines, close everything."""
         self._stop.set()
         os.write(self._wake_w, b"x")
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         with self._lock:
             self._drain_all()
-            for local in list(self._partial):
-                self._emit(local, self._partial.pop(local) + b"\n")
-            for fd in (*self._fds.values(), self._wake_r, self._wake_w):
+            self._end_streams()
+            for source in self._sources.values():
+                os.close(source.fd)
+            for fd in (self._wake_r, self._wake_w):
                 os.close(fd)
-            self._fds.clear()
-            for fh in self._files.values():
-                fh.close()
-            self._files.clear()
-        for path in self._fifos:
+            self._sources.clear()
+            for log in self._logs.values():
+                log.fh.close()
+            self._logs.clear()
+        for path in self._paths.values():
             with contextlib.suppress(OSError):
                 path.unlink()
 
     def tail(self, rank: int, lines: int = 40) -> list[str]:
         return list(self.tails.get(rank, ()))[-lines:]
 
-    # -- pump --------------------------------------------------------------------------
-
-    def _pump(self) -> None:
-        poller = select.poll()
-        by_fd = {fd: local for local, fd in self._fds.items()}
-        for fd in (*by_fd, self._wake_r):
-            poller.register(fd, select.POLLIN)
-        while not self._stop.is_set():
-            ready = poller.poll(1000)
-            if not ready:
-                continue
-            with self._lock:
-                for fd, _ in ready:
-                    if fd in by_fd and fd in self._fds.values():
-                        self._drain(by_fd[fd])
-
-    def _drain_all(self) -> None:
-        for local in list(self._fds):
-            self._drain(local)
-
-    def _drain(self, local: int) -> None:
-        while True:
-            try:
-                data = os.read(self._fds[local], _CHUNK)
-            except BlockingIOError:
-                return
-            if not data:
-                return
-            self._last_output[self._global.get(local, local)] = time.time()
-            data = self._partial.pop(local, b"") + data
-            complete, _, rest = data.rpartition(b"\n")
-            if rest:
-                self._partial[local] = rest
-            if complete:
-                self._emit(local, complete + b"\n")
-
-    def _emit(self, local: int, data: bytes) -> None:
-        rank = self._global.get(local, local)
-        for secret in self._secrets:  # whole lines only: a secret is never split
-            data = data.replace(secret, b"***")
-        self._write_bytes(rank, data)
-        text = data.decode("utf-8", errors="replace")
-        lines = text.splitlines()
-        self.tails.setdefault(rank, deque(maxlen=TAIL_LINES)).extend(lines)
-        if self._sink is not None and self._show(rank):
-            try:
-                for line in lines:
-                    self._sink(rank, line)
-            except (OSError, ValueError):  # console gone (closed pipe): the logs go on
-                self._sink = None
-
-    def _write(self, rank: int, text: str) -> None:
-        self._write_bytes(rank, text.encode())
-
     def last_output(self) -> dict[int, float]:
         """``rank -> time`` of each rank's latest output, partial lines included."""
         return dict(self._last_output)
 
-    def _write_bytes(self, rank: int, data: bytes) -> None:
-        fh = self._file(rank)
-        self._index(rank).note(fh.tell(), time.time())
-        fh.write(data)
-        fh.flush()
+    # -- pump --------------------------------------------------------------------------
 
-    def _index(self, rank: int) -> LogIndexWriter:
-        if rank not in self._indexes:
-            self._indexes[rank] = LogIndexWriter(self.run_dir / f"rank-{rank}.log")
-        return self._indexes[rank]
+    def _pump(self) -> None:
+        poller = select.poll()
+        by_fd = {source.fd: key for key, source in self._sources.items()}
+        for fd in (*by_fd, self._wake_r):
+            poller.register(fd, select.POLLIN)
+        while not self._stop.is_set():
+            ready = poller.poll(self._poll_timeout_ms())
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                for fd, _ in ready:
+                    if fd in by_fd:
+                        self._drain(by_fd[fd])
+                self._flush_due(time.monotonic())
 
-    def _file(self, rank: int) -> BinaryIO:
-        if rank not in self._files:
-            fd = open_private_append(self.run_dir / f"rank-{rank}.log")
-            self._files[rank] = open(fd, "ab")  # noqa: SIM115
-        return self._files[rank]
+    def _poll_timeout_ms(self) -> int:
+        """Until the next partial line or held-back redraw is due (at most a second)."""
+        with self._lock:
+            due = [
+                d
+                for source in self._sources.values()
+                for splitter in (source.log, source.console)
+                if splitter is not None and (d := splitter.deadline()) is not None
+            ]
+        wait = min(due) - time.monotonic() if due else _IDLE_POLL
+        return max(10, min(int(wait * 1000) + 1, int(_IDLE_POLL * 1000)))
+
+    def _drain_all(self) -> None:
+        for key in list(self._sources):
+            self._drain(key)
+
+    def _drain(self, key: tuple[int, str]) -> None:
+        source = self._sources[key]
+        while True:
+            try:
+                data = os.read(source.fd, _CHUNK)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            now = time.monotonic()
+            self._last_output[self._rank(key)] = time.time()
+            self._to_log(key, source.log.feed(data, now))
+            if source.console is not None:
+                self._to_console(key, source.console.feed(data, now))
+
+    def _flush_due(self, now: float) -> None:
+        for key, source in self._sources.items():
+            self._to_log(key, source.log.flush(now))
+            if source.console is not None:
+                self._to_console(key, source.console.flush(now))
+
+    def _end_streams(self) -> None:
+        """An attempt is over: what its workers left unfinished comes out, lines ended."""
+        for key, source in self._sources.items():
+            self._to_log(key, source.log.close())
+            if source.console is not None:
+                self._to_console(key, source.console.close())
+
+    def _scrub(self, pieces: list[Piece]) -> list[Piece]:
+        if not self._secrets:
+            return pieces
+        out = []
+        for piece in pieces:
+            data = piece.data
+            for secret in self._secrets:
+                data = data.replace(secret, b"***")
+            out.append(Piece(data, piece.end, piece.start, piece.redraw))
+        return out
+
+    def _to_log(self, key: tuple[int, str], pieces: list[Piece]) -> None:
+        if not pieces:
+            return
+        pieces = self._scrub(pieces)
+        rank, stream = self._rank(key), key[1]
+        log, lines = self._log(rank), self._sources[key].lines
+        log.write(b"".join(log.interleave.render(stream, p) for p in pieces))
+        for piece in pieces:
+            line = lines.add(piece)
+            if line is not None:
+                tail = self.tails.setdefault(rank, deque(maxlen=TAIL_LINES))
+                tail.append(line.decode("utf-8", errors="replace"))
+
+    def _to_console(self, key: tuple[int, str], pieces: list[Piece]) -> None:
+        rank = self._rank(key)
+        if self._sink is None or not pieces or not self._show(rank):
+            return
+        pieces = self._scrub(pieces)
+        try:
+            for piece in pieces:
+                self._sink(rank, key[1], piece)
+        except (OSError, ValueError):  # console gone (closed pipe): the logs go on
+            self._sink = None
+
+    def _rank(self, key: tuple[int, str]) -> int:
+        return self._global.get(key[0], key[0])
+
+    def _log(self, rank: int) -> _RankLog:
+        if rank not in self._logs:
+            self._logs[rank] = _RankLog(self.run_dir / f"rank-{rank}.log")
+        return self._logs[rank]

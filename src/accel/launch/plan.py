@@ -6,7 +6,9 @@ arguments, nothing is read or changed here. The runner applies the plan.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +20,7 @@ from accel.errors import UsageError
 
 DEFAULT_RDZV_PORT = 29400
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
+EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
 
 # Set by the launcher itself; --env and launch.env cannot override them.
 RESERVED_ENV = ("ACCEL_WORKSPACE", "ACCEL_RUN_ID", "ACCEL_RUN_NAME")
@@ -34,6 +37,14 @@ class LaunchRequest:
     console: str = "tee"  # tee | quiet
     console_ranks: frozenset[int] | None = None
     command: tuple[str, ...] = ()  # the launcher's own argv, for the record
+    no_python: bool = False  # SCRIPT is a program to run as it is (torchrun --no-python)
+    # Hugging Face's --num_processes: the job's total, divided among the nodes.
+    total_processes: int | str | None = None
+    # HF's --multi_gpu: one worker per GPU unless a count is set somewhere.
+    multi_gpu: bool = False
+    # --master_addr/--master_port, --main_process_ip/--main_process_port: the rendezvous
+    # of a multi-node job (below --rdzv-endpoint); on one node a free port is used.
+    main_endpoint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +98,9 @@ def plan_launch(
     gpu_count: int,
 ) -> LaunchPlan:
     """Resolve the launch; :class:`UsageError` for anything that cannot start."""
-    _check_target(request, cwd)
-    nodes = _nodes(config, env)
-    nproc = _nproc(config["launch.num_processes"], gpu_count)
+    _check_target(request, cwd, env)
+    nodes = _nodes(config, env, request)
+    nproc = _nproc(_per_node(config, request, nodes), gpu_count)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     return LaunchPlan(
         run_id=run_id,
@@ -121,11 +132,14 @@ def check_launch(
     config: ResolvedConfig, request: LaunchRequest, env: Mapping[str, str], cwd: Path
 ) -> None:
     """The checks of :func:`plan_launch` that need no GPU count: run before importing torch."""
-    _check_target(request, cwd)
-    _nodes(config, env)
+    _check_target(request, cwd, env)
+    _per_node(config, request, _nodes(config, env, request))
 
 
-def _check_target(request: LaunchRequest, cwd: Path) -> None:
+def _check_target(request: LaunchRequest, cwd: Path, env: Mapping[str, str]) -> None:
+    if request.no_python:
+        _check_program(request, cwd, env)
+        return
     if request.module:
         if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", request.script):
             raise UsageError(f"-m expects a module name such as pkg.train, got {request.script!r}")
@@ -135,9 +149,35 @@ def _check_target(request: LaunchRequest, cwd: Path) -> None:
         raise UsageError(f"no such script: {request.script} (run from {cwd})")
 
 
+def _check_program(request: LaunchRequest, cwd: Path, env: Mapping[str, str]) -> None:
+    if request.module:
+        raise UsageError("--no-python and -m/--module cannot be used together")
+    program = request.script
+    if os.sep in program:
+        path = Path(program) if Path(program).is_absolute() else cwd / program
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise UsageError(f"--no-python: {program} is not an executable file (run from {cwd})")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise UsageError(f"--no-python: no program {program!r} on PATH")
+
+
 def _worker_args(request: LaunchRequest) -> tuple[str, ...]:
-    mode = ("-m",) if request.module else ()
+    mode = ("-m",) if request.module else (EXEC,) if request.no_python else ()
     return ("-u", str(BOOTSTRAP), *mode, request.script, *request.script_args)
+
+
+def _per_node(config: ResolvedConfig, request: LaunchRequest, nodes: _Nodes) -> int | str:
+    """Workers per node: ``-n``, or Hugging Face's total divided among the nodes."""
+    total = request.total_processes
+    if total is None:
+        unset = config.origins["launch.num_processes"].layer == "default"
+        return "auto" if request.multi_gpu and unset else config["launch.num_processes"]
+    if total == "auto" or int(total) % nodes.nnodes == 0:
+        return total if total == "auto" else int(total) // nodes.nnodes
+    raise UsageError(
+        f"--num-processes {total} is the total over {nodes.nnodes} nodes and does not divide "
+        f"evenly; give a multiple of {nodes.nnodes}, or -n/--nproc-per-node per node"
+    )
 
 
 def _nproc(value: int | str, gpu_count: int) -> int:
@@ -154,7 +194,9 @@ class _Nodes:
     rdzv_id: str | None
 
 
-def _nodes(config: ResolvedConfig, env: Mapping[str, str]) -> _Nodes:
+def _nodes(
+    config: ResolvedConfig, env: Mapping[str, str], request: LaunchRequest | None = None
+) -> _Nodes:
     """Nodes from the config, with SLURM filling in what was not set anywhere."""
     slurm = slurm_defaults(env)
 
@@ -162,10 +204,15 @@ def _nodes(config: ResolvedConfig, env: Mapping[str, str]) -> _Nodes:
         unset = config.origins[key].layer == "default"
         return slurm.get(slurm_key, config[key]) if unset else config[key]
 
+    nnodes = int(pick("launch.num_machines", "nnodes"))
+    endpoint = pick("launch.rdzv_endpoint", "endpoint")
+    main = request.main_endpoint if request is not None else None
+    if main and nnodes > 1 and config.origins["launch.rdzv_endpoint"].layer != "flag":
+        endpoint = main
     nodes = _Nodes(
-        nnodes=int(pick("launch.num_machines", "nnodes")),
+        nnodes=nnodes,
         node_rank=int(pick("launch.machine_rank", "node_rank")),
-        endpoint=pick("launch.rdzv_endpoint", "endpoint"),
+        endpoint=endpoint,
         rdzv_id=pick("launch.rdzv_id", "rdzv_id"),
     )
     if nodes.node_rank >= nodes.nnodes:

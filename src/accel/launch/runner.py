@@ -160,7 +160,10 @@ class _Run:
         handler = _rendezvous_handler(self.plan)
         spec = _worker_spec(self.plan, handler)
         _quiet_torch_logs()
-        logs = RunLogsSpecs(self.router.fifos, self.error_dir, self.router.begin_attempt)
+        router = self.router
+        logs = RunLogsSpecs(
+            router.stdout_fifos, router.stderr_fifos, self.error_dir, router.begin_attempt
+        )
         agent = AccelAgent(spec, logs, hooks=self, grace=math.ceil(self.plan.grace_period))
         interrupted = False
         try:

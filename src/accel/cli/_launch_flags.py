@@ -1,0 +1,189 @@
+"""The launch flags people already type: torchrun's and Hugging Face Accelerate's.
+
+Most are accel's own options under another spelling (``--nproc_per_node``,
+``--machine_rank``, ...), declared as aliases in :mod:`accel.cli.launch`. The ones
+whose meaning differs are translated here (pure), so a torchrun or ``accelerate
+launch`` command line means under ``accel launch`` what it meant before:
+
+- ``--num_processes`` / ``--num-processes`` is Accelerate's total over all nodes;
+  ``-n`` / ``--nproc-per-node`` is torchrun's count per node.
+- ``--nnodes N:N`` is a fixed size; an elastic range ``MIN:MAX`` is refused.
+- ``--master_addr/--master_port`` and ``--main_process_ip/--main_process_port`` name
+  node 0 of a multi-node job; on one node accel binds a free port (like
+  ``--standalone``), so two jobs on one machine never meet in one store.
+- ``--config_file`` reads a Hugging Face config as ``accel config import`` does, for
+  this launch only; flags on the command line still win.
+- ``--log_dir`` is refused with a pointer to where accel keeps the logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.config import schema
+from accel.errors import UsageError
+
+DEFAULT_MASTER = ("127.0.0.1", 29500)  # torchrun's and Accelerate's defaults
+_FLAG_KEYS = {
+    "nproc_per_node": "launch.num_processes",
+    "nnodes": "launch.num_machines",
+    "node_rank": "launch.machine_rank",
+    "rdzv_endpoint": "launch.rdzv_endpoint",
+    "rdzv_id": "launch.rdzv_id",
+    "max_restarts": "launch.max_restarts",
+    "mixed_precision": "launch.mixed_precision",
+    "gpu_ids": "launch.gpu_ids",
+    "dynamo_backend": "launch.dynamo_backend",
+    "run_name": "launch.run_name",
+    "grace": "launch.stop_grace_period",
+    "hang_timeout": "launch.hang_timeout",
+    "hang_action": "launch.hang_action",
+}
+
+
+@dataclass(frozen=True)
+class LaunchFlags:
+    """Config flags (key -> value, as typed) and what goes into the LaunchRequest."""
+
+    flags: dict[str, Any]
+    total_processes: str | None = None
+    multi_gpu: bool = False
+    main_endpoint: str | None = None
+    file_env: dict[str, str] = field(default_factory=dict)  # launch.env of --config_file
+    notes: list[str] = field(default_factory=list)  # what --config_file did not use
+
+
+def translate(params: Mapping[str, Any]) -> LaunchFlags:
+    """The parsed options of ``accel launch`` -> :class:`LaunchFlags`; UsageError if bad."""
+    _refuse(params)
+    file_values, file_env, notes = _config_file(params.get("config_file"))
+    flags = {**file_values, **_explicit(params)}
+    if params.get("standalone"):
+        flags.update(_standalone(flags))
+    return LaunchFlags(
+        flags=flags,
+        total_processes=_total(params),
+        multi_gpu=bool(params.get("multi_gpu")),
+        main_endpoint=_main_endpoint(
+            params.get("master_addr") or params.get("main_process_ip"),
+            params.get("master_port") or params.get("main_process_port"),
+        ),
+        file_env=file_env,
+        notes=notes,
+    )
+
+
+def _refuse(params: Mapping[str, Any]) -> None:
+    if params.get("log_dir") is not None:
+        raise UsageError(
+            "--log-dir is not needed: accel keeps every rank's stdout and stderr in "
+            ".accelerate/logs/runs/<run-id>/rank-N.log; read them with `accel logs`"
+        )
+    interval = params.get("monitor_interval")
+    if interval is not None and interval < 0:
+        raise UsageError(f"invalid value for --monitor-interval: expected >= 0, got {interval}")
+    backend = params.get("rdzv_backend")
+    if backend is not None and backend not in ("c10d", "static"):
+        raise UsageError(
+            f"--rdzv-backend {backend}: accel's rendezvous is c10d, hosted by node 0 "
+            "(no etcd needed); drop the flag and give --rdzv-endpoint HOST:PORT of node 0"
+        )
+
+
+def _explicit(params: Mapping[str, Any]) -> dict[str, Any]:
+    flags = {key: params.get(name) for name, key in _FLAG_KEYS.items()}
+    if flags["launch.num_processes"] is not None:
+        flags["launch.num_processes"] = _per_node(str(flags["launch.num_processes"]))
+    if flags["launch.num_machines"] is not None:
+        flags["launch.num_machines"] = _fixed_nnodes(str(flags["launch.num_machines"]))
+    if flags["launch.dynamo_backend"] is not None:
+        flags["launch.dynamo_backend"] = str(flags["launch.dynamo_backend"]).lower()
+    flags["launch.use_cpu"] = True if params.get("cpu") else None
+    return {key: value for key, value in flags.items() if value is not None}
+
+
+def _per_node(text: str) -> Any:
+    from accel.config.resolve import flag_value
+
+    try:
+        return flag_value("launch.num_processes", text)
+    except UsageError:
+        expected = schema.BY_KEY["launch.num_processes"].expected
+        raise UsageError(
+            f"invalid value for -n/--nproc-per-node: expected {expected}, got {text!r}"
+        ) from None
+
+
+def _fixed_nnodes(text: str) -> str:
+    low, sep, high = text.partition(":")
+    if not sep:
+        return text
+    if low.strip() != high.strip():
+        raise UsageError(
+            f"--nnodes {text}: elastic node ranges are not supported: accel starts a fixed "
+            "number of nodes; give --nnodes N, the same on every node"
+        )
+    return high.strip()
+
+
+def _standalone(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """torchrun --standalone: one node, a rendezvous of its own on a free port."""
+    if str(flags.get("launch.num_machines", "1")) != "1":
+        raise UsageError("--standalone runs on one node: drop --nnodes (or give --nnodes 1)")
+    return {
+        "launch.num_machines": 1,
+        "launch.machine_rank": 0,
+        "launch.rdzv_endpoint": "null",
+        "launch.rdzv_id": "null",
+    }
+
+
+def _total(params: Mapping[str, Any]) -> str | None:
+    total = params.get("num_processes")
+    if total is None:
+        return None
+    if params.get("nproc_per_node") is not None:
+        raise UsageError(
+            "give either -n/--nproc-per-node (workers per node) or --num-processes "
+            "(workers in the whole job, Hugging Face's meaning), not both"
+        )
+    text = str(total).strip().lower()
+    if text != "auto" and not (text.isdigit() and int(text) >= 1):
+        raise UsageError(
+            f"invalid value for --num-processes: expected an integer >= 1 or 'auto', got {total!r}"
+        )
+    return text
+
+
+def _main_endpoint(host: str | None, port: int | None) -> str | None:
+    if host is None and port is None:
+        return None
+    from accel.config.resolve import flag_value
+
+    host = host or DEFAULT_MASTER[0]
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    endpoint = f"{host}:{port if port is not None else DEFAULT_MASTER[1]}"
+    try:
+        return str(flag_value("launch.rdzv_endpoint", endpoint))
+    except UsageError:
+        raise UsageError(
+            f"invalid --master-addr/--master-port: expected a host and a port from 1 to "
+            f"65535, got {endpoint!r}"
+        ) from None
+
+
+def _config_file(path: Path | None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """``--config_file``: a Hugging Face config's values, as flags below the explicit ones."""
+    if path is None:
+        return {}, {}, []
+    from accel.config.project import read_hf
+
+    result = read_hf(Path(path))
+    values = dict(result.values)
+    env = values.pop("launch.env", {})
+    flags = {key: "null" if value is None else value for key, value in values.items()}
+    return flags, dict(env), list(result.notes)

@@ -1,0 +1,249 @@
+"""Worker output as it is written: pieces of lines, carriage-return redraws, two streams.
+
+A worker's stdout or stderr is a byte stream that :class:`Splitter` cuts into
+:class:`Piece` s as it arrives, so nothing waits for a newline:
+
+- a line ended by ``\\n`` comes out whole, at once;
+- a segment ended by ``\\r`` is a *redraw* (tqdm-style bars rewrite their line after a
+  ``\\r``); it comes out at once unless another redraw of that stream came out less
+  than ``redraw_every`` ago. The newest one held back comes out when that time is up,
+  so a bar that stalls still shows where it stalled, and thousands of redraws a minute
+  become a few;
+- bytes without an end yet (a prompt, a bar between two updates) come out once the
+  stream has been quiet for ``idle`` seconds.
+
+:class:`Interleaver` writes the pieces of several sources into one output (a rank log,
+a piped console) without mixing lines: a line another source left open is ended first,
+and resumed later after its prefix again. In rank logs, every segment of stderr starts
+with :data:`STDERR_MARK` (stdout is unmarked); :class:`RankLogReader` reads them back.
+Pure: callers pass the bytes and the time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+NL, CR = b"\n", b"\r"
+STDOUT, STDERR = "stdout", "stderr"
+STDERR_MARK = b"[stderr] "
+IDLE_FLUSH = 0.2  # seconds of silence after which a partial line is shown
+LOG_REDRAW_EVERY = 1.0  # at most one redraw per second and stream in a rank log
+CONSOLE_REDRAW_EVERY = 0.1  # a terminal redraws a bar at tqdm's own pace, not faster
+_ENDS = re.compile(rb"[\r\n]")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes of one stream. ``end``: ``\\n``, ``\\r`` or b"" (more of the segment may come).
+
+    ``start``: these are the first bytes of a segment (a prefix belongs before them);
+    ``redraw``: the segment follows a ``\\r`` and replaces what its line showed.
+    """
+
+    data: bytes
+    end: bytes
+    start: bool
+    redraw: bool
+
+
+class Splitter:
+    """One stream's bytes -> pieces; see the module docstring for when each comes out."""
+
+    def __init__(self, redraw_every: float, idle: float = IDLE_FLUSH) -> None:
+        self.redraw_every = redraw_every
+        self.idle = idle
+        self._buf = b""  # bytes of the current segment not out yet
+        self._started = False  # part of the current segment is out
+        self._redraw = False  # the current segment follows a "\r"
+        self._open = False  # a piece without "\n" is out: its line is open
+        self._held: bytes | None = None  # the newest redraw held back
+        self._last_data = 0.0
+        self._last_redraw = -math.inf
+
+    @property
+    def pending(self) -> bytes:
+        """The start of a segment not out yet (empty once part of it is out)."""
+        return b"" if self._started else self._buf
+
+    def feed(self, data: bytes, now: float) -> list[Piece]:
+        out: list[Piece] = []
+        pos = 0
+        for match in _ENDS.finditer(data):
+            segment, self._buf = self._buf + data[pos : match.start()], b""
+            self._end_segment(segment, match.group(), now, out)
+            pos = match.end()
+        if pos < len(data):
+            self._buf += data[pos:]
+            self._last_data = now
+        return out
+
+    def flush(self, now: float) -> list[Piece]:
+        """What is due by ``now``: a quiet partial segment, a held-back redraw."""
+        out: list[Piece] = []
+        if self._buf and now - self._last_data >= self.idle:
+            if self._started or not self._redraw:
+                self._out(out, Piece(self._buf, b"", not self._started, self._redraw))
+                self._buf, self._started = b"", True
+            elif self._may_redraw(now):  # a newer state than the one held back
+                self._held = None
+                self._out(out, Piece(self._buf, b"", True, True))
+                self._buf, self._started = b"", True
+        if self._held is not None and self._may_redraw(now):
+            self._out(out, Piece(self._held, CR, True, True))
+            self._held = None
+        return out
+
+    def deadline(self) -> float | None:
+        """When :meth:`flush` will have something to do (None: not before more data)."""
+        due = []
+        throttle = self._last_redraw + self.redraw_every
+        if self._buf:
+            quiet = self._last_data + self.idle
+            waits_turn = self._redraw and not self._started
+            due.append(max(quiet, throttle) if waits_turn else quiet)
+        if self._held is not None:
+            due.append(throttle)
+        return min(due) if due else None
+
+    def close(self) -> list[Piece]:
+        """The stream ended: everything left comes out and an open line is ended."""
+        out: list[Piece] = []
+        if self._buf:
+            self._out(out, Piece(self._buf, NL, not self._started, self._redraw))
+        elif self._held is not None:
+            self._out(out, Piece(self._held, NL, True, True))
+        elif self._open:
+            self._out(out, Piece(b"", NL, False, self._redraw))
+        self._buf, self._held, self._started, self._redraw = b"", None, False, False
+        return out
+
+    def _end_segment(self, segment: bytes, end: bytes, now: float, out: list[Piece]) -> None:
+        if end == NL:
+            if self._redraw and not self._started and not segment and self._held is not None:
+                segment, start = self._held, True  # "\r\n" after a held-back redraw
+            else:
+                start = not self._started and (bool(segment) or not self._redraw)
+            self._out(out, Piece(segment, NL, start, self._redraw))
+            self._held, self._started, self._redraw = None, False, False
+            return
+        if self._started:
+            self._out(out, Piece(segment, CR, False, self._redraw))
+        elif not segment:
+            pass  # "\r" at the start of a line, or twice: nothing to show
+        elif not self._redraw:
+            self._out(out, Piece(segment, CR, True, False))  # a line's first segment
+        elif self._may_redraw(now):
+            self._held = None
+            self._out(out, Piece(segment, CR, True, True))
+        else:
+            self._held = segment
+        self._started, self._redraw = False, True
+
+    def _may_redraw(self, now: float) -> bool:
+        if now - self._last_redraw < self.redraw_every:
+            return False
+        self._last_redraw = now
+        return True
+
+    def _out(self, out: list[Piece], piece: Piece) -> None:
+        self._open = piece.end != NL
+        out.append(piece)
+
+
+class Interleaver:
+    """Pieces of several sources into one output, their lines never mixed.
+
+    ``prefix(source)`` starts each segment (and a line resumed after another source's);
+    ``cr`` is what a ``\\r`` becomes: kept in a rank log, ``\\n`` on a piped console.
+    """
+
+    def __init__(self, prefix: Callable[[Any], bytes], cr: bytes = CR) -> None:
+        self._prefix = prefix
+        self._cr = cr
+        self._open: Hashable | None = None  # the source whose line the output is in
+        self._resume: set[Hashable] = set()  # sources whose open line another one ended
+
+    def render(self, source: Hashable, piece: Piece) -> bytes:
+        if not piece.start and source != self._open and not piece.data:
+            self._resume.discard(source)  # only an end, for a line already ended
+            return b""
+        parts = [self.end_line()] if self._open not in (None, source) else []
+        if piece.start or source in self._resume:
+            parts.append(self._prefix(source))
+        self._resume.discard(source)
+        end = self._cr if piece.end == CR else piece.end
+        parts += [piece.data, end]
+        self._open = source if end != NL else None
+        return b"".join(parts)
+
+    def end_line(self) -> bytes:
+        """End the open line (before text of the output's own, or another source's)."""
+        if self._open is None:
+            return b""
+        self._resume.add(self._open)
+        self._open = None
+        return NL
+
+
+class Lines:
+    """One stream's pieces -> its finished lines, as a terminal shows them (last redraw)."""
+
+    def __init__(self) -> None:
+        self._current = b""  # the current segment so far
+        self._shown = b""  # the last complete segment (what a "\r\n" leaves on screen)
+
+    @property
+    def display(self) -> bytes:
+        """What the line shows now."""
+        return self._current or self._shown
+
+    def add(self, piece: Piece) -> bytes | None:
+        """The finished line when ``piece`` ends one, else None."""
+        self._current = piece.data if piece.start else self._current + piece.data
+        if piece.end == CR:
+            self._shown, self._current = self._current, b""
+        if piece.end != NL:
+            return None
+        line = self._current if (self._current or piece.start) else self._shown
+        self._current = self._shown = b""
+        return line
+
+
+def log_prefix(source: Hashable) -> bytes:
+    """The rank log's prefix of a segment: stderr is marked, stdout is not."""
+    return STDERR_MARK if source == STDERR else b""
+
+
+class RankLogReader:
+    """A rank log's bytes -> ``(stream, piece)`` in order, markers removed.
+
+    Within one :meth:`feed`, a redraw that a later piece replaced is skipped: what was
+    not watched live shows its final state only.
+    """
+
+    def __init__(self) -> None:
+        self._splitter = Splitter(redraw_every=0.0, idle=0.0)
+        self._stream = STDOUT
+
+    def feed(self, data: bytes, final: bool = False) -> list[tuple[str, Piece]]:
+        pieces = self._splitter.feed(data, 0.0)
+        pending = self._splitter.pending
+        if final:
+            pieces += self._splitter.close()
+        elif not (pending and STDERR_MARK.startswith(pending)):  # a mark half written
+            pieces += self._splitter.flush(0.0)
+        out = []
+        for i, piece in enumerate(pieces):
+            if piece.start:
+                marked = piece.data.startswith(STDERR_MARK)
+                self._stream = STDERR if marked else STDOUT
+                if marked:
+                    piece = Piece(piece.data[len(STDERR_MARK) :], piece.end, True, piece.redraw)
+            if piece.start and piece.end == CR and i + 1 < len(pieces):
+                continue
+            out.append((self._stream, piece))
+        return out

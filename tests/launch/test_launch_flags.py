@@ -1,0 +1,188 @@
+"""torchrun's and Hugging Face Accelerate's spellings of `accel launch` flags (dry runs)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launchutil import SCRIPTS
+
+from accel.cli.main import main
+
+SCRIPT = str(SCRIPTS / "env_dump.py")
+HF_CONFIGS = Path(__file__).resolve().parent.parent / "config" / "hf_configs"
+
+
+def plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code = main(["launch", "--dry-run", "--json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    code = main(["launch", *args, SCRIPT])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def shape(p: dict[str, Any]) -> tuple[int, int, int, str]:
+    return p["nproc_per_node"], p["nnodes"], p["node_rank"], p["rdzv"]["endpoint"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--nproc_per_node", "3"],
+        ["--nproc_per_node=3"],
+        ["--nproc-per-node", "3"],
+        ["-n", "3"],
+        ["--num_processes", "3"],
+        ["--num-processes=3"],
+        ["--standalone", "--nproc_per_node=3"],
+    ],
+)
+def test_processes_on_one_node(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    assert shape(plan(capsys, *args, SCRIPT)) == (3, 1, 0, "localhost:0")
+
+
+def test_torchrun_multi_node_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    p = plan(
+        capsys,
+        *("--nnodes=2:2", "--nproc_per_node=4", "--node_rank=1"),
+        *("--rdzv_backend=c10d", "--rdzv_endpoint=node0:29400", "--rdzv_id=job7"),
+        *("--max_restarts=2", "--monitor_interval=5"),
+        SCRIPT,
+    )
+    assert shape(p) == (4, 2, 1, "node0:29400")
+    assert p["rdzv"]["id"] == "job7" and p["max_restarts"] == 2 and p["world_size"] == 8
+
+
+def test_torchrun_static_rendezvous_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    p = plan(
+        capsys,
+        *("--nnodes", "2", "--node_rank", "0", "--nproc_per_node", "2"),
+        *("--master_addr", "10.0.0.1", "--master_port", "29501"),
+        SCRIPT,
+    )
+    assert shape(p) == (2, 2, 0, "10.0.0.1:29501")
+
+
+def test_accelerate_spelling_means_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+    p = plan(
+        capsys,
+        *("--multi_gpu", "--num_processes", "16", "--num_machines", "2", "--machine_rank", "1"),
+        *("--main_process_ip", "10.0.0.1", "--main_process_port", "29600"),
+        *("--mixed_precision", "bf16", "--gpu_ids", "0,1", "--dynamo_backend", "INDUCTOR"),
+        SCRIPT,
+    )
+    assert shape(p) == (8, 2, 1, "10.0.0.1:29600") and p["world_size"] == 16
+    env = p["worker_env"]
+    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    assert env["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
+    assert p["config"]["launch"]["gpu_ids"] == [0, 1]
+    cpu = plan(capsys, "--cpu", "--num_processes", "2", SCRIPT)
+    assert cpu["worker_env"]["ACCELERATE_USE_CPU"] == "true" and cpu["nproc_per_node"] == 2
+
+
+def test_a_port_on_one_node_is_not_pinned(capsys: pytest.CaptureFixture[str]) -> None:
+    # `accelerate launch --main_process_port` / `torchrun --master_port` on one machine:
+    # accel binds a free port instead, so two jobs on one machine never meet.
+    for flags in (["--main_process_port", "29500"], ["--master_addr", "127.0.0.1"]):
+        assert plan(capsys, *flags, "-n", "2", SCRIPT)["rdzv"]["endpoint"] == "localhost:0"
+
+
+def test_multi_gpu_without_a_count_is_one_worker_per_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # No GPU here, so `auto` is one worker; the plan says so through its config value.
+    assert plan(capsys, "--multi_gpu", SCRIPT)["nproc_per_node"] == 1
+    assert plan(capsys, "--multi_gpu", "-n", "2", SCRIPT)["nproc_per_node"] == 2
+
+
+def test_the_scripts_own_arguments_are_never_read(capsys: pytest.CaptureFixture[str]) -> None:
+    tail = ["--nproc_per_node", "9", "--num_processes=9", "--config_file", "x", "--log_dir", "y"]
+    p = plan(capsys, "--nproc_per_node", "2", SCRIPT, *tail)  # read before SCRIPT only
+    assert p["nproc_per_node"] == 2
+    assert p["worker_command"][-len(tail) - 1 :] == [SCRIPT, *tail]
+
+
+def test_config_file_is_the_config_for_this_launch(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    hf = str(HF_CONFIGS / "multi_gpu_2nodes_rank1_c10d.yaml")
+    p = plan(capsys, "--config_file", hf, SCRIPT)
+    assert shape(p) == (8, 2, 1, "10.1.2.3:29500") and p["world_size"] == 16
+    flags_win = plan(capsys, "--config_file", hf, "--machine_rank", "0", "-n", "2", SCRIPT)
+    assert shape(flags_win) == (2, 2, 0, "10.1.2.3:29500")
+    debug = plan(capsys, "--config-file", str(HF_CONFIGS / "multi_gpu_debug.yaml"), SCRIPT)
+    assert debug["worker_env"]["ACCELERATE_DEBUG_MODE"] == "true"
+    assert debug["nproc_per_node"] == 4 and debug["rdzv"]["endpoint"] == "localhost:0"
+    assert not (project / ".accelerate").exists()  # nothing imported, nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--log_dir", "logs"], "rank-N.log; read them with `accel logs`"),
+        (["--log-dir=logs"], "--log-dir is not needed"),
+        (["--nnodes", "1:4", "--rdzv_endpoint", "h:1"], "elastic node ranges are not supported"),
+        (["--rdzv_backend", "etcd"], "accel's rendezvous is c10d"),
+        (["--num_processes", "3", "--num_machines", "2", "--main_process_ip", "h"], "evenly"),
+        (["-n", "2", "--num_processes", "4"], "not both"),
+        (["--num_processes", "zero"], "invalid value for --num-processes"),
+        (["--standalone", "--nnodes", "2"], "--standalone runs on one node"),
+        (["--master_port", "70000", "--nnodes", "2"], "--master-addr/--master-port"),
+        (["--config_file", str(HF_CONFIGS / "fsdp.yaml")], "FSDP training is not supported"),
+        (["--config_file", "missing.yaml"], "missing.yaml: no such file"),
+        (["--monitor_interval", "-1"], "--monitor-interval"),
+    ],
+)
+def test_what_accel_cannot_honour_is_refused(
+    capsys: pytest.CaptureFixture[str], project: Path, args: list[str], words: str
+) -> None:
+    assert words in refused(capsys, *args)
+    assert not (project / ".accelerate").exists()
+
+
+def test_no_python_checks_the_program(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    assert shutil.which("echo") is not None
+    p = plan(capsys, "--no-python", "-n", "2", "echo", "hi")
+    assert p["worker_command"][-3:] == ["--accel-exec", "echo", "hi"]
+    (project / "tool.sh").write_text("#!/bin/sh\n")  # not executable
+    err = refused(capsys, "--no-python", "./tool.sh")
+    assert "not an executable file" in err
+    assert "no program 'no-such-tool' on PATH" in refused(capsys, "--no_python", "no-such-tool")
+    assert "cannot be used together" in refused(capsys, "--no-python", "-m")
+
+
+def test_help_shows_the_aliases(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["launch", "--help"])
+    out = capsys.readouterr().out
+    assert "`_` works for `-`" in out and "--nproc_per_node" in out
+    for alias in (
+        "--nproc-per-node",
+        "--num-processes",
+        "--num-machines",
+        "--machine-rank",
+        "--node-rank",
+        "--rdzv-endpoint",
+        "--rdzv-backend",
+        "--master-addr",
+        "--main-process-port",
+        "--mixed-precision",
+        "--multi-gpu",
+        "--config-file",
+        "--standalone",
+        "--no-python",
+        "--max-restarts",
+        "--monitor-interval",
+        "--dynamo-backend",
+    ):
+        assert alias in out, alias
