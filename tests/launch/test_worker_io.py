@@ -76,17 +76,18 @@ def collect(accel_exe: list[str], project: Path) -> Iterator[type[Collector]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_a_progress_bar_moves_on_the_console_in_the_log_and_in_logs_follow(
+def test_a_tqdm_bar_moves_on_the_console_in_the_log_and_in_logs_follow(
     collect: type[Collector], project: Path
 ) -> None:
+    pytest.importorskip("tqdm")
     out = project / "out"
     out.mkdir()
-    run = collect("launch", "-n", "1", str(SCRIPTS / "bar_steps.py"), str(out), "3")
+    run = collect("launch", "-n", "1", str(SCRIPTS / "tqdm_steps.py"), str(out), "3")
     wait_for(lambda: b"before the bar" in run.out, 60, "the worker to start")
     log = run_folder(project) / "rank-0.log"
     follow = collect("logs", "--follow")
     for i in range(3):  # each update is seen everywhere before the script goes on
-        state = f"{i}/3 bar".encode()
+        state = f"| {i}/3 [".encode()
         wait_for(lambda s=state: s in run.err, 20, f"{state!r} on the console")
         wait_for(lambda s=state: s in log.read_bytes(), 20, f"{state!r} in the rank log")
         wait_for(lambda s=state: s in follow.err, 20, f"{state!r} in logs --follow")
@@ -94,11 +95,11 @@ def test_a_progress_bar_moves_on_the_console_in_the_log_and_in_logs_follow(
         (out / f"go-{i}").touch()
     assert run.wait(60) == 0, run.err.decode()
     assert follow.wait(30) == 0, follow.err.decode()
-    assert b"[rank0] 3/3 bar\n" in run.err and b"[rank0] after the bar\n" in run.out
-    assert b"[rank0] 3/3 bar\n" in follow.err and b"[rank0] after the bar\n" in follow.out
+    final = re.compile(rb"\[rank0\] bar: 100%\|#+\| 3/3 \[[^\r\n]*\]\n")
+    assert final.search(run.err) and final.search(follow.err)
+    assert b"[rank0] after the bar\n" in run.out and b"[rank0] after the bar\n" in follow.out
     text = log.read_bytes().decode()  # bytes: read_text() would turn "\r" into "\n"
-    assert "[stderr] 0/3 bar\r[stderr] 1/3 bar\r[stderr] 2/3 bar" in text  # redrawn in place
-    assert "[stderr] 3/3 bar\n" in text
+    assert re.search(r"\[stderr\] bar:   0%.*\r\[stderr\] bar:  33%.*\r\[stderr\] bar:  67%", text)
     assert "before the bar\n" in text and "after the bar\n" in text
 
 
