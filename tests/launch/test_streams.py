@@ -22,8 +22,19 @@ def P(data: bytes, end: bytes, start: bool = True, redraw: bool = False) -> Piec
 
 def test_whole_lines_come_out_at_once() -> None:
     s = Splitter(redraw_every=1.0, idle=0.2)
-    assert s.feed(b"one\ntwo\n", 0.0) == [P(b"one", NL), P(b"two", NL)]
+    assert s.feed(b"one\ntwo\n", 0.0) == [P(b"one\ntwo", NL)]  # one piece, two lines
     assert s.deadline() is None and s.flush(100.0) == []
+    assert s.feed(b"thr", 0.0) == [] and s.feed(b"ee\nfour\nfi", 0.0) == [
+        P(b"three", NL),
+        P(b"four", NL),
+    ]
+    one_by_one = Splitter(redraw_every=1.0, idle=0.2, blocks=False)
+    assert one_by_one.feed(b"one\ntwo\n", 0.0) == [P(b"one", NL), P(b"two", NL)]
+
+
+def test_a_block_of_lines_gets_a_prefix_on_each() -> None:
+    mix = Interleaver(lambda s: b"E:")
+    assert mix.render(STDERR, P(b"a\nb\n", NL)) == b"E:a\nE:b\nE:\n"
 
 
 def test_a_partial_line_comes_out_when_the_stream_goes_quiet() -> None:
@@ -89,7 +100,8 @@ def test_close_ends_what_is_open() -> None:
 def test_lines_are_what_a_terminal_shows() -> None:
     lines = Lines()
     pieces = Splitter(0.0, 0.0).feed(b"\r 10%\r100%\nplain\n\n", 0.0)
-    assert [line for p in pieces if (line := lines.add(p)) is not None] == [b"100%", b"plain", b""]
+    finished = [line for p in pieces if (line := lines.add(p)) is not None]
+    assert finished == [b"100%", b"plain\n"]  # "plain" and "" came as one block
 
 
 def test_interleaving_never_mixes_lines() -> None:

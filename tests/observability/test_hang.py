@@ -130,3 +130,14 @@ def _wait_for(condition: object, limit: float = 20.0) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.05)
+
+
+def test_a_stack_dump_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+    from accel.hang.dump import append_to_rank_logs
+
+    (tmp_path / "rank-0.log").write_bytes(b"before\n[stderr]  45%|####")  # a bar left open
+    append_to_rank_logs(tmp_path, {0: "stack of rank 0", 1: "stack of rank 1"}, "hang")
+    zero = (tmp_path / "rank-0.log").read_text().splitlines()
+    assert zero[:2] == ["before", "[stderr]  45%|####"]
+    assert zero[2].startswith("===== accel: hang at ") and zero[3] == "stack of rank 0"
+    assert (tmp_path / "rank-1.log").read_text().startswith("===== accel: hang at ")

@@ -117,7 +117,9 @@ class _Terminal:
             self._open = source
             return
         if was_open or piece.start or piece.data:  # else: its last state is already shown
-            self._emit(stream, f"{erase}{self._prefix(rank)}{_text(finished)}\n")
+            prefix = self._prefix(rank)
+            body = _text(finished).replace("\n", "\n" + prefix)  # a block of whole lines
+            self._emit(stream, f"{erase}{prefix}{body}\n")
         self._open = None
 
     def end_line(self) -> None:

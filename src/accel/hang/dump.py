@@ -122,6 +122,17 @@ def append_to_rank_logs(run_dir: Path, stacks: Mapping[int, str], title: str) ->
     """Append each dump to ``rank-N.log`` under a marked header (one write per rank)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     for rank, text in stacks.items():
+        log = run_dir / f"rank-{rank}.log"
         block = f"===== accel: {title} at {stamp} =====\n{text}\n===== end of stacks =====\n"
-        with contextlib.suppress(OSError), open(run_dir / f"rank-{rank}.log", "a") as fh:
-            fh.write(block)
+        with contextlib.suppress(OSError), open(log, "a") as fh:
+            fh.write(("" if _ends_a_line(log) else "\n") + block)
+
+
+def _ends_a_line(log: Path) -> bool:
+    """Whether ``log`` ends with a newline (a progress bar may have left its line open)."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) == b"\n"
+    except OSError:  # empty or missing
+        return True

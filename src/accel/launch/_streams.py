@@ -24,8 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 NL, CR = b"\n", b"\r"
 STDOUT, STDERR = "stdout", "stderr"
@@ -36,12 +35,13 @@ CONSOLE_REDRAW_EVERY = 0.1  # a terminal redraws a bar at tqdm's own pace, not f
 _ENDS = re.compile(rb"[\r\n]")
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     """Bytes of one stream. ``end``: ``\\n``, ``\\r`` or b"" (more of the segment may come).
 
     ``start``: these are the first bytes of a segment (a prefix belongs before them);
-    ``redraw``: the segment follows a ``\\r`` and replaces what its line showed.
+    ``redraw``: the segment follows a ``\\r`` and replaces what its line showed. A
+    piece that starts with whole lines and ends with ``\\n`` may hold several lines
+    (``data`` then contains ``\\n``): each of them gets the prefix.
     """
 
     data: bytes
@@ -53,9 +53,10 @@ class Piece:
 class Splitter:
     """One stream's bytes -> pieces; see the module docstring for when each comes out."""
 
-    def __init__(self, redraw_every: float, idle: float = IDLE_FLUSH) -> None:
+    def __init__(self, redraw_every: float, idle: float = IDLE_FLUSH, blocks: bool = True) -> None:
         self.redraw_every = redraw_every
         self.idle = idle
+        self.blocks = blocks  # whole lines in a row come out as one piece (fast)
         self._buf = b""  # bytes of the current segment not out yet
         self._started = False  # part of the current segment is out
         self._redraw = False  # the current segment follows a "\r"
@@ -71,15 +72,33 @@ class Splitter:
 
     def feed(self, data: bytes, now: float) -> list[Piece]:
         out: list[Piece] = []
-        pos = 0
-        for match in _ENDS.finditer(data):
+        pos, size = 0, len(data)
+        while pos < size:
+            if self.blocks and self._at_line_start():
+                pos = self._whole_lines(data, pos, out)
+                if pos >= size:
+                    break
+            match = _ENDS.search(data, pos)
+            if match is None:
+                self._buf += data[pos:]
+                self._last_data = now
+                break
             segment, self._buf = self._buf + data[pos : match.start()], b""
             self._end_segment(segment, match.group(), now, out)
             pos = match.end()
-        if pos < len(data):
-            self._buf += data[pos:]
-            self._last_data = now
         return out
+
+    def _at_line_start(self) -> bool:
+        return not (self._buf or self._started or self._redraw or self._held is not None)
+
+    def _whole_lines(self, data: bytes, pos: int, out: list[Piece]) -> int:
+        """Lines without a ``\\r`` from ``pos`` on, as one piece; where they end."""
+        stop = data.find(CR, pos)
+        last = data.rfind(NL, pos, len(data) if stop < 0 else stop)
+        if last < pos:
+            return pos
+        self._out(out, Piece(data[pos:last], NL, True, False))
+        return last + 1
 
     def flush(self, now: float) -> list[Piece]:
         """What is due by ``now``: a quiet partial segment, a held-back redraw."""
@@ -172,11 +191,13 @@ class Interleaver:
             self._resume.discard(source)  # only an end, for a line already ended
             return b""
         parts = [self.end_line()] if self._open not in (None, source) else []
-        if piece.start or source in self._resume:
-            parts.append(self._prefix(source))
+        prefix = self._prefix(source) if piece.start or source in self._resume else b""
         self._resume.discard(source)
         end = self._cr if piece.end == CR else piece.end
-        parts += [piece.data, end]
+        data = piece.data
+        if prefix and NL in data:  # several whole lines: each gets the prefix
+            data = data.replace(NL, NL + prefix)
+        parts += [prefix, data, end]
         self._open = source if end != NL else None
         return b"".join(parts)
 
@@ -202,7 +223,7 @@ class Lines:
         return self._current or self._shown
 
     def add(self, piece: Piece) -> bytes | None:
-        """The finished line when ``piece`` ends one, else None."""
+        """The finished line (or lines, joined by ``\\n``) when ``piece`` ends one."""
         self._current = piece.data if piece.start else self._current + piece.data
         if piece.end == CR:
             self._shown, self._current = self._current, b""
@@ -226,7 +247,8 @@ class RankLogReader:
     """
 
     def __init__(self) -> None:
-        self._splitter = Splitter(redraw_every=0.0, idle=0.0)
+        # line by line: each line of a log says on its own which stream it is from
+        self._splitter = Splitter(redraw_every=0.0, idle=0.0, blocks=False)
         self._stream = STDOUT
 
     def feed(self, data: bytes, final: bool = False) -> list[tuple[str, Piece]]:

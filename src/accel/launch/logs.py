@@ -51,6 +51,7 @@ class ConsoleSink(Protocol):
 
 STREAMS = (STDOUT, STDERR)
 TAIL_LINES = 200
+TAIL_BYTES = 1 << 16  # of a block of lines: enough for TAIL_LINES ordinary ones
 _CHUNK = 65536
 _IDLE_POLL = 1.0
 
@@ -254,7 +255,7 @@ class LogRouter:
             line = lines.add(piece)
             if line is not None:
                 tail = self.tails.setdefault(rank, deque(maxlen=TAIL_LINES))
-                tail.append(line.decode("utf-8", errors="replace"))
+                tail.extend(line[-TAIL_BYTES:].decode("utf-8", errors="replace").split("\n"))
 
     def _to_console(self, key: tuple[int, str], pieces: list[Piece]) -> None:
         rank = self._rank(key)
