@@ -150,12 +150,16 @@ def test_version_help_and_python_m(accel_exe: list[str]) -> None:
 @pytest.mark.timeout(60)
 def test_import_reports_unmapped_keys(project: Path, accel_exe: list[str]) -> None:
     (project / "hf.yaml").write_text(
-        "num_processes: 2\nmixed_precision: fp16\nfsdp_config: {a: 1}\n"
+        "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp16\n"
+        "fsdp_config: {a: 1}\n"
     )
     result = run(accel_exe, "config", "import", "hf.yaml")
     assert result.returncode == 0, result.stderr
     assert "launch.num_processes = 2" in result.stdout
-    assert "warning: fsdp_config: not mapped" in result.stderr
+    assert "warning: fsdp_config: ignored, as Accelerate ignores it" in result.stderr
+    (project / "no_type.yaml").write_text("num_processes: 2\n")  # Accelerate refuses it too
+    refused = run(accel_exe, "config", "import", "no_type.yaml")
+    assert refused.returncode == 2 and "no distributed_type" in refused.stderr
 
 
 def test_unexpected_error_writes_a_crash_log(

@@ -292,6 +292,10 @@ def test_values_accel_does_not_use_are_reported_not_guessed() -> None:
     ("change", "message"),
     [
         ({"num_machines": 0}, "num_machines: expected an integer >= 1"),
+        (
+            {"num_processes": 4096, "num_machines": 2, "main_process_ip": "h"},
+            "num_processes per machine: expected an integer from 1 to",
+        ),
         ({"num_machines": 2, "main_process_ip": None}, "needs main_process_ip"),
         ({"num_machines": 2, "main_process_ip": "h", "machine_rank": 2}, "out of range"),
         ({"gpu_ids": "zero"}, "gpu_ids:"),

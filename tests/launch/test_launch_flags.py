@@ -137,6 +137,7 @@ def test_config_file_is_the_config_for_this_launch(
         (["--num_processes", "3", "--num_machines", "2", "--main_process_ip", "h"], "evenly"),
         (["-n", "2", "--num_processes", "4"], "not both"),
         (["--num_processes", "zero"], "invalid value for --num-processes"),
+        (["--num_processes", "5000"], "5000 workers per node: expected an integer from 1 to"),
         (["--standalone", "--nnodes", "2"], "--standalone runs on one node"),
         (["--master_port", "70000", "--nnodes", "2"], "--master-addr/--master-port"),
         (["--config_file", str(HF_CONFIGS / "fsdp.yaml")], "FSDP training is not supported"),

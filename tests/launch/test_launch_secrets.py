@@ -68,7 +68,8 @@ def test_no_secret_leaves_the_worker(
     done = accel(*argv, ARG_KEY)
     assert done.returncode == 1, done.stderr  # the script's RuntimeError, after its checks
     assert "RuntimeError: cannot reach https://***@idx.example" in done.stderr
-    assert "RuntimeError: cannot reach https://bob:***@idx.example" in done.stdout
+    # the worker's traceback, on stderr as the worker wrote it
+    assert "[rank0] RuntimeError: cannot reach https://bob:***@idx.example" in done.stderr
     assert_clean(done.stdout + done.stderr, "the console")
 
     folder = run_folder(project)

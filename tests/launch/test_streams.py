@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from accel.launch._streams import (
     CR,
     NL,
@@ -153,3 +155,17 @@ def test_a_half_written_mark_waits_for_the_rest() -> None:
     assert reader.feed(b"[std") == []
     assert reader.feed(b"err] oops\n") == [(STDERR, P(b"oops", NL))]
     assert reader.feed(b"[stdout is not a mark\n") == [(STDOUT, P(b"[stdout is not a mark", NL))]
+
+
+def test_a_quiet_flush_holds_back_what_may_start_a_secret() -> None:
+    from accel.launch.logs import LogRouter
+
+    router = LogRouter(Path("."), Path("."), 1, None, lambda r: True, secrets=["token123"])
+    assert router._secret_start(b"my tok") == 3 and router._secret_start(b"my t0") == 0
+    s = Splitter(redraw_every=1.0, idle=0.2, hold=router._secret_start)
+    assert s.feed(b"key: tok", 0.0) == []
+    assert s.flush(0.3) == [P(b"key: ", b"")]  # "tok" waits: it may be "token123"
+    assert s.deadline() is None and s.flush(9.0) == []
+    assert s.feed(b"en123 ok\n", 9.1) == [P(b"token123 ok", NL, start=False)]
+    scrubbed = router._scrub([P(b"token123 ok", NL, start=False)])
+    assert scrubbed == [P(b"*** ok", NL, start=False)]

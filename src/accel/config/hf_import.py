@@ -153,7 +153,9 @@ def _job_shape(data: Mapping[str, Any], source: str, notes: list[str]) -> dict[s
     """Processes per machine, machines, this machine's rank and the endpoint."""
     if data["distributed_type"] == "NO":  # Accelerate starts one plain process
         return _one_machine(1)
-    machines = _number(data, "num_machines", 1, source)
+    machines = int(
+        _checked(_number(data, "num_machines", 1, source), "launch.num_machines", source)
+    )
     total = data.get("num_processes")
     per_node: int | None = None
     if total == -1 or total is None:
@@ -165,7 +167,9 @@ def _job_shape(data: Mapping[str, Any], source: str, notes: list[str]) -> dict[s
                 f"{source}: num_processes {total} is the total over num_machines {machines} "
                 "and does not divide evenly; make it a multiple of num_machines"
             )
-        per_node = total // machines
+        per_node = int(
+            _checked(total // machines, "launch.num_processes", source, "num_processes per machine")
+        )
     if machines == 1:
         return _one_machine(per_node)
     return {

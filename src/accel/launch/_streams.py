@@ -53,10 +53,19 @@ class Piece(NamedTuple):
 class Splitter:
     """One stream's bytes -> pieces; see the module docstring for when each comes out."""
 
-    def __init__(self, redraw_every: float, idle: float = IDLE_FLUSH, blocks: bool = True) -> None:
+    def __init__(
+        self,
+        redraw_every: float,
+        idle: float = IDLE_FLUSH,
+        blocks: bool = True,
+        hold: Callable[[bytes], int] | None = None,
+    ) -> None:
         self.redraw_every = redraw_every
         self.idle = idle
         self.blocks = blocks  # whole lines in a row come out as one piece (fast)
+        # hold(partial) -> trailing bytes a quiet flush keeps back (the start of a secret)
+        self._hold = hold
+        self._quiet = False  # the last quiet flush kept bytes back: wait for more data
         self._buf = b""  # bytes of the current segment not out yet
         self._started = False  # part of the current segment is out
         self._redraw = False  # the current segment follows a "\r"
@@ -82,6 +91,7 @@ class Splitter:
             if match is None:
                 self._buf += data[pos:]
                 self._last_data = now
+                self._quiet = False
                 break
             segment, self._buf = self._buf + data[pos : match.start()], b""
             self._end_segment(segment, match.group(), now, out)
@@ -103,14 +113,17 @@ class Splitter:
     def flush(self, now: float) -> list[Piece]:
         """What is due by ``now``: a quiet partial segment, a held-back redraw."""
         out: list[Piece] = []
-        if self._buf and now - self._last_data >= self.idle:
-            if self._started or not self._redraw:
-                self._out(out, Piece(self._buf, b"", not self._started, self._redraw))
-                self._buf, self._started = b"", True
-            elif self._may_redraw(now):  # a newer state than the one held back
+        if self._buf and not self._quiet and now - self._last_data >= self.idle:
+            cut = len(self._buf) - (self._hold(self._buf) if self._hold is not None else 0)
+            ready, rest = self._buf[:cut], self._buf[cut:]
+            self._quiet = bool(rest)
+            if ready and (self._started or not self._redraw):
+                self._out(out, Piece(ready, b"", not self._started, self._redraw))
+                self._buf, self._started = rest, True
+            elif ready and self._may_redraw(now):  # a newer state than the one held back
                 self._held = None
-                self._out(out, Piece(self._buf, b"", True, True))
-                self._buf, self._started = b"", True
+                self._out(out, Piece(ready, b"", True, True))
+                self._buf, self._started = rest, True
         if self._held is not None and self._may_redraw(now):
             self._out(out, Piece(self._held, CR, True, True))
             self._held = None
@@ -120,7 +133,7 @@ class Splitter:
         """When :meth:`flush` will have something to do (None: not before more data)."""
         due = []
         throttle = self._last_redraw + self.redraw_every
-        if self._buf:
+        if self._buf and not self._quiet:
             quiet = self._last_data + self.idle
             waits_turn = self._redraw and not self._started
             due.append(max(quiet, throttle) if waits_turn else quiet)
@@ -138,6 +151,7 @@ class Splitter:
         elif self._open:
             self._out(out, Piece(b"", NL, False, self._redraw))
         self._buf, self._held, self._started, self._redraw = b"", None, False, False
+        self._quiet = False
         return out
 
     def _end_segment(self, segment: bytes, end: bytes, now: float, out: list[Piece]) -> None:

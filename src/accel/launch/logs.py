@@ -50,6 +50,7 @@ class ConsoleSink(Protocol):
 
 
 STREAMS = (STDOUT, STDERR)
+Hold = Callable[[bytes], int]
 TAIL_LINES = 200
 TAIL_BYTES = 1 << 16  # of a block of lines: enough for TAIL_LINES ordinary ones
 _CHUNK = 65536
@@ -59,10 +60,10 @@ _IDLE_POLL = 1.0
 class _Source:
     """One local worker's stdout or stderr: its FIFO and where its pieces go."""
 
-    def __init__(self, fd: int, console_every: float | None) -> None:
+    def __init__(self, fd: int, console_every: float | None, hold: Hold) -> None:
         self.fd = fd
-        self.log = Splitter(LOG_REDRAW_EVERY)
-        self.console = Splitter(console_every) if console_every is not None else None
+        self.log = Splitter(LOG_REDRAW_EVERY, hold=hold)
+        self.console = Splitter(console_every, hold=hold) if console_every is not None else None
         self.lines = Lines()
 
 
@@ -127,7 +128,7 @@ class LogRouter:
             # O_RDWR: we are a writer too, so the FIFO never reports EOF between attempts.
             fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             every = self._sink.redraw_every(key[1]) if self._sink is not None else None
-            self._sources[key] = _Source(fd, every)
+            self._sources[key] = _Source(fd, every, self._secret_start)
         self._thread.start()
         return self
 
@@ -232,6 +233,17 @@ class LogRouter:
             self._to_log(key, source.log.close())
             if source.console is not None:
                 self._to_console(key, source.console.close())
+
+    def _secret_start(self, partial: bytes) -> int:
+        """How many trailing bytes of a partial line may be the start of a secret: held
+        back when the stream goes quiet, so a secret always comes out whole and hidden."""
+        longest = 0
+        for secret in self._secrets:
+            for n in range(min(len(secret) - 1, len(partial)), longest, -1):
+                if partial.endswith(secret[:n]):
+                    longest = n
+                    break
+        return longest
 
     def _scrub(self, pieces: list[Piece]) -> list[Piece]:
         if not self._secrets:

@@ -172,12 +172,23 @@ def _per_node(config: ResolvedConfig, request: LaunchRequest, nodes: _Nodes) -> 
     if total is None:
         unset = config.origins["launch.num_processes"].layer == "default"
         return "auto" if request.multi_gpu and unset else config["launch.num_processes"]
-    if total == "auto" or int(total) % nodes.nnodes == 0:
-        return total if total == "auto" else int(total) // nodes.nnodes
+    if total == "auto":
+        return total
+    if int(total) % nodes.nnodes == 0:
+        return _checked_per_node(int(total) // nodes.nnodes)
     raise UsageError(
         f"--num-processes {total} is the total over {nodes.nnodes} nodes and does not divide "
         f"evenly; give a multiple of {nodes.nnodes}, or -n/--nproc-per-node per node"
     )
+
+
+def _checked_per_node(count: int) -> int:
+    from accel.config import schema
+
+    try:
+        return int(schema.coerce(schema.BY_KEY["launch.num_processes"], count))
+    except ValueError as exc:
+        raise UsageError(f"--num-processes gives {count} workers per node: {exc}") from None
 
 
 def _nproc(value: int | str, gpu_count: int) -> int:
