@@ -130,8 +130,9 @@ def test_config_file_is_the_config_for_this_launch(
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--log_dir", "logs"], "rank-N.log; read them with `accel logs`"),
+        (["--log_dir", "logs"], "rank-N.log and on the console; read them with `accel logs`"),
         (["--log-dir=logs"], "--log-dir is not needed"),
+        (["--redirects", "3"], "--redirects is not needed"),
         (["--nnodes", "1:4", "--rdzv_endpoint", "h:1"], "elastic node ranges are not supported"),
         (["--rdzv_backend", "etcd"], "accel's rendezvous is c10d"),
         (["--num_processes", "3", "--num_machines", "2", "--main_process_ip", "h"], "evenly"),

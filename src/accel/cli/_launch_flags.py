@@ -13,7 +13,8 @@ launch`` command line means under ``accel launch`` what it meant before:
   ``--standalone``), so two jobs on one machine never meet in one store.
 - ``--config_file`` reads a Hugging Face config as ``accel config import`` does, for
   this launch only; flags on the command line still win.
-- ``--log_dir`` is refused with a pointer to where accel keeps the logs.
+- ``--log_dir`` and ``--redirects`` are refused with a pointer to where accel keeps
+  the logs.
 """
 
 from __future__ import annotations
@@ -77,11 +78,13 @@ def translate(params: Mapping[str, Any]) -> LaunchFlags:
 
 
 def _refuse(params: Mapping[str, Any]) -> None:
-    if params.get("log_dir") is not None:
-        raise UsageError(
-            "--log-dir is not needed: accel keeps every rank's stdout and stderr in "
-            ".accelerate/logs/runs/<run-id>/rank-N.log; read them with `accel logs`"
-        )
+    for name in ("log_dir", "redirects"):
+        if params.get(name) is not None:
+            raise UsageError(
+                f"--{name.replace('_', '-')} is not needed: accel keeps every rank's stdout and "
+                "stderr apart, in .accelerate/logs/runs/<run-id>/rank-N.log and on the "
+                "console; read them with `accel logs`"
+            )
     interval = params.get("monitor_interval")
     if interval is not None and interval < 0:
         raise UsageError(f"invalid value for --monitor-interval: expected >= 0, got {interval}")

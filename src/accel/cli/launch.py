@@ -182,6 +182,7 @@ def launch(
         rich_help_panel=_COMPAT,
     ),
     log_dir: str | None = typer.Option(None, "--log-dir", hidden=True),
+    redirects: str | None = typer.Option(None, "--redirects", "-r", hidden=True),
 ) -> int:
     """Start SCRIPT as N torch.distributed workers on this node, or join a multi-node job.
 
