@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from accel.cli import _app, _output
-from accel.cli._worker_console import WorkerConsole
 from accel.errors import InterruptedRun, JobFailed
 
 if TYPE_CHECKING:
@@ -212,6 +211,7 @@ def launch(
     if dry_run:
         _show_plan(plan, as_json)
         return 0
+    from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan
 
     _output.info(f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}")
