@@ -13,6 +13,7 @@ import pytest
 
 from accel._redact import REDACTED
 from accel.envreport import relevant_environment
+from accel.layout import make_owned_dir
 from accel.workspace import Workspace
 
 SECRETS = {
@@ -185,7 +186,7 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
 
     def torn_checkpoint() -> dict[str, str]:
         step = make_ws(project).checkpoints_dir / "main" / "step-000000000007"
-        step.mkdir(parents=True)
+        make_owned_dir(step, parents=True)  # as a save leaves it: marker, no manifest
         (step / "model.pt").write_bytes(b"half")
         _age(step)
         return {}
@@ -196,6 +197,16 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
         _age(stage)
         return {}
 
+    def unreadable_checkpoint() -> dict[str, str]:
+        step = make_ws(project).checkpoints_dir / "main" / "step-000000000007"
+        step.mkdir(parents=True)
+        (step / "manifest.json").write_text('{"format": 9}')
+        return {}
+
+    def foreign_workspace() -> dict[str, str]:
+        (project / "notes.txt").write_text("mine")
+        return {"ACCEL_WORKSPACE": str(project)}
+
     return {
         "config": invalid_config,
         "workspace_unwritable": unwritable,
@@ -204,6 +215,8 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
         "stale_lock": stale_lock,
         "debris": torn_checkpoint,
         "debris-tmp": temp_debris,
+        "unreadable": unreadable_checkpoint,
+        "not_a_workspace": foreign_workspace,
     }
 
 
@@ -223,7 +236,17 @@ def test_check_passes_on_a_healthy_workspace(
 
 @pytest.mark.parametrize(
     "kind",
-    ["config", "workspace_unwritable", "layout", "gpus", "stale_lock", "debris", "debris-tmp"],
+    [
+        "config",
+        "workspace_unwritable",
+        "layout",
+        "gpus",
+        "stale_lock",
+        "debris",
+        "debris-tmp",
+        "unreadable",
+        "not_a_workspace",
+    ],
 )
 def test_check_fails_for_each_problem(
     project: Path,

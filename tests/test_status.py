@@ -15,6 +15,9 @@ import pytest
 from accel.cli import _output
 from accel.cli.main import main
 from accel.runs import run_lock
+from accel.store._hashing import FileDigest, digest_bytes
+from accel.store.entry import CacheMeta, write_cache_meta
+from accel.store.manifest import Manifest, write_manifest
 from accel.workspace import Workspace
 
 DAY = 86400.0
@@ -32,26 +35,19 @@ def populate(project: Path) -> Workspace:
         folder = ws.cache_dir / "entries" / f"{name}.entry"
         folder.mkdir(parents=True)
         (folder / "value.bin").write_bytes(b"v" * size)
-        meta = {
-            "key": name,
-            "kind": "bytes",
-            "size": size,
-            "created": now - age * DAY,
-            "last_used": now - age * DAY,
-            "run_id": None,
-        }
-        (folder / "meta.json").write_text(json.dumps(meta))
+        when = now - age * DAY
+        meta = CacheMeta(
+            name, "bytes", "value.bin", size, digest_bytes(b"v" * size), when, when, None
+        )
+        write_cache_meta(folder, meta)
     step = ws.checkpoints_dir / "main" / "step-000000000001"
     step.mkdir(parents=True)
     (step / "model.pt").write_bytes(b"m" * 3000)
-    (step / "manifest.json").write_text(
-        json.dumps(
-            {"format": 1, "series": "main", "step": 1, "created": now - 3 * DAY, "files": {}}
-        )
-    )
+    model = FileDigest(3000, digest_bytes(b"m" * 3000))
+    write_manifest(step, Manifest("main", 1, now - 3 * DAY, None, None, 1, {"model.pt": model}))
     run = ws.runs_dir / "20260101-000000-abcdef"
     run.mkdir()
-    (run / "run.json").write_text('{"status": "running"}')
+    (run / "run.json").write_text(json.dumps({"id": run.name, "status": "running"}))
     (run / "rank-0.log").write_bytes(b"r" * 700)
     (ws.logs_dir / "training.log").write_bytes(b"t" * 50)
     return ws

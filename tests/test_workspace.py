@@ -51,8 +51,10 @@ def test_ensure_creates_layout_and_version_marker(project: Path) -> None:
     ws = Workspace.discover().ensure()
     for part in ("config", "cache", "checkpoints", "logs/runs", "locks", "tmp"):
         assert (ws.path / part).is_dir()
-    assert json.loads(ws.layout_file.read_text()) == {"layout_version": 1}
+    marker = json.loads(ws.layout_file.read_text())
+    assert marker == {"layout_version": 1, "id": marker["id"]} and len(marker["id"]) == 16
     ws.ensure()  # idempotent
+    assert json.loads(ws.layout_file.read_text()) == marker
 
 
 def test_newer_layout_is_refused_not_misread(project: Path) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.errors import UsageError
+from accel.errors import AccelError, UsageError
 from accel.fsutil import open_private_append
 from accel.workspace import Workspace
 
@@ -85,6 +85,7 @@ class Accelerator:
         self._ended = False
         self._tensorboard: TensorBoardLogger | None = None
         self._tensorboard_checked = False
+        self._logging_ready = False
         atexit.register(_end_at_exit, weakref.ref(self))
 
     # -- environment --------------------------------------------------------------------
@@ -243,12 +244,18 @@ class Accelerator:
         record.update({str(k): _scalar(k, v) for k, v in metrics.items()})
         line = json.dumps(record, allow_nan=True) + "\n"
         try:
+            if not self._logging_ready:  # the workspace first: never a folder accel did not make
+                self.workspace.ensure()
+                self._logging_ready = True
             self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
             fd = open_private_append(self.metrics_file)
             try:
                 os.write(fd, line.encode("utf-8"))
             finally:
                 os.close(fd)
+        except AccelError as exc:  # not a workspace: nothing is written there
+            _log.warning("accel: not logging metrics: %s", exc)
+            return
         except OSError as exc:
             _log.warning("accel: could not write metrics to %s: %s", self.metrics_file, exc)
         self._log_tensorboard(metrics, step)

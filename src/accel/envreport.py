@@ -323,8 +323,9 @@ def problems(ws: Workspace, report: EnvReport) -> list[Problem]:
             Problem("torch", f"torch cannot be imported ({report.torch.error}); pip install torch")
         )
     found += _gpu_problems(report)
+    foreign = any(p.kind == "not_a_workspace" for p in found)
     if report.workspace.exists and report.config.valid and not _newer(report.workspace):
-        found += _stale_locks(ws) + _debris(ws)
+        found += [] if foreign else _stale_locks(ws) + _debris(ws)
     return found
 
 
@@ -338,6 +339,8 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
         ws.check_layout()
     except AccelError as exc:
         found.append(Problem("layout", str(exc)))
+    else:
+        found += _identity_problems(ws)
     if not info.writable:
         verb = "written to" if info.exists else "created"
         found.append(
@@ -387,6 +390,12 @@ def _free_bytes(path: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def _identity_problems(ws: Workspace) -> list[Problem]:
+    """A --workspace (or workspace.path) that accel did not make: it would refuse it."""
+    refusal = ws.refusal()
+    return [] if refusal is None else [Problem("not_a_workspace", refusal)]
+
+
 def _gpu_problems(report: EnvReport) -> list[Problem]:
     wanted = requested_gpus(report.config)
     if not wanted or report.torch.error is not None:
@@ -433,6 +442,13 @@ def _debris(ws: Workspace) -> list[Problem]:
         )
         for item in found.items
         if item.kind == "debris" and protection(item, found, policy, None) is None
+    ] + [
+        Problem(
+            "unreadable",
+            f"{item.detail}: accel neither loads nor deletes it; move it away if it is not needed",
+        )
+        for item in found.items
+        if item.kind == "unreadable"
     ]
 
 

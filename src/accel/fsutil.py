@@ -11,11 +11,13 @@ import contextlib
 import functools
 import json
 import os
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from accel import _faults
 from accel.errors import storage_error
 
 TMP_PREFIX = ".accel-tmp-"
@@ -149,3 +151,42 @@ def tree_usage(path: Path) -> TreeUsage:
 def tree_size(path: Path) -> int:
     """Bytes of regular files under ``path``, not following links; 0 if it is gone."""
     return tree_usage(path).size
+
+
+def remove_tree(path: Path, device: int | None = None, *, last: Sequence[str] = ()) -> int:
+    """Remove ``path`` without following links or entering other filesystems.
+
+    A link is removed as a link, never its target. ``device``: the filesystem to stay on
+    (default: the one ``path`` is on). ``last``: names at the top of ``path`` removed
+    after everything else, in that order, so that a removal killed half-way still
+    carries them. Returns how many paths had to stay (mount points and what holds them).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        _unlink(path)
+        _faults.point("remove.unlinked")
+        return 0
+    if device is not None and st.st_dev != device:
+        return 1
+    try:
+        with os.scandir(path) as it:
+            order = {name: i + 1 for i, name in enumerate(last)}
+            children = sorted(it, key=lambda e: order.get(e.name, 0))
+    except FileNotFoundError:
+        return 0
+    left = 0
+    for child in children:
+        left += remove_tree(Path(child.path), st.st_dev)
+    if left == 0:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(path)
+        _faults.point("remove.rmdir")
+    return left
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

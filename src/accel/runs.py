@@ -38,7 +38,9 @@ __all__ = [
     "list_runs",
     "live_run_ids",
     "new_run_id",
+    "read_record",
     "read_run",
+    "records_this_run",
     "resolve_run_id",
     "run_dir",
     "run_lock",
@@ -171,20 +173,32 @@ def live_run_ids(ws: Workspace) -> set[str]:
     return ids
 
 
-def read_run(ws: Workspace, run_id: str) -> RunRecord:
-    """The record of one run; a missing or unreadable run.json still gives a record."""
+def read_record(folder: Path) -> dict[str, Any] | None:
+    """The run.json of the run folder ``folder`` (a JSON object), None when there is none
+    or it is unreadable: the one reader of the format. Links are not followed."""
     import json
 
+    try:
+        fd = os.open(folder / RUN_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested beyond json's reach
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def records_this_run(record: Mapping[str, Any] | None, folder: Path) -> bool:
+    """True when ``record`` is the launcher's record of the run in ``folder`` (its ``id``
+    is the folder's name): what proves to ``accel clean`` that accel made the folder."""
+    return record is not None and record.get("id") == folder.name
+
+
+def read_run(ws: Workspace, run_id: str) -> RunRecord:
+    """The record of one run; a missing or unreadable run.json still gives a record."""
     folder = run_dir(ws, run_id)
     live = is_live(ws, run_id)
-    try:
-        data = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not an object")
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested beyond json's reach
-        data = {}
     # A record written by an older accel may hold secrets in clear: never show them.
-    return _record(run_id, folder, redact_mapping(data), live)
+    return _record(run_id, folder, redact_mapping(read_record(folder) or {}), live)
 
 
 def list_runs(ws: Workspace) -> list[RunRecord]:

@@ -34,6 +34,7 @@ class StatusItem:
     path: Path
     size: int
     last_used: float
+    detail: str | None = None  # why an unknown or unreadable item is left alone
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class WorkspaceStatus:
     oldest: tuple[StatusItem, ...] = ()
     frameworks: tuple[FrameworkCache, ...] = ()
     now: float = 0.0
+    workspace_error: str | None = None  # a folder accel did not make: nothing was read
+    left_alone: tuple[StatusItem, ...] = ()  # found, but not accel's (or unreadable)
 
     @property
     def total_size(self) -> int:
@@ -56,8 +59,14 @@ class WorkspaceStatus:
 
 
 def collect(ws: Workspace, *, details: bool = True, now: float | None = None) -> WorkspaceStatus:
-    """Measure ``ws``; ``details`` adds live runs and the largest and oldest items."""
+    """Measure ``ws``; ``details`` adds live runs, the largest and oldest items, and what
+    is left alone. A folder accel did not make is reported, not measured."""
     now = time.time() if now is None else now
+    refusal = ws.refusal()
+    if refusal is not None:
+        return WorkspaceStatus(
+            ws.path, ws.exists, None, ws.config_file, None, (), now=now, workspace_error=refusal
+        )
     config_error = None
     try:
         _ = ws.config
@@ -93,21 +102,28 @@ def _parts(path: Path, base: Path) -> tuple[PartSize, ...]:
 
 
 def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
-    from accel.clean import scan
+    from accel.clean import LEFT_ALONE, scan
 
     found = scan(ws, status.now)
     items = [
-        StatusItem(i.category, i.kind, i.name, i.path, i.size, i.last_used) for i in found.items
+        StatusItem(i.category, i.kind, i.name, i.path, i.size, i.last_used, i.detail)
+        for i in found.items
     ]
-    largest = sorted(items, key=lambda i: (-i.size, str(i.path)))[:TOP]
-    oldest = sorted(items, key=lambda i: (i.last_used, str(i.path)))[:TOP]
+    ours = [i for i in items if i.kind not in LEFT_ALONE]
+    largest = sorted(ours, key=lambda i: (-i.size, str(i.path)))[:TOP]
+    oldest = sorted(ours, key=lambda i: (i.last_used, str(i.path)))[:TOP]
     return replace(
         status,
         live_runs=tuple(sorted(found.live_runs)),
         largest=tuple(largest),
         oldest=tuple(oldest),
         frameworks=tuple(scan_framework_caches(ws)),
+        left_alone=tuple(sorted((i for i in items if i.kind in LEFT_ALONE), key=_by_path)),
     )
+
+
+def _by_path(item: StatusItem) -> str:
+    return str(item.path)
 
 
 def _size(path: Path) -> int:

@@ -1,33 +1,21 @@
-"""The ``.accelerate/`` workspace: discovery, layout and its version.
+"""The ``.accelerate/`` workspace: discovery, identity, and the facade over its state.
 
 Found like git finds ``.git``: an explicit path (``--workspace``), else
 ``ACCEL_WORKSPACE``, else the nearest ``.accelerate/`` in the current folder or its
 parents, else a new one in the current folder, created by the first command that writes.
-
-::
-
-    .accelerate/
-      .gitignore                     keeps all but config/ out of git (written on creation)
-      layout.json                    layout version (refused when newer than this accel)
-      config/accelerate_config.yaml  project configuration
-      state.bin                      the store (key-value run state)
-      locks/                         one lock file per resource, never deleted
-      cache/                         cached artifacts
-      checkpoints/<series>/          committed checkpoints, one folder per step
-      logs/training.log              rotating log of what the workspace did
-      logs/runs/<run-id>/            run.json + rank-N.log per ``accel launch``
-      tmp/                           staging for atomic writes (crash debris lands here)
+What lives where is :mod:`accel.layout`'s to say; a folder accel did not make is never
+written to or cleaned (:meth:`Workspace.ensure`, :meth:`Workspace.identify`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel import layout as _layout
 from accel.config.resolve import (
     PROJECT_FILE,
     ConfigLayer,
@@ -36,8 +24,9 @@ from accel.config.resolve import (
     resolve,
     user_config_path,
 )
-from accel.errors import WorkspaceError
-from accel.fsutil import atomic_write, atomic_write_json
+from accel.errors import AccelError, WorkspaceError
+from accel.fsutil import atomic_write
+from accel.layout import LAYOUT_VERSION, Layout
 
 if TYPE_CHECKING:
     from accel.clean import CleanOutcome
@@ -45,11 +34,12 @@ if TYPE_CHECKING:
     from accel.store.checkpoints import Checkpoints
     from accel.store.kv import Store
 
-DIRNAME = ".accelerate"
+__all__ = ["LAYOUT_VERSION", "Workspace", "find_workspace"]
+
+DIRNAME = _layout.DIRNAME
 ENV_VAR = "ACCEL_WORKSPACE"
-LAYOUT_FILE = "layout.json"
-LAYOUT_VERSION = 1
-GITIGNORE = ".gitignore"
+LAYOUT_FILE = _layout.LAYOUT_FILE
+GITIGNORE = _layout.GITIGNORE
 # Like the one `python -m venv` writes: the workspace stays out of git, except the
 # project configuration, which belongs with the code.
 GITIGNORE_TEXT = f"""\
@@ -123,7 +113,12 @@ class Workspace:
     def project_root(self) -> Path:
         return self.path.parent
 
-    # -- layout -----------------------------------------------------------------------
+    # -- layout (see accel.layout) -------------------------------------------------------
+
+    @property
+    def layout(self) -> Layout:
+        """Every path of this workspace; the data part follows ``workspace.path``."""
+        return Layout(self.path, self.data_path)
 
     @property
     def config_file(self) -> Path:
@@ -135,7 +130,7 @@ class Workspace:
 
     @property
     def locks_dir(self) -> Path:
-        return self.path / "locks"
+        return self.path / _layout.LOCKS_DIR
 
     @cached_property
     def data_path(self) -> Path:
@@ -147,68 +142,77 @@ class Workspace:
 
     @property
     def state_file(self) -> Path:
-        return self.data_path / "state.bin"
+        return self.layout.state_file
 
     @property
     def cache_dir(self) -> Path:
-        return self.data_path / "cache"
+        return self.layout.cache_dir
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.data_path / "checkpoints"
+        return self.layout.checkpoints_dir
 
     @property
     def logs_dir(self) -> Path:
-        return self.data_path / "logs"
+        return self.layout.logs_dir
 
     @property
     def runs_dir(self) -> Path:
-        return self.logs_dir / "runs"
+        return self.layout.runs_dir
 
     @property
     def tmp_dir(self) -> Path:
-        return self.data_path / "tmp"
+        return self.layout.tmp_dir
 
     def lock_path(self, name: str) -> Path:
         """The lock file for resource ``name`` (created on demand, never deleted)."""
-        return self.locks_dir / f"{name}.lock"
+        return _layout.lock_file(self.path, name)
 
     def layout_version(self) -> int | None:
         """The version recorded on disk, None for a workspace without a marker."""
-        try:
-            data = json.loads(self.layout_file.read_text(encoding="utf-8"))
-            version = data["layout_version"]
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError):
-            raise WorkspaceError(
-                f"{self.layout_file} is unreadable; restore it or delete it so accel rewrites it"
-            ) from None
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise WorkspaceError(f"{self.layout_file}: layout_version must be an integer")
-        return version
+        marker = _layout.read_marker(self.layout_file)
+        return None if marker is None else marker.version
 
     def check_layout(self) -> None:
         """Refuse a workspace written by a newer accel instead of misreading it."""
-        version = self.layout_version()
-        if version is not None and version > LAYOUT_VERSION:
-            raise WorkspaceError(
-                f"{self.path} has layout version {version}, newer than this accel "
-                f"understands ({LAYOUT_VERSION}); upgrade accel to use it"
-            )
+        marker = _layout.read_marker(self.layout_file)
+        if marker is not None:
+            _layout.check_version(marker, self.path)
+
+    def identify(self) -> bool:
+        """True for an accel workspace, False when none exists here yet.
+
+        Raises WorkspaceError for a folder accel did not make (``--workspace .`` in a
+        project), a ``workspace.path`` that holds someone else's files, or a newer layout.
+        Reads only.
+        """
+        return _layout.identify(self.layout)
+
+    def refusal(self) -> str | None:
+        """Why accel must not write to or clean this folder (not made by accel, or a
+        ``workspace.path`` holding someone else's files); None when it may. Reads only,
+        and an invalid config or a newer layout is not a refusal (they say so themselves).
+        """
+        if _layout.root_state(self.path) == _layout.FOREIGN:
+            return str(_layout.not_a_workspace(self.path))
+        try:
+            self.identify()
+        except _layout.NotAWorkspace as exc:
+            return str(exc)
+        except AccelError:
+            pass
+        return None
 
     def ensure(self) -> Workspace:
-        """Create the layout if needed (idempotent, safe to race)."""
-        self.check_layout()
+        """Create the layout if needed, or check it is accel's (idempotent, safe to race).
+
+        Every command that writes comes through here: a folder accel did not make is
+        refused before anything is written to it. A new workspace gets its ``.gitignore``.
+        """
         if not self.path.exists():
             self._create_folder()
         try:
-            for folder in (self.path / "config", self.locks_dir):
-                folder.mkdir(parents=True, exist_ok=True)
-            for folder in (self.cache_dir, self.checkpoints_dir, self.runs_dir, self.tmp_dir):
-                folder.mkdir(parents=True, exist_ok=True)
-            if not self.layout_file.exists():
-                atomic_write_json(self.layout_file, {"layout_version": LAYOUT_VERSION})
+            _layout.establish(self.layout)
         except OSError as exc:
             raise WorkspaceError(
                 f"cannot create the workspace at {self.path}: {exc.strerror}; "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def log_event(
     Nothing is written for a workspace that does not exist yet: logging never creates one.
     """
     try:
-        if not ws.exists:
+        if not _loggable(ws):
             return False
         settings = _settings(ws)
         if LEVELS.get(level, 20) < LEVELS.get(str(settings["logs.level"]), 20):
@@ -61,6 +62,34 @@ def format_line(
     return f"{when} {level.upper()} pid={pid} {command}: {text}\n"
 
 
+_LINE_RE = re.compile(  # the start of what format_line() writes
+    rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+[+-][0-9]{2}:[0-9]{2} "
+    rb"(DEBUG|INFO|WARNING|ERROR) pid=[0-9]+ "
+)
+
+
+def is_log_file(path: Path) -> bool:
+    """True when ``path`` is a plain file that starts with a line :func:`format_line`
+    wrote: what proves to ``accel clean`` that a rotated ``training.log.N`` is accel's."""
+    return _LINE_RE.match(_head(path)) is not None
+
+
+def is_crash_log(path: Path) -> bool:
+    """True for a crash log the CLI wrote (``accel <version> <argv>`` then a traceback)."""
+    return _head(path).startswith(b"accel ")
+
+
+def _head(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 256)
+    finally:
+        os.close(fd)
+
+
 def log_paths(ws: Workspace, backup_count: int) -> list[Path]:
     """``training.log`` then its backups ``.1`` (newest) .. ``.N`` (oldest)."""
     return _numbered(_logs_dir(ws) / LOG_NAME, backup_count)
@@ -68,6 +97,17 @@ def log_paths(ws: Workspace, backup_count: int) -> list[Path]:
 
 def _numbered(base: Path, backup_count: int) -> list[Path]:
     return [base] + [base.with_name(f"{base.name}.{n}") for n in range(1, backup_count + 1)]
+
+
+def _loggable(ws: Workspace) -> bool:
+    """Only into an accel workspace: never a folder (or data folder) accel did not make."""
+    from accel.errors import ConfigError
+    from accel.layout import OURS, root_state
+
+    try:
+        return ws.identify()
+    except ConfigError:  # the config cannot say where data lives: the root's logs/ it is
+        return root_state(ws.path) == OURS
 
 
 def _logs_dir(ws: Workspace) -> Path:

@@ -7,6 +7,10 @@ import json
 import os
 from pathlib import Path
 
+from accel.layout import make_owned_dir
+from accel.store._hashing import FileDigest, digest_bytes
+from accel.store.entry import CacheMeta, write_cache_meta
+from accel.store.manifest import Manifest, write_manifest
 from accel.workspace import Workspace
 
 DAY = 86400.0
@@ -26,21 +30,16 @@ def entry(
     run_id: str | None = None,
     mtime: float | None = None,
 ) -> Path:
+    """A committed cache entry, written by the one writer of the format."""
     folder = ws.cache_dir / "entries" / f"{key}.entry"
-    folder.mkdir(parents=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    make_owned_dir(folder)
     (folder / "value.bin").write_bytes(b"x" * size)
-    meta = {
-        "format": 1,
-        "key": key,
-        "kind": "bytes",
-        "payload": "value.bin",
-        "size": size,
-        "checksum": "",
-        "created": created,
-        "last_used": created if last_used is None else last_used,
-        "run_id": run_id,
-    }
-    (folder / "meta.json").write_text(json.dumps(meta))
+    used = created if last_used is None else last_used
+    digest = digest_bytes(b"x" * size)
+    write_cache_meta(
+        folder, CacheMeta(key, "bytes", "value.bin", size, digest, created, used, run_id)
+    )
     if mtime is not None:
         age_tree(folder, mtime)
     return folder
@@ -56,20 +55,15 @@ def checkpoint(
     run_id: str | None = None,
     manifest: bool = True,
 ) -> Path:
+    """A committed checkpoint (``manifest=False``: one whose save never finished)."""
     folder = ws.checkpoints_dir / series / f"step-{step:012d}"
-    folder.mkdir(parents=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    make_owned_dir(folder)
     (folder / "model.pt").write_bytes(b"m" * size)
     if manifest:
-        doc = {
-            "format": 1,
-            "series": series,
-            "step": step,
-            "created": created,
-            "tag": None,
-            "run_id": run_id,
-            "files": {"model.pt": size},
-        }
-        (folder / "manifest.json").write_text(json.dumps(doc))
+        digest = FileDigest(size, digest_bytes(b"m" * size))
+        doc = Manifest(series, step, created, None, run_id, 1, {"model.pt": digest})
+        write_manifest(folder, doc)
     return folder
 
 

@@ -31,7 +31,7 @@ LAUNCHER = textwrap.dedent(
         folder = ws.runs_dir / run_id
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(
-            {"status": "running", "started_at": "2020-01-01T00:00:00+00:00"}))
+            {"id": run_id, "status": "running", "started_at": "2020-01-01T00:00:00+00:00"}))
         log = folder / "rank-0.log"
         log.write_text("start\\n")
         for i in range(3):
@@ -68,7 +68,7 @@ DEAD_LAUNCHER = textwrap.dedent(
         folder = ws.runs_dir / run_id
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(
-            {"status": "running", "started_at": "2020-01-01T00:00:00+00:00"}))
+            {"id": run_id, "status": "running", "started_at": "2020-01-01T00:00:00+00:00"}))
         print("ready", flush=True)
         time.sleep(600)
     """

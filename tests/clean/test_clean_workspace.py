@@ -7,14 +7,19 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from clean_factory import DAY, age_tree, checkpoint, entry, run, tree_digest, workspace
 
+from accel import _faults
 from accel.clean import _execute as execute_mod
 from accel.clean import clean
+from accel.fsutil import remove_tree
+from accel.layout import make_owned_dir
 from accel.workspace import Workspace
+from accel.wslog import format_line
 
 
 def accel(exe: list[str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -35,16 +40,20 @@ def test_age_comes_from_recorded_times_not_mtimes(project: Path) -> None:
     assert names(ws) == {"recorded-new.entry", "future.entry"}
 
 
-def test_aged_files_without_records_go_by_mtime_and_future_mtimes_stay(project: Path) -> None:
+def test_aged_files_without_recorded_times_go_by_mtime_and_future_mtimes_stay(
+    project: Path,
+) -> None:
     ws, now = workspace(project), time.time()
+    line = format_line("rotated", "info", command="accel clean", now=now - 9 * DAY)
     old_log = ws.logs_dir / "training.log.3"
-    old_log.write_text("old\n")
+    old_log.write_text(line)
     os.utime(old_log, (now - 9 * DAY, now - 9 * DAY))
     future_log = ws.logs_dir / "training.log.4"
-    future_log.write_text("future\n")
+    future_log.write_text(line)
     os.utime(future_log, (now + 9 * DAY, now + 9 * DAY))
     old_run = ws.runs_dir / "20200101-000000-aaaaaa"
     old_run.mkdir()
+    (old_run / "run.json").write_text(json.dumps({"id": old_run.name, "status": "failed"}))
     (old_run / "rank-0.log").write_text("x")
     age_tree(old_run, now - 9 * DAY)
     clean(ws, older_than="7d")
@@ -123,23 +132,33 @@ def test_dry_run_leaves_the_tree_byte_identical(project: Path, accel_exe: list[s
     assert tree_digest(ws.path) == before
 
 
-def test_a_symlink_to_outside_data_is_removed_as_a_link_only(project: Path, tmp_path: Path) -> None:
+def test_links_are_never_followed_and_never_taken_for_accels(project: Path, tmp_path: Path) -> None:
     ws, now = workspace(project), time.time()
     outside = tmp_path / "precious"
     outside.mkdir()
     (outside / "data.bin").write_bytes(b"keep me")
+    (outside / "meta.json").write_text("{}")
     folder = entry(ws, "linked", created=now - 30 * DAY)
-    (folder / "payload-link").symlink_to(outside)
+    (folder / "payload-link").symlink_to(outside)  # inside an entry: removed as a link
     (folder / "file-link").symlink_to(outside / "data.bin")
     (ws.cache_dir / "entries" / "ns").mkdir()
     (ws.cache_dir / "entries" / "ns" / "sub").symlink_to(outside)  # a namespace leading out
+    (ws.cache_dir / "entries" / "out.entry").symlink_to(outside)  # an "entry" leading out
     (ws.runs_dir / "20200101-000000-linked").symlink_to(outside)
     os.utime(ws.runs_dir / "20200101-000000-linked", (1, 1), follow_symlinks=False)
     outcome = clean(ws, older_than="1d")
     assert outcome.result is not None
-    assert not folder.exists() and not (ws.runs_dir / "20200101-000000-linked").exists()
+    assert [p.item.path for p in outcome.plan.items] == [folder]
+    assert not folder.exists()
+    left_alone = {k.item.path for k in outcome.plan.kept if k.reason == "unknown, left alone"}
+    assert left_alone == {
+        ws.cache_dir / "entries" / "ns" / "sub",
+        ws.cache_dir / "entries" / "out.entry",
+        ws.runs_dir / "20200101-000000-linked",
+    }
+    assert all(os.path.islink(p) for p in left_alone)
+    assert sorted(p.name for p in outside.iterdir()) == ["data.bin", "meta.json"]
     assert (outside / "data.bin").read_bytes() == b"keep me"
-    assert sorted(p.name for p in outside.iterdir()) == ["data.bin"]
 
 
 def test_remove_tree_never_enters_another_filesystem(tmp_path: Path) -> None:
@@ -147,7 +166,7 @@ def test_remove_tree_never_enters_another_filesystem(tmp_path: Path) -> None:
     (target / "inner").mkdir(parents=True)
     (target / "inner" / "f").write_text("x")
     other_device = os.lstat(target).st_dev + 1
-    assert execute_mod.remove_tree(target, other_device) == 1
+    assert remove_tree(target, other_device) == 1
     assert (target / "inner" / "f").exists()
 
 
@@ -155,48 +174,74 @@ def test_crash_debris_is_collected_after_its_grace_period(project: Path) -> None
     ws, now = workspace(project), time.time()
     checkpoint(ws, "main", 1, created=now)
     torn = checkpoint(ws, "main", 2, created=now, manifest=False)
-    staging = ws.checkpoints_dir / "main" / ".tmp-save-1"
-    staging.mkdir()
-    (staging / "model.pt").write_bytes(b"half")
-    stage = ws.tmp_dir / "cache-0123"
-    stage.mkdir()
+    staging = make_owned_dir(ws.checkpoints_dir / "main" / ".tmp-000000000003-0123456789ab")
+    (staging / "state.tensors").write_bytes(b"half")
+    stage = make_owned_dir(ws.tmp_dir / f"cache-{'0' * 32}")
     (stage / "value.bin").write_bytes(b"half")
-    half_deleted = ws.cache_dir / "entries" / "gone.entry"
-    half_deleted.mkdir(parents=True)
-    (half_deleted / "value.bin").write_bytes(b"z")
-    fresh = ws.tmp_dir / "cache-fresh"
-    fresh.mkdir()
-    for path in (torn, staging, stage, half_deleted):
+    half_put = make_owned_dir(ws.cache_dir / "entries" / "gone.entry", parents=True)
+    (half_put / "value.bin").write_bytes(b"z")
+    half_deleted = make_owned_dir(ws.runs_dir / ".del-0123456789ab")
+    (half_deleted / "rank-0.log").write_text("half")
+    temp = ws.cache_dir / "entries" / ".accel-tmp-abcd1234"
+    temp.write_text("{")
+    fresh = make_owned_dir(ws.tmp_dir / "cache-fresh")
+    debris = (torn, staging, stage, half_put, half_deleted, temp)
+    for path in debris:
         age_tree(path, now - 3600)
     outcome = clean(ws, keep_last="5")
     assert {p.reason for p in outcome.plan.items} == {"debris"}
-    assert not any(p.exists() for p in (torn, staging, stage, half_deleted))
+    assert {p.item.path for p in outcome.plan.items} == set(debris)
+    assert not any(p.exists() for p in debris)
     assert fresh.exists() and (ws.checkpoints_dir / "main" / "step-000000000001").exists()
 
 
-def test_a_checkpoint_interrupted_mid_removal_is_never_valid(
+def test_look_alikes_of_debris_without_accels_marker_are_left_alone(project: Path) -> None:
+    ws, now = workspace(project), time.time()
+    lookalikes = [
+        ws.checkpoints_dir / "main" / ".tmp-000000000003-0123456789ab",
+        ws.checkpoints_dir / "main" / "step-000000000004",  # no manifest, no marker
+        ws.tmp_dir / f"cache-{'0' * 32}",
+        ws.cache_dir / "entries" / "gone.entry",
+        ws.runs_dir / "20200101-000000-nojson",
+    ]
+    for folder in lookalikes:
+        folder.mkdir(parents=True)
+        (folder / "data.bin").write_bytes(b"theirs")
+        age_tree(folder, now - 30 * DAY)
+    before = tree_digest(ws.path)
+    outcome = clean(ws, older_than="0s", keep_last="0", max_size="0")
+    assert outcome.plan.items == ()
+    kept = {k.item.path: k.reason for k in outcome.plan.kept}
+    assert {p: kept.get(p) for p in lookalikes} == dict.fromkeys(lookalikes, "unknown, left alone")
+    assert tree_digest(ws.path) == before
+
+
+def test_a_clean_killed_mid_removal_leaves_nothing_that_looks_valid(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws, now = workspace(project), time.time()
-    old = checkpoint(ws, "main", 1, created=now - 9 * DAY)
+    old = checkpoint(ws, "main", 1, created=now - 9 * DAY, size=1000)
     checkpoint(ws, "main", 2, created=now)
-    monkeypatch.setattr(execute_mod.os, "rename", _fail_rename)
-    monkeypatch.setattr(execute_mod, "remove_tree", _crash)
-    with pytest.raises(KeyboardInterrupt):
-        clean(ws, older_than="1d")
-    monkeypatch.undo()
-    assert old.exists() and not (old / "manifest.json").exists()
+    _faults.set_hook(_interrupt_at("remove.unlinked"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            clean(ws, older_than="1d")
+    finally:
+        _faults.set_hook(None)
+    assert not old.exists() and [i.step for i in ws.checkpoints.list("main")] == [2]
+    leftover = [p for p in old.parent.iterdir() if p.name.startswith(".del-")]
+    assert len(leftover) == 1 and (leftover[0] / ".accel-owned").exists()
     later = clean(ws, older_than="1d", now=time.time() + 3600)  # past the debris grace
-    assert [(p.item.path, p.reason) for p in later.plan.items] == [(old, "debris")]
-    assert not old.exists()
+    assert [(p.item.path, p.reason) for p in later.plan.items] == [(leftover[0], "debris")]
+    assert not leftover[0].exists() and [i.step for i in ws.checkpoints.list("main")] == [2]
 
 
-def _fail_rename(src: object, dst: object) -> None:
-    raise OSError(18, "Invalid cross-device link")
+def _interrupt_at(name: str) -> Callable[[str], None]:
+    def hook(point: str) -> None:
+        if point == name:
+            raise KeyboardInterrupt
 
-
-def _crash(path: object, device: int) -> int:
-    raise KeyboardInterrupt
+    return hook
 
 
 def test_clean_never_creates_a_workspace(project: Path, accel_exe: list[str]) -> None:

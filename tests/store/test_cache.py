@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,118 @@ def test_clean_by_last_use(ws: Workspace) -> None:
     assert sorted(e.key for e in removed) == ["new", "old"]
     ws.cache.put("x", 1)
     assert [e.key for e in ws.cache.clean()] == ["x"]
+
+
+# -- verification, payload paths, links ----------------------------------------------------
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_a_cached_file_is_refused(ws: Workspace, tmp_path: Path) -> None:
+    source = tmp_path / "shard.idx"
+    source.write_bytes(b"index " * 1000)
+    ws.cache.put("idx", source)
+    path = ws.cache.path("idx")
+    assert path is not None and path.read_bytes() == source.read_bytes()
+    _flip(path)
+    with pytest.raises(IntegrityError, match="fails its checksum"):
+        ws.cache.path("idx")
+    with pytest.raises(IntegrityError, match="fails its checksum"):
+        ws.cache.get("idx")
+
+
+def test_a_verified_file_is_rehashed_only_when_it_may_have_changed(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel.store import cache as cache_mod
+
+    source = tmp_path / "shard.idx"
+    source.write_bytes(b"x" * 100_000)
+    ws.cache.put("idx", source)
+    hashed: list[Path] = []
+    real_hash = cache_mod.hash_file
+
+    def counting(path: Path, **kwargs: Any) -> Any:
+        hashed.append(path)
+        return real_hash(path, **kwargs)
+
+    monkeypatch.setattr(cache_mod, "hash_file", counting)
+    ws.cache.path("idx")  # just written: too recent to trust its timestamps
+    assert len(hashed) == 1 and "verified" not in _meta(ws, "idx")
+    real_time = time.time
+    monkeypatch.setattr(cache_mod.time, "time", lambda: real_time() + 10)
+    ws.cache.path("idx")  # settled: hashed and stamped
+    assert len(hashed) == 2 and "verified" in _meta(ws, "idx")
+    path = ws.cache.path("idx")  # unchanged since: not read again
+    assert len(hashed) == 2 and path is not None
+    st = path.stat()
+    _flip(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back; ctime moves
+    with pytest.raises(IntegrityError, match="fails its checksum"):
+        ws.cache.path("idx")
+    assert len(hashed) == 3
+
+
+def _meta(ws: Workspace, key: str) -> dict[str, Any]:
+    return json.loads((ws.cache.entry_dir(key) / "meta.json").read_text())
+
+
+@pytest.mark.parametrize("payload", ["../../outside.bin", "/etc/hostname", "v0/../../x", ".."])
+def test_a_payload_can_only_be_a_file_inside_its_entry(
+    ws: Workspace, tmp_path: Path, payload: str
+) -> None:
+    outside = ws.cache_dir / "outside.bin"
+    outside.write_bytes(b"secret")
+    info = ws.cache.put("k", b"secret")
+    meta = _meta(ws, "k")
+    meta["payload"] = payload
+    (info.path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(IntegrityError, match="not a file inside the entry"):
+        ws.cache.get("k")
+    assert "k" not in ws.cache and ws.cache.entries() == []
+    assert outside.read_bytes() == b"secret"
+
+
+@pytest.mark.parametrize("value", [b"secret", {"w": torch.ones(4)}, "file"])
+def test_a_payload_that_is_a_link_is_refused(ws: Workspace, tmp_path: Path, value: Any) -> None:
+    source = tmp_path / "f.bin"
+    source.write_bytes(b"secret")
+    info = ws.cache.put("k", source if value == "file" else value)
+    payload = info.path / _meta(ws, "k")["payload"]
+    copy = tmp_path / "copy"
+    copy.write_bytes(payload.read_bytes())
+    payload.unlink()
+    payload.symlink_to(copy)  # same bytes, same checksum: still not accel's file
+    with pytest.raises(IntegrityError):
+        ws.cache.path("k") if value == "file" else ws.cache.get("k")
+
+
+def test_deletes_never_follow_a_link(ws: Workspace, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    real = ws.cache.put("real", b"v").path
+    (outside / "k.entry").mkdir(parents=True)
+    for name in ("meta.json", ".accel-owned", "data.bin"):
+        (outside / "k.entry" / name).write_bytes((real / "meta.json").read_bytes())
+    entries = ws.cache_dir / "entries"
+    (entries / "evil.entry").symlink_to(outside / "k.entry")
+    (entries / "ns").symlink_to(outside)
+    before = sorted((p.name, p.read_bytes()) for p in (outside / "k.entry").iterdir())
+    assert ws.cache.delete("evil") is False and ws.cache.delete("ns/k") is False
+    with pytest.raises(IntegrityError, match="symbolic link"):
+        ws.cache.get("evil")
+    ws.cache.clean()
+    assert sorted((p.name, p.read_bytes()) for p in (outside / "k.entry").iterdir()) == before
+    assert (entries / "evil.entry").is_symlink() and (entries / "ns").is_symlink()
+
+
+def test_a_damaged_meta_is_an_integrity_error_not_a_value(ws: Workspace) -> None:
+    info = ws.cache.put("k", 1)
+    (info.path / "meta.json").write_text('{"format": 1, "key": "k"}')
+    with pytest.raises(IntegrityError, match="not a valid cache entry record"):
+        ws.cache.get("k")
+    assert "k" not in ws.cache and ws.cache.info("k") is None
+    assert ws.cache.delete("k") is False and not info.path.exists()  # accel's: it goes

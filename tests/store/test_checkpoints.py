@@ -17,6 +17,7 @@ import torch
 
 from accel import Workspace
 from accel.errors import IntegrityError, UsageError
+from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.store._hashing import hash_file
 from accel.store.checkpoints import MANIFEST, Checkpoints
 from accel.store.lease import LeaseHeld, SeriesLease, holder_of
@@ -56,7 +57,7 @@ def test_manifest_format(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None
     assert isinstance(manifest["created"], float)
     checksum, size = hash_file(info.path / "state.tensors")
     assert manifest["files"] == {"state.tensors": {"size": size, "checksum": checksum}}
-    assert sorted(p.name for p in info.path.iterdir()) == [MANIFEST, "state.tensors"]
+    assert sorted(p.name for p in info.path.iterdir()) == [OWNER_MARKER, MANIFEST, "state.tensors"]
 
 
 def test_series_from_run_name(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,11 +88,15 @@ def test_torn_checkpoints_are_invisible_and_listed_as_debris(ws: Workspace) -> N
     good = ws.checkpoints.save(_state(2), 2)
     assert good is not None
     (good.path / MANIFEST).unlink()
-    tmp = good.path.parent / ".tmp-000000000003-abc"
-    tmp.mkdir()
+    tmp = make_owned_dir(good.path.parent / ".tmp-000000000003-0123456789ab")
+    strangers = [good.path.parent / ".tmp-000000000004-abc", good.path.parent / "step-5"]
+    for folder in strangers:
+        folder.mkdir()
+        (folder / "theirs.bin").write_bytes(b"x")
     latest = ws.checkpoints.latest()
     assert latest is not None and latest.step == 1
     assert ws.checkpoints.debris() == [tmp, good.path]
+    assert sorted(ws.checkpoints.view().unknown) == sorted(strangers)
 
 
 def test_a_flipped_byte_is_refused(ws: Workspace) -> None:
@@ -164,6 +169,7 @@ def test_saving_an_existing_step_replaces_it(ws: Workspace) -> None:
     ws.checkpoints.save(_state(1), 5)
     ws.checkpoints.save(_state(2), 5)
     assert ws.checkpoints.load(5)["step"] == 2
+    ws.checkpoints.wait()  # the old copy is removed in the background
     assert len(ws.checkpoints.list()) == 1 and ws.checkpoints.debris() == []
 
 
@@ -300,3 +306,29 @@ def test_a_save_over_the_file_size_limit_fails_cleanly(ws: Workspace, fork: Ctx)
     assert [i.step for i in ws.checkpoints.list()] == [1]
     assert torch.equal(ws.checkpoints.load()["w"], torch.zeros(1000))
     assert ws.checkpoints.debris() == []
+
+
+def test_retention_and_delete_never_follow_a_linked_step_folder(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_KEEP_LAST", "1")
+    ckpts = Workspace.discover().checkpoints
+    first = ckpts.save(_state(1), 1)
+    assert first is not None
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for path in first.path.iterdir():  # a valid copy of step 1, outside the workspace
+        (outside / path.name).write_bytes(path.read_bytes())
+    manifest = json.loads((outside / MANIFEST).read_text())
+    manifest["step"] = 3
+    (outside / MANIFEST).write_text(json.dumps(manifest))
+    before = sorted((p.name, p.read_bytes()) for p in outside.iterdir())
+    link = ckpts.series_dir() / "step-000000000003"
+    link.symlink_to(outside)
+    assert [i.step for i in ckpts.list()] == [1]  # a link is no checkpoint
+    assert ckpts.delete(3) is False
+    ckpts.save(_state(5), 5)  # retention (keep 1) must not reach through the link
+    ckpts.wait()
+    assert [i.step for i in ckpts.list()] == [5] and link.is_symlink()
+    assert sorted((p.name, p.read_bytes()) for p in outside.iterdir()) == before
+    assert link in ckpts.view().unknown

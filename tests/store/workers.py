@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from accel import Workspace
+from accel import Workspace, _faults
 from accel.errors import AccelError
 from accel.store.lease import SeriesLease
 
@@ -106,3 +107,53 @@ def save_under_fsize_limit(ws_path: str, limit: int, queue: Any) -> None:
         except AccelError as exc:
             outcome.append(f"{type(exc).__name__}: {exc}")
     queue.put(outcome)
+
+
+# -- kills at named points (accel._faults) ----------------------------------------------
+
+
+def kill_at(index: int | None, seen: list[str]) -> Any:
+    """A hook that records every point passed and SIGKILLs this process at point
+    number ``index`` (None: never). Reaper threads pass points too: hence the lock."""
+    import threading
+
+    lock = threading.Lock()
+
+    def hook(name: str) -> None:
+        with lock:
+            seen.append(name)
+            if index is not None and len(seen) - 1 == index:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def at_points(index: int | None, queue: Any, action: Any, *args: Any) -> None:
+    """Run ``action(*args)`` with :func:`kill_at` installed; report the points passed."""
+    seen: list[str] = []
+    _faults.set_hook(kill_at(index, seen))
+    action(*args)
+    _faults.set_hook(None)
+    queue.put(seen)
+
+
+def resave(ws_path: str, step: int, value: float) -> None:
+    ckpts = Workspace(ws_path).checkpoints
+    ckpts.save(state(value), step)
+    ckpts.wait()
+
+
+def resave_forever(ws_path: str, step: int, first: int) -> None:
+    ckpts = Workspace(ws_path).checkpoints
+    value = first
+    while True:
+        ckpts.save(state(value, n=20_000), step)
+        value += 1
+
+
+def put_value(ws_path: str, key: str, value: Any) -> None:
+    Workspace(ws_path).cache.put(key, value)
+
+
+def delete_key(ws_path: str, key: str) -> None:
+    Workspace(ws_path).cache.delete(key)

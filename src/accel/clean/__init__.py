@@ -23,7 +23,7 @@ from accel.clean._plan import (
     parse_policy,
     protection,
 )
-from accel.clean._scan import CATEGORIES, Item, WorkspaceScan, scan
+from accel.clean._scan import CATEGORIES, LEFT_ALONE, Item, WorkspaceScan, scan
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CATEGORIES",
     "DEBRIS_GRACE",
+    "LEFT_ALONE",
     "CleanOutcome",
     "CleanPlan",
     "CleanResult",

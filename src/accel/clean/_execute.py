@@ -1,28 +1,33 @@
 """Carry out a :class:`~accel.clean._plan.CleanPlan`, re-checking each item just before.
 
-Rules: markers (``meta.json``, ``manifest.json``, ``run.json``) go before data, so a
-half-removed item is never visible as valid; what is already gone is fine; a symlink is
-removed itself, never its target; nothing on another filesystem is entered; a series is
-held (its lease) while its checkpoints go, a run's lock while its folder goes.
+Rules: only items accel can prove it made go, and the proof is checked again at the
+moment of removal (under the lock their writers use: the cache lock for entries, the
+series lease for checkpoints, the run lock for runs). A folder is first renamed to a
+``.del-*`` sibling, durably, then removed with its proof files last, so an interrupted
+clean leaves nothing that looks valid and nothing that the next clean cannot prove is
+accel's. A symlink is removed itself, never its target; nothing on another filesystem is
+entered; what is already gone is fine. Unknown and unreadable items are never touched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import stat
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from accel import layout
 from accel.clean import _live
 from accel.clean._plan import CleanPlan, PlanItem
-from accel.clean._scan import META, Item, _read_json
-from accel.fsutil import fsync_dir
+from accel.clean._scan import META, Item, _read_json, proves_item
+from accel.errors import WorkspaceError
 from accel.locking import locked
 from accel.runs import is_live
+from accel.store import series as series_mod
 from accel.workspace import Workspace
+
+__all__ = ["CleanResult", "Skipped", "execute"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class CleanResult:
 
 def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     """Remove what ``plan`` lists; one clean at a time per workspace."""
+    if not ws.identify():
+        raise WorkspaceError(f"{ws.path} is not an accel workspace; nothing was removed")
     removed: list[PlanItem] = []
     skipped: list[Skipped] = []
     freed = 0
@@ -59,6 +66,8 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
 
 def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
     """Remove ``item``; the reason it stayed, or None when it is gone."""
+    if item.kind in ("unknown", "unreadable"):
+        return "not made by accel"
     if not _inside(item.path, root):
         return "outside the workspace"
     if _elsewhere(item.path, device):
@@ -68,16 +77,22 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
     with _guard(ws, item) as free:
         if not free:
             return "in use"
+        if item.kind == "checkpoint":
+            return _retire_checkpoint(item)
+        if not os.path.lexists(item.path):
+            return "already gone"
+        if not proves_item(item):
+            return "no longer provably accel's"
         if item.kind == "entry" and _changed_since(item):
             return "used since the plan"
         try:
-            detached = _detach(ws, item)
+            detached = _detach(item.path)
         except OSError as exc:
             return f"could not remove: {exc.strerror or exc}"
     if detached is None:
-        return "already gone"
+        return None
     # The data goes outside the lock: it was moved out of everyone's way first.
-    left = remove_tree(detached, device)
+    left = layout.dispose(detached, device)
     return None if not left else f"kept {left} path(s) on another filesystem"
 
 
@@ -97,6 +112,27 @@ def _guard(ws: Workspace, item: Item) -> Iterator[bool]:
         yield True
 
 
+def _retire_checkpoint(item: Item) -> str | None:
+    """Under the series lease: finish an interrupted re-save, then retire the step if it
+    is still the checkpoint that was planned (a re-save since then keeps it)."""
+    folder = item.path.parent
+    reaper = series_mod.Reaper(background=False)
+    try:
+        series_mod.recover(folder, reaper)
+    except OSError as exc:
+        return f"could not finish an interrupted save: {exc.strerror or exc}"
+    assert item.step is not None
+    found = series_mod.view(folder).step(item.step)
+    if found is None:
+        return "already gone"
+    if found.manifest.created != item.last_used:
+        return "saved again since the plan"
+    try:
+        return None if series_mod.retire(found.path, reaper) else "already gone"
+    except OSError as exc:
+        return f"could not remove: {exc.strerror or exc}"
+
+
 def _changed_since(item: Item) -> bool:
     try:
         meta = _read_json(str(item.path / META))
@@ -107,58 +143,19 @@ def _changed_since(item: Item) -> bool:
         return True
 
 
-def _detach(ws: Workspace, item: Item) -> Path | None:
-    """Remove the marker, then move the item into ``tmp/`` (where it is plain debris).
+def _detach(path: Path) -> Path | None:
+    """Files and links go at once (an unlink is atomic); folders are renamed aside first.
 
-    Moving it makes the rest of the removal safe to do without the lock: a writer that
-    recreates the same name gets a fresh folder we never touch.
+    Returns the folder to dispose of, or None when nothing is left to do.
     """
-    if item.marker is not None:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            os.unlink(item.path / item.marker)
-            fsync_dir(item.path)
-    trash = ws.tmp_dir / f"clean-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return None
     try:
-        ws.tmp_dir.mkdir(parents=True, exist_ok=True)
-        os.rename(item.path, trash)
+        return layout.detach(path)
     except FileNotFoundError:
         return None
-    except OSError:
-        return item.path  # e.g. another filesystem: removed where it is
-    return trash
-
-
-def remove_tree(path: Path, device: int) -> int:
-    """Remove ``path`` without following links or entering other filesystems.
-
-    Returns how many paths had to stay (mount points and what holds them).
-    """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return 0
-    if not stat.S_ISDIR(st.st_mode):
-        _unlink(path)
-        return 0
-    if st.st_dev != device:
-        return 1
-    left = 0
-    try:
-        with os.scandir(path) as it:
-            children = list(it)
-    except FileNotFoundError:
-        return 0
-    for child in children:
-        left += remove_tree(Path(child.path), device)
-    if left == 0:
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(path)
-    return left
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def _elsewhere(path: Path, device: int) -> bool:

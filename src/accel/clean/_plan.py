@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel.clean._scan import CATEGORIES, Item, WorkspaceScan
+from accel.clean._scan import CATEGORIES, LEFT_ALONE, UNKNOWN, Item, WorkspaceScan
 from accel.errors import UsageError
 from accel.units import parse_duration, parse_size
 
@@ -19,6 +19,8 @@ from accel.units import parse_duration, parse_size
 DEBRIS_GRACE = 600.0
 
 DEBRIS = "debris"
+NOT_OURS = "unknown, left alone"  # accel cannot prove it made it: never deleted
+UNREADABLE = "unreadable, left alone"  # its record is refused: never deleted
 OLDER_THAN = "older_than"
 KEEP_LAST = "keep_last"
 MAX_SIZE = "max_size"
@@ -132,7 +134,7 @@ def make_plan(scan: WorkspaceScan, policy: Policy) -> CleanPlan:
     kept: list[KeptItem] = []
     candidates: list[Item] = []
     for item in scan.items:
-        if item.category not in policy.only:
+        if item.category not in policy.only and not _reported_anyway(item):
             continue
         rank = ranks.get(item.location) if item.kind == "checkpoint" else None
         guard = protection(item, scan, policy, rank)
@@ -152,6 +154,8 @@ def make_plan(scan: WorkspaceScan, policy: Policy) -> CleanPlan:
 
 def protection(item: Item, scan: WorkspaceScan, policy: Policy, rank: int | None) -> str | None:
     """Why ``item`` must stay whatever the selectors say, or None."""
+    if item.kind in LEFT_ALONE:
+        return NOT_OURS if item.kind == UNKNOWN else UNREADABLE
     if item.run_id is not None and item.run_id in scan.live_runs:
         return "live run"
     if item.series is not None and item.series in scan.held_series:
@@ -166,6 +170,11 @@ def protection(item: Item, scan: WorkspaceScan, policy: Policy, rank: int | None
         if rank < keep:
             return "newest checkpoint" if rank == 0 else f"among the last {keep}"
     return None
+
+
+def _reported_anyway(item: Item) -> bool:
+    """What is left alone outside the parts clean knows is shown whatever ``--only``."""
+    return item.kind in LEFT_ALONE and item.category not in CATEGORIES
 
 
 def _selected(item: Item, scan: WorkspaceScan, policy: Policy, rank: int | None) -> str | None:

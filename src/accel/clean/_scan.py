@@ -1,35 +1,45 @@
 """Scan the workspace into frozen records of raw numbers: what ``clean`` may act on.
 
-Reading only. Ages come from the times accel recorded (``meta.json``, ``manifest.json``,
-``run.json``); file mtimes are the fallback for what has no record. Nothing here
-follows a symlink: a link is an item of its own size, never a way out of the workspace.
-One unreadable entry becomes a warning, never a crash.
+Reading only. Every item is classified by the one reader of its format: a checkpoint is
+what :mod:`accel.store.series` accepts, a cache entry what :mod:`accel.store.entry`
+accepts, a run what :func:`accel.runs.read_record` proves, a rotated log what
+:mod:`accel.wslog` wrote. Leftovers of accel's own interrupted writes and deletions
+carry its marker (``debris``). Anything else is ``unknown`` (and a checkpoint or entry
+whose record is refused, ``unreadable``): reported, never deleted.
+
+Ages come from the times accel recorded (``meta.json``, ``manifest.json``, ``run.json``);
+file mtimes are the fallback for what has no record. Nothing here follows a symlink: a
+link is an unknown item of its own size, never a way out of the workspace. A workspace
+that is not accel's is refused (``WorkspaceError``) before anything is read.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from accel import layout
 from accel.clean import _live
-from accel.runs import live_run_ids
+from accel.errors import IntegrityError
+from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
+from accel.layout import CACHE_META, ENTRY_SUFFIX, MANIFEST, RUN_RECORD, is_atomic_temp
+from accel.runs import live_run_ids, read_record, records_this_run
+from accel.store import series as series_mod
+from accel.store.entry import MetaMissing, parse_cache_meta
 from accel.workspace import Workspace
+from accel.wslog import is_crash_log, is_log_file
 
 CATEGORIES = ("cache", "checkpoints", "frameworks", "logs", "runs")
 FRAMEWORKS = "frameworks"  # cache/frameworks/<name>/: torch.compile's caches (accel.frameworks)
-ENTRY_SUFFIX = ".entry"
-META = "meta.json"
-MANIFEST = "manifest.json"
-RUN_RECORD = "run.json"
-TRAINING_LOG = "training.log"
-_STEP_RE = re.compile(r"step-([0-9]+)")
-_TMP_PREFIXES = (".tmp-", ".accel-tmp-")
+META = CACHE_META
+UNKNOWN = "unknown"  # not made by accel: left alone
+UNREADABLE = "unreadable"  # accel's name, but its record is refused: left alone
+LEFT_ALONE = frozenset({UNKNOWN, UNREADABLE})
 _MAX_THREADS = 8
 _PARALLEL_FROM = 2000
 # On 2 cores the reader threads fight over the GIL: a serial scan of 20,000 entries
@@ -38,9 +48,10 @@ _PARALLEL_MIN_CPUS = 4
 
 
 class Item(NamedTuple):
-    """One removable thing. ``marker`` is deleted first so a half-removed item is invisible.
+    """One thing found. ``kind`` is entry, checkpoint, framework, run, log, debris (all
+    removable) or unknown, unreadable (never removed); ``last_used`` is a unix time;
+    ``marker`` the file that proves accel made it; ``detail`` why it is left alone.
 
-    ``kind`` is entry, checkpoint, run, log or debris; ``last_used`` is a unix time.
     Immutable like a frozen dataclass, and three times cheaper to build: a scan makes
     one per cache entry, 100,000 of them in a large workspace.
     """
@@ -56,6 +67,7 @@ class Item(NamedTuple):
     step: int | None = None
     run_id: str | None = None
     status: str | None = None
+    detail: str | None = None
 
     @property
     def path(self) -> Path:
@@ -78,26 +90,46 @@ class WorkspaceScan:
     def total_size(self) -> int:
         return self.other_size + sum(i.size for i in self.items)
 
+    @property
+    def left_alone(self) -> tuple[Item, ...]:
+        return tuple(i for i in self.items if i.kind in LEFT_ALONE)
+
 
 @dataclass
 class _Acc:
+    root: str = ""
     items: list[Item] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     other: int = 0
 
+    def unknown(self, category: str, path: str, detail: str | None = None) -> None:
+        size, mtime = _walk(path)
+        kind = UNKNOWN if detail is None else UNREADABLE
+        name = os.path.relpath(path, self.root)
+        self.items.append(Item(category, kind, path, size, mtime, name=name, detail=detail))
+
+    def leftover(self, category: str, entry: os.DirEntry[str], **facts: Any) -> None:
+        """Debris when accel's marker proves it (or it is an empty folder), else unknown."""
+        if _provably_debris(entry):
+            self.items.append(_debris(category, entry, **facts))
+        else:
+            self.unknown(category, entry.path)
+
 
 def scan(ws: Workspace, now: float) -> WorkspaceScan:
-    """Scan ``ws`` (its data folder) as of ``now``."""
+    """Scan ``ws`` (its data folder) as of ``now``; WorkspaceError for a folder accel did
+    not make. A workspace not created yet scans empty."""
     root = ws.data_path
-    acc = _Acc()
-    _scan_entries(ws.cache_dir / "entries", acc)
-    acc.other += _other_cache_size(ws.cache_dir)
-    _scan_frameworks(ws.cache_dir / FRAMEWORKS, acc)
-    _scan_checkpoints(ws.checkpoints_dir, acc)
-    _scan_runs(ws.runs_dir, acc)
-    _scan_logs(ws.logs_dir, acc)
-    _scan_tmp(ws.tmp_dir, acc)
-    acc.other += _files_size(root) + _walk(ws.path / "config")[0]
+    acc = _Acc(root=str(root))
+    if ws.identify():
+        lay = ws.layout
+        _scan_data_root(lay, acc)
+        _scan_cache(lay, acc)
+        _scan_checkpoints(lay.checkpoints_dir, acc)
+        _scan_runs(lay.runs_dir, acc)
+        _scan_logs(lay.logs_dir, acc)
+        _scan_tmp(lay.tmp_dir, acc)
+        acc.other += _walk(lay.root / layout.CONFIG_DIR)[0]
     return WorkspaceScan(
         root=root,
         now=now,
@@ -109,39 +141,68 @@ def scan(ws: Workspace, now: float) -> WorkspaceScan:
     )
 
 
+def _scan_data_root(lay: layout.Layout, acc: _Acc) -> None:
+    root_files = {layout.LAYOUT_FILE, layout.LOCKS_DIR, layout.GITIGNORE}
+    own = {layout.DATA_MARKER} if lay.relocated else root_files
+    for entry in _children(lay.data):
+        name = entry.name
+        if name in layout.DATA_NAMES - {layout.STATE_FILE} or name == layout.CONFIG_DIR:
+            continue  # scanned below (config: counted once, from the root)
+        if name == layout.STATE_FILE or name in own:
+            acc.other += _walk(entry.path)[0]
+        elif is_atomic_temp(name) and not entry.is_dir(follow_symlinks=False):
+            acc.items.append(_debris("cache", entry))
+        else:
+            acc.unknown("workspace", entry.path)
+
+
 # -- cache --------------------------------------------------------------------------------
 
 
-def _scan_entries(folder: Path, acc: _Acc) -> None:
+def _scan_cache(lay: layout.Layout, acc: _Acc) -> None:
+    for entry in _children(lay.cache_dir):
+        if entry.name == layout.ENTRIES_DIR and entry.is_dir(follow_symlinks=False):
+            _scan_entries(entry.path, acc)
+        elif entry.name == layout.FRAMEWORKS_DIR and entry.is_dir(follow_symlinks=False):
+            _scan_frameworks(entry.path, acc)
+        elif is_atomic_temp(entry.name):
+            acc.items.append(_debris("cache", entry))
+        else:
+            acc.unknown("cache", entry.path)
+
+
+def _scan_entries(folder: str, acc: _Acc) -> None:
     # Keys with slashes live in namespace folders: cache/entries/<ns>/<name>.entry/
-    found: list[os.DirEntry[str]] = []
-    stack = [str(folder)]
+    found: list[tuple[os.DirEntry[str], str]] = []
+    stack = [(folder, "")]
     while stack:
-        for entry in _children(stack.pop()):
+        path, prefix = stack.pop()
+        for entry in _children(path):
+            name = entry.name
             is_dir = entry.is_dir(follow_symlinks=False)
-            if is_dir and entry.name.endswith(ENTRY_SUFFIX):
-                found.append(entry)
-            elif is_dir:
-                stack.append(entry.path)
-            elif entry.name.startswith(_TMP_PREFIXES):
-                acc.items.append(_debris("cache", entry))
+            if is_dir and name.endswith(ENTRY_SUFFIX) and not name.startswith("."):
+                found.append((entry, prefix + name[: -len(ENTRY_SUFFIX)]))
+            elif is_dir and not name.startswith("."):
+                stack.append((entry.path, f"{prefix}{name}/"))
+            elif _in_flight(name, is_dir):
+                acc.leftover("cache", entry)
             else:
-                acc.other += _walk(entry.path)[0]
-    for part in _in_parallel(_cache_entries, found):
+                acc.unknown("cache", entry.path)
+    for part in _in_parallel(_cache_entries, found, acc.root):
         acc.items += part.items
         acc.warnings += part.warnings
         acc.other += part.other
 
 
-def _cache_entries(entries: list[os.DirEntry[str]]) -> _Acc:
-    acc = _Acc()
-    for entry in entries:
-        _cache_entry(entry, acc)
+def _cache_entries(entries: list[tuple[os.DirEntry[str], str]], root: str) -> _Acc:
+    acc = _Acc(root=root)
+    for entry, key in entries:
+        _cache_entry(entry, key, acc)
     return acc
 
 
 def _in_parallel(
-    work: Callable[[list[os.DirEntry[str]]], _Acc], entries: list[os.DirEntry[str]]
+    work: Callable[[list[Any], str], _Acc], entries: list[Any], root: str
 ) -> list[_Acc]:
     """``work`` over contiguous chunks, on threads when there are many entries.
 
@@ -149,112 +210,95 @@ def _in_parallel(
     """
     workers = min(_MAX_THREADS, os.cpu_count() or 1)
     if workers < _PARALLEL_MIN_CPUS or len(entries) < _PARALLEL_FROM:
-        return [work(entries)]
+        return [work(entries, root)]
     from concurrent.futures import ThreadPoolExecutor
 
     size = -(-len(entries) // (workers * 4))
     chunks = [entries[i : i + size] for i in range(0, len(entries), size)]
     with ThreadPoolExecutor(workers, thread_name_prefix="accel-scan") as pool:
-        return list(pool.map(work, chunks))
+        return list(pool.map(work, chunks, [root] * len(chunks)))
 
 
-def _cache_entry(entry: os.DirEntry[str], acc: _Acc) -> None:
+def _cache_entry(entry: os.DirEntry[str], key: str, acc: _Acc) -> None:
     meta_path = entry.path + os.sep + META
     try:
-        meta = _read_json(meta_path)
-    except FileNotFoundError:
-        acc.items.append(_debris("cache", entry))  # puts rename whole folders: a torn delete
+        meta = parse_cache_meta(_read_json(meta_path), meta_path, key)
+    except (FileNotFoundError, MetaMissing):  # a put or a delete was interrupted
+        acc.leftover("cache", entry, name=key)
         return
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, IntegrityError) as exc:
         acc.warnings.append(f"skipped {entry.path}: unreadable {META} ({exc})")
-        acc.other += _walk(entry.path)[0]
-        return
-    try:
-        size, created = int(meta["size"]), float(meta["created"])
-        last_used = float(meta.get("last_used") or created)
-        run_id = meta.get("run_id")
-    except (KeyError, TypeError, ValueError):
-        acc.warnings.append(f"skipped {entry.path}: {META} lacks size/created")
-        acc.other += _walk(entry.path)[0]
+        acc.unknown("cache", entry.path, f"unreadable {META}: {exc}")
         return
     acc.items.append(
         Item(
             "cache",
             "entry",
             entry.path,
-            size,
-            last_used,
+            meta.size,
+            meta.last_used,
             marker=META,
-            name=str(meta.get("key") or entry.name[: -len(ENTRY_SUFFIX)]),
-            run_id=run_id if isinstance(run_id, str) else None,
+            name=key,
+            run_id=meta.run_id,
         )
     )
 
 
-def _other_cache_size(cache_dir: Path) -> int:
-    total = 0
-    for entry in _children(cache_dir):
-        if entry.name not in ("entries", FRAMEWORKS):
-            total += _walk(entry.path)[0]
-    return total
-
-
-def _scan_frameworks(folder: Path, acc: _Acc) -> None:
-    """One item per framework cache; its age is its newest file (frameworks record none)."""
+def _scan_frameworks(folder: str, acc: _Acc) -> None:
+    """One item per framework cache accel set up; its age is its newest file."""
     for entry in _children(folder):
-        if not entry.is_dir(follow_symlinks=False):
-            acc.other += _walk(entry.path)[0]
-            continue
-        size, newest = _walk(entry.path)
-        acc.items.append(Item(FRAMEWORKS, "framework", entry.path, size, newest, name=entry.name))
+        name = entry.name
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if is_dir and name in _FRAMEWORK_NAMES:
+            size, newest = _walk(entry.path)
+            acc.items.append(Item(FRAMEWORKS, "framework", entry.path, size, newest, name=name))
+        elif _in_flight(name, is_dir):
+            acc.leftover(FRAMEWORKS, entry)
+        else:
+            acc.unknown(FRAMEWORKS, entry.path)
 
 
 # -- checkpoints --------------------------------------------------------------------------
 
 
 def _scan_checkpoints(folder: Path, acc: _Acc) -> None:
-    for series in _children(folder):
-        if not series.is_dir(follow_symlinks=False):
-            acc.items.append(_debris("checkpoints", series))
-            continue
-        for entry in _children(series.path):
-            _checkpoint(series.name, entry, acc)
-
-
-def _checkpoint(series: str, entry: os.DirEntry[str], acc: _Acc) -> None:
-    match = _STEP_RE.fullmatch(entry.name)
-    if match is None or not entry.is_dir(follow_symlinks=False):
-        if entry.name.startswith(_TMP_PREFIXES) or match is not None:
-            acc.items.append(_debris("checkpoints", entry, series=series))
+    for entry in _children(folder):
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if is_dir and layout.SERIES_RE.fullmatch(entry.name):
+            _series(entry.name, series_mod.view(Path(entry.path)), acc)
+        elif _in_flight(entry.name, is_dir):
+            acc.leftover("checkpoints", entry)
         else:
-            acc.other += _walk(entry.path)[0]
-        return
-    size, newest = _walk(entry.path)
-    try:
-        manifest = _read_json(entry.path + os.sep + MANIFEST)
-        created = float(manifest.get("created") or newest)
-        run_id = manifest.get("run_id")
-    except FileNotFoundError:  # torn: the manifest is written last and removed first
-        acc.items.append(_debris("checkpoints", entry, series=series, size=size, mtime=newest))
-        return
-    except (OSError, ValueError, AttributeError, TypeError) as exc:
-        acc.warnings.append(f"skipped {entry.path}: unreadable {MANIFEST} ({exc})")
-        acc.other += size
-        return
-    acc.items.append(
-        Item(
-            "checkpoints",
-            "checkpoint",
-            entry.path,
-            size,
-            created,
-            marker=MANIFEST,
-            name=f"{series}/{entry.name}",
-            series=series,
-            step=int(match.group(1)),
-            run_id=run_id if isinstance(run_id, str) else None,
+            acc.unknown("checkpoints", entry.path)
+
+
+def _series(name: str, view: series_mod.SeriesView, acc: _Acc) -> None:
+    for found in view.checkpoints:
+        m = found.manifest
+        acc.items.append(
+            Item(
+                "checkpoints",
+                "checkpoint",
+                str(found.path),
+                _walk(found.path)[0],
+                m.created,
+                marker=MANIFEST,
+                name=f"{name}/{series_mod.step_dir_name(m.step)}",
+                series=name,
+                step=m.step,
+                run_id=m.run_id,
+            )
         )
-    )
+    for path in view.debris:
+        size, mtime = _walk(path)
+        acc.items.append(
+            Item("checkpoints", "debris", str(path), size, mtime, name=path.name, series=name)
+        )
+    for bad in view.unreadable:
+        acc.warnings.append(f"skipped {bad.path}: {bad.reason}")
+        acc.unknown("checkpoints", str(bad.path), bad.reason)
+    for path in view.unknown:
+        acc.unknown("checkpoints", str(path))
 
 
 # -- runs and logs ------------------------------------------------------------------------
@@ -262,20 +306,18 @@ def _checkpoint(series: str, entry: os.DirEntry[str], acc: _Acc) -> None:
 
 def _scan_runs(folder: Path, acc: _Acc) -> None:
     for entry in _children(folder):
-        if not entry.is_dir(follow_symlinks=False):
-            acc.items.append(_debris("runs", entry))
-            continue
-        acc.items.append(_run(entry))
+        is_dir = entry.is_dir(follow_symlinks=False)
+        record = read_record(Path(entry.path)) if is_dir else None
+        if records_this_run(record, Path(entry.path)):
+            acc.items.append(_run(entry, record or {}))
+        elif _in_flight(entry.name, is_dir) or (is_dir and layout.is_empty_dir(Path(entry.path))):
+            acc.leftover("runs", entry)
+        else:
+            acc.unknown("runs", entry.path)
 
 
-def _run(entry: os.DirEntry[str]) -> Item:
+def _run(entry: os.DirEntry[str], record: dict[str, Any]) -> Item:
     size, newest = _walk(entry.path)
-    record: Any = {}
-    try:
-        record = _read_json(entry.path + os.sep + RUN_RECORD)
-    except (OSError, ValueError):
-        pass
-    record = record if isinstance(record, dict) else {}
     times = [newest] + [_time(record.get(k)) for k in ("started_at", "ended_at")]
     status = record.get("status")
     return Item(
@@ -293,23 +335,53 @@ def _run(entry: os.DirEntry[str]) -> Item:
 
 def _scan_logs(folder: Path, acc: _Acc) -> None:
     for entry in _children(folder):
-        if entry.name in ("runs", TRAINING_LOG) or entry.is_dir(follow_symlinks=False):
-            if entry.name != "runs":
+        name, path = entry.name, Path(entry.path)
+        if name in (layout.RUNS_DIR, layout.TRAINING_LOG):
+            if name == layout.TRAINING_LOG:
                 acc.other += _walk(entry.path)[0]
             continue
-        if entry.name.startswith(_TMP_PREFIXES):
+        if entry.is_dir(follow_symlinks=False) or entry.is_symlink():
+            acc.unknown("logs", entry.path)
+        elif is_atomic_temp(name):
             acc.items.append(_debris("logs", entry))
-            continue
-        st = entry.stat(follow_symlinks=False)
-        acc.items.append(Item("logs", "log", entry.path, st.st_size, st.st_mtime, name=entry.name))
+        elif _accel_log(name, path):
+            st = entry.stat(follow_symlinks=False)
+            acc.items.append(Item("logs", "log", entry.path, st.st_size, st.st_mtime, name=name))
+        else:
+            acc.unknown("logs", entry.path)
+
+
+def _accel_log(name: str, path: Path) -> bool:
+    if layout.ROTATED_LOG_RE.fullmatch(name):
+        return is_log_file(path)
+    return layout.CRASH_LOG_RE.fullmatch(name) is not None and is_crash_log(path)
 
 
 def _scan_tmp(folder: Path, acc: _Acc) -> None:
+    """Staging: what carries accel's marker (any name) or is an atomic-write temp file."""
     for entry in _children(folder):
-        acc.items.append(_debris("cache", entry))
+        if _provably_debris(entry):
+            acc.items.append(_debris("cache", entry))
+        else:
+            acc.unknown("cache", entry.path)
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _in_flight(name: str, is_dir: bool) -> bool:
+    """A name accel gives what it is writing or deleting (the marker must still prove it)."""
+    if not is_dir:
+        return is_atomic_temp(name)
+    return bool(layout.DELETED_RE.fullmatch(name) or layout.SYNC_STAGE_RE.fullmatch(name))
+
+
+def _provably_debris(entry: os.DirEntry[str]) -> bool:
+    """A folder carrying accel's marker (or holding nothing), or an atomic-write temp."""
+    if not entry.is_dir(follow_symlinks=False):
+        return not entry.is_symlink() and is_atomic_temp(entry.name)
+    path = Path(entry.path)
+    return layout.is_owned(path) or layout.is_empty_dir(path)
 
 
 def _debris(
@@ -317,12 +389,36 @@ def _debris(
     entry: os.DirEntry[str],
     *,
     series: str | None = None,
-    size: int | None = None,
-    mtime: float | None = None,
+    name: str | None = None,
 ) -> Item:
-    if size is None or mtime is None:
-        size, mtime = _walk(entry.path)
-    return Item(category, "debris", entry.path, size, mtime, name=entry.name, series=series)
+    size, mtime = _walk(entry.path)
+    return Item(category, "debris", entry.path, size, mtime, name=name or entry.name, series=series)
+
+
+def proves_debris(path: Path) -> bool:
+    """Re-check, just before removal, that ``path`` is still accel's debris."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return layout.is_owned(path) or layout.is_empty_dir(path)
+    return stat.S_ISREG(st.st_mode) and is_atomic_temp(path.name)
+
+
+def proves_item(item: Item) -> bool:
+    """Re-check, just before removal, what proved ``item`` accel's when it was scanned
+    (checkpoints and entries are re-checked by their own protocols)."""
+    path = item.path
+    if item.kind == "debris":
+        return proves_debris(path)
+    if item.kind == "run":
+        return not os.path.islink(path) and records_this_run(read_record(path), path)
+    if item.kind == "log":
+        return not os.path.islink(path) and _accel_log(path.name, path)
+    if item.kind == "framework":
+        return path.name in _FRAMEWORK_NAMES and not os.path.islink(path) and path.is_dir()
+    return item.kind in ("entry", "checkpoint")
 
 
 def _children(folder: str | Path) -> list[os.DirEntry[str]]:
@@ -355,14 +451,6 @@ def _walk(path: str | Path) -> tuple[int, float]:
             else:
                 total += est.st_size
     return total, newest
-
-
-def _files_size(folder: Path) -> int:
-    total = 0
-    for entry in _children(folder):
-        if entry.is_file(follow_symlinks=False):
-            total += entry.stat(follow_symlinks=False).st_size
-    return total
 
 
 _RAW_DECODE = json.JSONDecoder().raw_decode

@@ -48,6 +48,7 @@ def clean(
     from accel.clean import log_result, plan_for, policy_for
 
     ws = _app.workspace(ctx)
+    ws.identify()  # a folder accel did not make is refused before anything is planned
     if auto:
         return _auto(ws, (older_than, keep_last, max_size, only), dry_run, as_json)
     policy = policy_for(
@@ -57,7 +58,7 @@ def clean(
     for warning in plan.warnings:
         _output.warn(warning)
     if dry_run or not plan.items:
-        _show_plan(plan, as_json, dry_run=True)
+        _show_plan(plan, as_json, dry_run=True, list_left_alone=dry_run)
         return 0
     if not _confirmed(plan, policy, yes):
         return 1 if _interactive() else 2
@@ -124,12 +125,15 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _show_plan(plan: CleanPlan, as_json: bool, *, dry_run: bool) -> None:
+def _show_plan(
+    plan: CleanPlan, as_json: bool, *, dry_run: bool, list_left_alone: bool = True
+) -> None:
     from accel.units import format_size
 
     if as_json:
         _output.print_json(plan_json(plan, None, dry_run=dry_run))
         return
+    _show_left_alone(plan, dry_run and list_left_alone)
     if not plan.items:
         _output.out("nothing to clean")
         return
@@ -144,6 +148,24 @@ def _show_plan(plan: CleanPlan, as_json: bool, *, dry_run: bool) -> None:
         f"{'would free' if dry_run else 'to free'} {format_size(plan.total_bytes)} "
         f"in {len(plan.items)} item(s)"
     )
+
+
+def _show_left_alone(plan: CleanPlan, dry_run: bool) -> None:
+    """What accel found but cannot prove it made: named, so nobody wonders about it."""
+    from accel.clean import LEFT_ALONE
+    from accel.units import format_size
+
+    alone = [k.item for k in plan.kept if k.item.kind in LEFT_ALONE]
+    if not alone:
+        return
+    if not dry_run:
+        _output.warn(
+            f"left alone {len(alone)} item(s) accel did not make or cannot read "
+            "(`accel clean --dry-run` lists them)"
+        )
+        return
+    rows = [[i.location, format_size(i.size), i.detail or "not made by accel"] for i in alone]
+    _plain_table("Left alone (never removed)", ["path", "size", "why"], rows)
 
 
 def _plain_table(title: str, columns: list[str], rows: list[list[str]]) -> None:

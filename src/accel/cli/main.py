@@ -134,7 +134,7 @@ def _crash() -> int:
 def _workspace_logs() -> Path | None:
     try:
         ws = Workspace.discover()
-        return ws.logs_dir if ws.exists else None
+        return ws.logs_dir if ws.identify() else None  # never a folder accel did not make
     except Exception:  # noqa: BLE001 - a broken workspace must not hide the crash
         return None
 

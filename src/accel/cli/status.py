@@ -23,11 +23,15 @@ def status(
     st = collect(_app.workspace(ctx))
     if as_json:
         _output.print_json(status_json(st))
+    elif st.workspace_error is not None:
+        from accel.errors import WorkspaceError
+
+        raise WorkspaceError(st.workspace_error)
     elif _output.is_terminal():
         _print_tree(st)
     else:
         _print_plain(st)
-    return 0 if st.config_error is None else 2
+    return 0 if st.config_error is None and st.workspace_error is None else 2
 
 
 def status_json(st: WorkspaceStatus) -> dict[str, Any]:
@@ -44,6 +48,8 @@ def status_json(st: WorkspaceStatus) -> dict[str, Any]:
         "largest": [_item_json(i) for i in st.largest],
         "oldest": [_item_json(i) for i in st.oldest],
         "frameworks": [f.to_json() for f in st.frameworks],
+        "workspace_error": st.workspace_error,
+        "left_alone": [{**_item_json(i), "detail": i.detail} for i in st.left_alone],
     }
 
 
@@ -64,6 +70,13 @@ def _item_text(item: StatusItem, now: float) -> str:
     age = now - item.last_used
     when = f"{format_duration(age)} ago" if age >= 0 else "in the future"
     return f"{item.category}: {item.name or item.path.name}  {format_size(item.size)}  {when}"
+
+
+def _left_alone_text(item: StatusItem) -> str:
+    from accel.units import format_size
+
+    why = item.detail or "not made by accel"
+    return f"{item.category}: {item.name or item.path.name}  {format_size(item.size)}  ({why})"
 
 
 def _framework_text(fc: FrameworkCache) -> str:
@@ -95,6 +108,10 @@ def _print_tree(st: WorkspaceStatus) -> None:
             branch = root.add(title)
             for item in items:
                 branch.add(_item_text(item, st.now), highlight=False)
+    if st.left_alone:
+        branch = root.add(f"left alone (unknown, never cleaned): {len(st.left_alone)}")
+        for item in st.left_alone:
+            branch.add(_left_alone_text(item), highlight=False)
     _output.console().print(root)
     if st.config_error:
         _output.error(st.config_error)
@@ -118,3 +135,5 @@ def _print_plain(st: WorkspaceStatus) -> None:
     for title, items in (("largest", st.largest), ("oldest", st.oldest)):
         for item in items:
             _output.out(f"{title:<10} {_item_text(item, st.now)}")
+    for item in st.left_alone:
+        _output.out(f"{'unknown':<10} {_left_alone_text(item)}")

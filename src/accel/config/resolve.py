@@ -16,8 +16,9 @@ from typing import Any
 from accel.config import schema
 from accel.config.yamlio import LoadedYaml, load_yaml_file
 from accel.errors import ConfigError, UsageError
+from accel.layout import CONFIG_DIR, CONFIG_NAME
 
-PROJECT_FILE = Path("config") / "accelerate_config.yaml"
+PROJECT_FILE = Path(CONFIG_DIR) / CONFIG_NAME
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ large buffers, so hashing overlaps with I/O in another thread.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -16,17 +18,29 @@ ALGORITHM = "xxh3_64"
 _CHUNK = 8 << 20
 
 
+@dataclass(frozen=True)
+class FileDigest:
+    """What a manifest or a cache entry records of one payload file."""
+
+    size: int
+    checksum: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "checksum": self.checksum}
+
+
 def digest_bytes(data: bytes | bytearray | memoryview) -> str:
     return f"{ALGORITHM}:{xxhash.xxh3_64(data).hexdigest()}"
 
 
-def hash_file(path: Path) -> tuple[str, int]:
-    """(checksum, size) of the file at ``path``."""
+def hash_file(path: Path, *, follow_links: bool = True) -> tuple[str, int]:
+    """(checksum, size) of the file at ``path``; OSError for a link when not following."""
+    flags = os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)
     hasher = xxhash.xxh3_64()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
     size = 0
-    with open(path, "rb", buffering=0) as fh:
+    with os.fdopen(os.open(path, flags), "rb", buffering=0) as fh:
         while n := fh.readinto(buf):
             hasher.update(view[:n])
             size += n

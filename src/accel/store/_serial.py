@@ -7,23 +7,24 @@ fails its checksum or is not well formed becomes an :class:`~accel.errors.Integr
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+import os
 from pathlib import Path
 from typing import Any
 
 from accel.errors import AccelError, IntegrityError
+from accel.store._hashing import FileDigest
 from accel.store._tensorfile import read_tree, write_tree
 
+__all__ = [
+    "FileDigest",
+    "PayloadMissing",
+    "WriteFailed",
+    "load_tensor_file",
+    "save_tensor_file",
+    "write_error",
+]
+
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
-
-
-@dataclass(frozen=True)
-class FileDigest:
-    size: int
-    checksum: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"size": self.size, "checksum": self.checksum}
 
 
 class WriteFailed(AccelError):
@@ -52,11 +53,15 @@ def save_tensor_file(obj: Any, path: Path) -> FileDigest:
     return FileDigest(size, checksum)
 
 
+class PayloadMissing(IntegrityError):
+    """A payload file is not there (damaged, or replaced since its record was read)."""
+
+
 def verify_size(path: Path, expected: FileDigest) -> None:
     try:
-        size = path.stat().st_size
+        size = os.lstat(path).st_size
     except FileNotFoundError:
-        raise IntegrityError(f"{path} is missing; the checkpoint or entry is damaged") from None
+        raise PayloadMissing(f"{path} is missing; the checkpoint or entry is damaged") from None
     if size != expected.size:
         raise IntegrityError(
             f"{path} has {size} bytes, its manifest says {expected.size}; it is damaged "
@@ -67,7 +72,10 @@ def verify_size(path: Path, expected: FileDigest) -> None:
 def load_tensor_file(path: Path, expected: FileDigest, map_location: Any = "cpu") -> Any:
     """The tree in ``path``, verified against ``expected`` before it is returned."""
     verify_size(path, expected)
-    tree, checksum = read_tree(path, expected.size, map_location)
+    try:
+        tree, checksum = read_tree(path, expected.size, map_location)
+    except FileNotFoundError:
+        raise PayloadMissing(f"{path} is missing; the checkpoint or entry is damaged") from None
     if checksum != expected.checksum:
         raise IntegrityError(
             f"{path} fails its checksum ({checksum} != {expected.checksum}); it is corrupt: "

@@ -17,13 +17,13 @@ import contextlib
 import io
 import pickle
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from accel.errors import IntegrityError
 from accel.store._dist import DistContext
-from accel.store._hashing import hash_file
+from accel.store._hashing import FileDigest, hash_file
 
 FOLDER = "sharded"
 _METADATA_CLASSES_FROM = ("torch.distributed.checkpoint.metadata",)
@@ -101,15 +101,15 @@ def save(sharded: Any, folder: Path, ctx: DistContext) -> dict[str, Any]:
     return out
 
 
-def verify_share(step_dir: Path, files: dict[str, Any], ctx: DistContext) -> str | None:
+def verify_share(step_dir: Path, files: Mapping[str, FileDigest], ctx: DistContext) -> str | None:
     """Verify this rank's share of the sharded files; the first problem, or None."""
     names = sorted(n for n in files if n.startswith(f"{FOLDER}/"))
     for name in names[ctx.rank :: ctx.world_size]:
         try:
-            checksum, size = hash_file(step_dir / name)
+            checksum, size = hash_file(step_dir / name, follow_links=False)
         except OSError as exc:
             return f"{step_dir / name} cannot be read ({exc.strerror})"
-        if (size, checksum) != (files[name]["size"], files[name]["checksum"]):
+        if (size, checksum) != (files[name].size, files[name].checksum):
             return f"{step_dir / name} fails its checksum; it is corrupt"
     return None
 

@@ -21,6 +21,7 @@ pass over the data.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import mmap
@@ -200,7 +201,13 @@ def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, st
     """
     if size < 16:
         raise _bad(path, "it is too short to be a tensor file")
-    with open(path, "rb") as fh:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link is never a payload: it could lead anywhere
+            raise _bad(path, "it is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
         try:
             mapped = mmap.mmap(
                 fh.fileno(),

@@ -1,13 +1,17 @@
 """The cache: artifacts by key (tensors, plain values, bytes, files).
 
-Each entry is a folder ``cache/entries/<key>.entry/`` holding its payload and
-``meta.json``. The payload is staged in ``tmp/``, ``meta.json`` is written last into
-the staged folder, and the folder is renamed into place under ``locks/cache.lock``:
-an entry is visible whole or not at all. Deleting removes ``meta.json`` first.
+Each entry is a folder ``cache/entries/<key>.entry/`` (its format:
+:mod:`accel.store.entry`). A put writes the payload into a staged version folder in
+``tmp/``, then, under ``locks/cache.lock``, moves it into the entry, replaces
+``meta.json`` and removes the version it replaced. Payload files never change once in
+place, so reads take no lock: a reader whose version was replaced meanwhile reads
+``meta.json`` again, and a concurrent put or clean never makes it report a corrupt
+payload or miss a key that exists. Every payload is verified against its checksum
+before it is returned; a file's checksum is recomputed whenever the file may have
+changed since it was last verified (see :meth:`Cache.path`).
 
-``meta.json``: ``{"format": 1, "key", "kind", "payload", "size", "checksum",
-"created", "last_used", "run_id"}``; times are ``time.time()`` seconds recorded in
-the file (never mtimes or atime); ``last_used`` and ``run_id`` change on every get.
+Deleting takes the lock, renames the entry to a ``.del-*`` sibling (fsynced), then
+removes it, ``meta.json`` and the owner marker last. Nothing here follows a link.
 """
 
 from __future__ import annotations
@@ -19,28 +23,37 @@ import inspect
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accel.errors import UsageError
-from accel.fsutil import atomic_write_json, fsync_dir, read_json
+from accel import _faults
+from accel.errors import IntegrityError, UsageError
+from accel.fsutil import fsync_dir, remove_tree
+from accel.layout import CACHE_META, ENTRY_SUFFIX, detach, dispose, is_owned, make_owned_dir
 from accel.locking import locked
-from accel.store._hashing import digest_bytes, hash_file
-from accel.store._keys import ENTRY_SUFFIX, check_key
-from accel.store._serial import (
-    FileDigest,
-    load_tensor_file,
-    save_tensor_file,
-    verify_size,
-    write_error,
-)
+from accel.store._hashing import FileDigest, digest_bytes, hash_file
+from accel.store._keys import check_key
+from accel.store._serial import PayloadMissing, load_tensor_file, save_tensor_file, write_error
 from accel.store._values import json_problem, tensor_tree_problem
+from accel.store.entry import (
+    PAYLOAD_NAMES,
+    RESERVED,
+    CacheMeta,
+    MetaMissing,
+    Stamp,
+    file_name_ok,
+    key_of,
+    read_cache_meta,
+    version_dirs,
+    write_cache_meta,
+)
 from accel.units import parse_duration
 
 if TYPE_CHECKING:
@@ -48,10 +61,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Cache", "CacheEntryInfo"]
 
-META = "meta.json"
-FORMAT = 1
+META = CACHE_META
 _MISSING: Any = object()
-_PAYLOADS = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
+# A file verified this long after its last change cannot change again without its
+# ctime moving (timestamps are coarse: a write within the same tick keeps them).
+_RACY_SECONDS = 2.0
+# How long a replaced file payload stays, for paths handed out before it was replaced.
+_SUPERSEDED_GRACE = 60.0
+# Re-reads of meta.json when versions keep being replaced under a reader.
+_RETRIES = 1000
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -66,15 +84,9 @@ class CacheEntryInfo:
     run_id: str | None
 
 
-def _info(path: Path, meta: dict[str, Any]) -> CacheEntryInfo:
+def _info(path: Path, meta: CacheMeta) -> CacheEntryInfo:
     return CacheEntryInfo(
-        key=str(meta["key"]),
-        path=path,
-        kind=str(meta["kind"]),
-        size=int(meta["size"]),
-        created=float(meta["created"]),
-        last_used=float(meta["last_used"]),
-        run_id=None if meta.get("run_id") is None else str(meta["run_id"]),
+        meta.key, path, meta.kind, meta.size, meta.created, meta.last_used, meta.run_id
     )
 
 
@@ -112,78 +124,114 @@ class Cache:
         return self.root / (check_key(key) + ENTRY_SUFFIX)
 
     def _inside(self, path: Path) -> Path:
-        # A symlinked namespace folder must not lead a write outside the cache.
+        # A symlinked namespace folder must not lead a write or a delete outside.
         real_root = os.path.realpath(self.root)
         real = os.path.realpath(path.parent)
         if os.path.commonpath([real_root, real]) != real_root:
             raise UsageError(f"{path.parent} leads outside the cache ({real}); remove that link")
         return path
 
-    def _meta(self, entry: Path) -> dict[str, Any] | None:
+    def _meta(self, entry: Path, key: str) -> CacheMeta | None:
+        """The committed metadata, None when there is no entry; IntegrityError if damaged."""
         try:
-            meta = read_json(entry / META)
-        except (OSError, ValueError):
+            if os.path.islink(entry):
+                raise IntegrityError(f"{entry} is a symbolic link, not a cache entry")
+            return read_cache_meta(entry, key)
+        except MetaMissing:
             return None
-        return meta if isinstance(meta, dict) else None
 
-    # -- reading ------------------------------------------------------------------------
+    # -- reading (no lock: payloads never change in place) ------------------------------
 
     def __contains__(self, key: object) -> bool:
-        return self._meta(self.entry_dir(key)) is not None  # type: ignore[arg-type]
+        return self.info(key) is not None  # type: ignore[arg-type]
 
     def info(self, key: str) -> CacheEntryInfo | None:
+        """The entry's record; None when absent or unreadable (see :meth:`get`)."""
         entry = self.entry_dir(key)
-        meta = self._meta(entry)
+        try:
+            meta = self._meta(entry, key)
+        except IntegrityError:
+            return None
         return None if meta is None else _info(entry, meta)
 
     def get(self, key: str, default: Any = None, *, map_location: Any = "cpu") -> Any:
-        """The cached value, verified; ``default`` when absent. Updates last use."""
+        """The cached value, verified; ``default`` when absent. Updates last use.
+
+        IntegrityError when the entry is damaged: delete it and compute the value again.
+        """
         entry = self.entry_dir(key)
-        meta = self._meta(entry)
-        if meta is None:
+        found = self._read(entry, key, lambda meta: self._load(entry, meta, map_location))
+        if found is _MISSING:
             return default
-        value = self._load(entry, meta, map_location)
-        self._touch(entry)
+        meta, (value, stamp) = found
+        self._touch(entry, meta, stamp)
         return value
 
     def path(self, key: str) -> Path | None:
-        """The cached file of a file artifact (None when absent). Updates last use."""
+        """The cached file of a file artifact (None when absent), verified. Updates last use.
+
+        The file is hashed in full unless it is provably unchanged since it was last
+        verified (same inode, size, mtime and ctime, recorded at least 2 s after its last
+        change). The path stays valid until the key is deleted, and for a minute after
+        it is replaced.
+        """
         entry = self.entry_dir(key)
-        meta = self._meta(entry)
-        if meta is None:
+
+        def file_of(meta: CacheMeta) -> tuple[Path, Stamp | None]:
+            if meta.kind != "file":
+                raise UsageError(f"cache key {key!r} holds a {meta.kind} value, not a file")
+            return self._load(entry, meta, "cpu")
+
+        found = self._read(entry, key, file_of)
+        if found is _MISSING:
             return None
-        if meta["kind"] != "file":
-            raise UsageError(f"cache key {key!r} holds a {meta['kind']} value, not a file")
-        payload = entry / str(meta["payload"])
-        verify_size(payload, FileDigest(int(meta["size"]), str(meta["checksum"])))
-        self._touch(entry)
-        return payload
+        meta, (path, stamp) = found
+        self._touch(entry, meta, stamp)
+        return path  # type: ignore[no-any-return]
 
-    def _load(self, entry: Path, meta: dict[str, Any], map_location: Any) -> Any:
-        kind = meta["kind"]
-        payload = entry / str(meta["payload"])
-        digest = FileDigest(int(meta["size"]), str(meta["checksum"]))
-        if kind == "tensors":
-            return load_tensor_file(payload, digest, map_location)
-        if kind == "file":
-            return payload
-        verify_size(payload, digest)
-        data = payload.read_bytes()
-        if digest_bytes(data) != digest.checksum:
-            from accel.errors import IntegrityError
+    def _read(self, entry: Path, key: str, use: Callable[[CacheMeta], Any]) -> Any:
+        """``(meta, use(meta))`` of the committed entry, or _MISSING when there is none.
 
-            raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
-        return json.loads(data) if kind == "json" else data
-
-    def _touch(self, entry: Path) -> None:
-        # Under the lock so that a concurrent delete (meta.json first) cannot be undone.
-        with locked(self.lock_path, self.ws, poll_interval=0.001):
-            meta = self._meta(entry)
+        A payload that vanished was replaced (or deleted) after meta.json was read: read
+        meta.json again rather than report a miss or a corruption that is not there.
+        """
+        for _ in range(_RETRIES):
+            meta = self._meta(entry, key)
             if meta is None:
+                return _MISSING
+            try:
+                return meta, use(meta)
+            except (FileNotFoundError, PayloadMissing):
+                again = self._meta(entry, key)
+                if again is None:
+                    return _MISSING
+                if again.payload == meta.payload:
+                    raise IntegrityError(
+                        f"{entry / meta.payload} is missing; delete the entry and recompute"
+                    ) from None
+        raise IntegrityError(f"{entry} kept changing while it was read; retry")
+
+    def _load(self, entry: Path, meta: CacheMeta, map_location: Any) -> tuple[Any, Stamp | None]:
+        """The value and, for a file verified just now, its new stamp."""
+        payload = entry / meta.payload
+        if meta.kind == "tensors":
+            return load_tensor_file(payload, meta.digest, map_location), None
+        if meta.kind == "file":
+            return payload, _verify_file(payload, meta)
+        data = _read_plain(payload, meta.digest)
+        return (json.loads(data) if meta.kind == "json" else data), None
+
+    def _touch(self, entry: Path, read: CacheMeta, stamp: Stamp | None) -> None:
+        # Under the lock so that a concurrent delete or put cannot be undone by it.
+        with locked(self.lock_path, self.ws, poll_interval=0.001):
+            try:
+                meta = self._meta(entry, read.key)
+            except IntegrityError:
                 return
-            meta["last_used"] = time.time()
-            meta["run_id"] = os.environ.get("ACCEL_RUN_ID")
-            atomic_write_json(entry / META, meta, durable=False)
+            if meta is None or meta.payload != read.payload:
+                return
+            touched = meta.touched(time.time(), os.environ.get("ACCEL_RUN_ID"), stamp)
+            write_cache_meta(entry, touched, durable=False)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -192,56 +240,64 @@ class Cache:
         entry = self.entry_dir(key)
         kind = _kind_of(obj)
         self.ws.ensure()
-        stage = self.ws.tmp_dir / f"cache-{uuid.uuid4().hex}"
-        stage.mkdir(parents=True)
+        version = secrets.token_hex(16)
+        stage = make_owned_dir(self.ws.tmp_dir / f"cache-{version}", parents=True)
         try:
-            meta = self._stage(stage, key, kind, obj)
+            meta = self._stage(stage, f"v{version[:16]}", key, kind, obj)
             entry.parent.mkdir(parents=True, exist_ok=True)
             self._inside(entry)
             with locked(self.lock_path, self.ws, poll_interval=0.001):
-                self._remove(entry)
-                os.rename(stage, entry)
-                fsync_dir(entry.parent)
+                self._commit(entry, stage, meta)
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)  # a no-op once committed: the folder was moved
         return _info(entry, meta)
 
-    def _stage(self, stage: Path, key: str, kind: str, obj: Any) -> dict[str, Any]:
-        payload_name = _PAYLOADS.get(kind) or _file_name(obj)
-        payload = stage / payload_name
-        digest = _write_payload(payload, kind, obj)
+    def _stage(self, stage: Path, version: str, key: str, kind: str, obj: Any) -> CacheMeta:
+        name = PAYLOAD_NAMES.get(kind) or _file_name(obj)
+        digest = _write_payload(stage / name, kind, obj)
+        fsync_dir(stage)
         now = time.time()
-        meta = {
-            "format": FORMAT,
-            "key": key,
-            "kind": kind,
-            "payload": payload_name,
-            "size": digest.size,
-            "checksum": digest.checksum,
-            "created": now,
-            "last_used": now,
-            "run_id": os.environ.get("ACCEL_RUN_ID"),
-        }
-        atomic_write_json(stage / META, meta)
-        return meta
+        run_id = os.environ.get("ACCEL_RUN_ID")
+        payload = f"{version}/{name}"
+        return CacheMeta(key, kind, payload, digest.size, digest.checksum, now, now, run_id)
+
+    def _commit(self, entry: Path, stage: Path, meta: CacheMeta) -> None:
+        """Under the lock: version in, meta.json replaced, old versions out."""
+        if os.path.islink(entry) or (os.path.lexists(entry) and not _ours(entry, meta.key)):
+            raise UsageError(
+                f"{entry} is not a cache entry accel made; move it away to use this key"
+            )
+        if not os.path.lexists(entry):
+            make_owned_dir(entry)
+        _faults.point("cache.put.entry-ready")
+        os.rename(stage, entry / meta.payload.split("/")[0])
+        fsync_dir(entry)  # the version is durable before meta.json points at it
+        _faults.point("cache.put.version-in")
+        old = self._meta_or_none(entry, meta.key)
+        write_cache_meta(entry, meta)
+        _faults.point("cache.put.meta-written")
+        _prune(entry, meta, old)
+
+    def _meta_or_none(self, entry: Path, key: str) -> CacheMeta | None:
+        try:
+            return read_cache_meta(entry, key)
+        except IntegrityError:
+            return None
 
     def delete(self, key: str) -> bool:
-        """Remove ``key``'s entry (``meta.json`` first); False when it was not there."""
+        """Remove ``key``'s entry; False when there was none.
+
+        Only a folder accel made goes (a link or a stranger's folder stays, False).
+        """
         entry = self.entry_dir(key)
         with locked(self.lock_path, self.ws, poll_interval=0.001):
-            return self._remove(entry)
-
-    def _remove(self, entry: Path) -> bool:
-        if not entry.exists():
+            committed = self._meta_or_none(entry, key) is not None
+            doomed = _detach_entry(entry, self.root, key)
+        if doomed is None:
             return False
-        had_meta = True
-        try:
-            (entry / META).unlink()
-            fsync_dir(entry)
-        except FileNotFoundError:
-            had_meta = False
-        shutil.rmtree(entry, ignore_errors=True)
-        return had_meta
+        _faults.point("cache.delete.detached")
+        dispose(doomed)
+        return committed
 
     # -- scanning (for accel clean / status) --------------------------------------------
 
@@ -252,7 +308,7 @@ class Cache:
             try:
                 with os.scandir(stack.pop()) as it:
                     for item in it:
-                        if not item.is_dir(follow_symlinks=False):
+                        if not item.is_dir(follow_symlinks=False) or item.name.startswith("."):
                             continue
                         if item.name.endswith(ENTRY_SUFFIX):
                             yield Path(item.path)
@@ -262,18 +318,18 @@ class Cache:
                 continue
 
     def entries(self) -> list[CacheEntryInfo]:
-        """Every committed entry, sorted by key; unreadable ones are skipped (see debris)."""
+        """Every committed entry, sorted by key; damaged ones are left out (see debris)."""
         out = []
         for entry in self._walk():
-            meta = self._meta(entry)
+            meta = self._meta_or_none(entry, key_of(entry, self.root))
             if meta is not None:
-                with contextlib.suppress(KeyError, ValueError, TypeError):
-                    out.append(_info(entry, meta))
+                out.append(_info(entry, meta))
         return sorted(out, key=lambda e: e.key)
 
     def debris(self) -> list[Path]:
-        """Entry folders without a readable ``meta.json``: torn writes or deletes."""
-        return sorted(e for e in self._walk() if self._meta(e) is None)
+        """Entry folders without a readable ``meta.json``: interrupted puts, damage."""
+        found = self._walk()
+        return sorted(e for e in found if self._meta_or_none(e, key_of(e, self.root)) is None)
 
     def clean(
         self, older_than: float | str | None = None, *, now: float | None = None
@@ -319,7 +375,8 @@ class Cache:
 
 def _file_name(obj: Any) -> str:
     name = Path(os.fspath(obj)).name
-    return name if name and name not in (META, *_PAYLOADS.values()) else "file"
+    ok = file_name_ok(name) and not name.startswith(".") and name not in PAYLOAD_NAMES.values()
+    return name if ok else "file"
 
 
 def _write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
@@ -352,6 +409,104 @@ def _copy_file(source: Path, payload: Path) -> FileDigest:
         raise write_error(payload, exc) from exc
     checksum, size = hash_file(payload)
     return FileDigest(size, checksum)
+
+
+def _read_plain(payload: Path, digest: FileDigest) -> bytes:
+    """The bytes of a JSON or bytes payload, verified; never through a link."""
+    try:
+        fd = os.open(payload, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise _unreadable(payload, exc) from None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(digest.size + 1)
+    if len(data) != digest.size or digest_bytes(data) != digest.checksum:
+        raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
+    return data
+
+
+def _unreadable(payload: Path, exc: OSError) -> IntegrityError:
+    return IntegrityError(f"{payload} cannot be read ({exc.strerror}); delete the entry")
+
+
+def _verify_file(payload: Path, meta: CacheMeta) -> Stamp | None:
+    """Check a file payload against its checksum unless provably unchanged since the
+    last check; its new stamp when it was hashed (None when it may still change)."""
+    try:
+        st = os.lstat(payload)
+    except FileNotFoundError:
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise IntegrityError(f"{payload} is not a regular file; delete the entry")
+    stamp: Stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if meta.verified == stamp:
+        return None
+    try:
+        checksum, size = hash_file(payload, follow_links=False)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _unreadable(payload, exc) from None
+    if (size, checksum) != (meta.size, meta.checksum):
+        raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
+    settled = time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 >= _RACY_SECONDS
+    return stamp if settled else None
+
+
+def _prune(entry: Path, meta: CacheMeta, old: CacheMeta | None) -> None:
+    """Under the lock: remove the versions ``meta`` replaced.
+
+    A replaced file stays for ``_SUPERSEDED_GRACE`` seconds (its folder's mtime says
+    since when): a path :meth:`Cache.path` handed out just before stays readable.
+    """
+    current = meta.payload.split("/")[0]
+    now = time.time()
+    replaced = old.payload.split("/")[0] if old is not None else current
+    if old is not None and replaced != current:
+        if old.kind == "file" and "/" in old.payload:
+            with contextlib.suppress(OSError):  # replaced now: its grace starts now
+                os.utime(entry / replaced, (now, now))
+        elif replaced not in RESERVED:
+            remove_tree(entry / replaced)  # a value read whole by get(): nobody holds it
+    for name in version_dirs(entry):
+        if name != current and _stale(entry / name, now):
+            remove_tree(entry / name)
+    _faults.point("cache.put.pruned")
+
+
+def _stale(version: Path, now: float) -> bool:
+    try:
+        return now - os.lstat(version).st_mtime >= _SUPERSEDED_GRACE
+    except FileNotFoundError:
+        return False
+
+
+def _ours(entry: Path, key: str) -> bool:
+    """accel made this entry folder: it has the owner marker, or readable metadata."""
+    if is_owned(entry):
+        return True
+    try:
+        read_cache_meta(entry, key)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _detach_entry(entry: Path, root: Path, key: str) -> Path | None:
+    """Under the lock: rename the entry to a ``.del-*`` sibling, when it is accel's.
+
+    A link (to anywhere) or a folder without accel's marker or metadata is left alone.
+    """
+    if os.path.islink(entry) or not entry.is_dir() or not _ours(entry, key):
+        return None
+    real_root, real = os.path.realpath(root), os.path.realpath(entry.parent)
+    if os.path.commonpath([real_root, real]) != real_root:
+        return None  # a namespace folder that is a link out of the cache
+    try:
+        return detach(entry)
+    except FileNotFoundError:
+        return None
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -5,39 +5,41 @@
     checkpoints/<series>/step-<step:012d>/   one committed checkpoint
         state.tensors                       replicated state, written by rank 0
         rank-<N>.tensors                    per-rank state (RNG), when given
+        sharded/                            torch.distributed.checkpoint files, when given
+        .accel-owned                        created first: the folder is accel's
         manifest.json                       written last: it makes the folder a checkpoint
-    checkpoints/<series>/.tmp-*             a save in progress, or crash debris
 
 Commit protocol: every file is written under ``.tmp-<step>-<id>/``, hashed while it
-is written (xxh3-64) and fsynced; then ``manifest.json`` (``format``, ``series``,
-``step``, ``created``, ``tag``, ``run_id``, ``world_size``, ``files``: name -> size and
-checksum) is written atomically into that folder, the folder is renamed to
-``step-<step>`` and the series folder is fsynced. A kill at any instant leaves the
-previous checkpoints whole and the new one either committed or invisible.
+is written (xxh3-64) and fsynced; then ``manifest.json`` (:mod:`accel.store.manifest`)
+is written into that folder, the folder is renamed to ``step-<step>`` and the series
+folder is fsynced. Re-saving an existing step swaps the folders so that one whole copy
+of the step is visible at every instant (:mod:`accel.store.series`). A kill at any
+instant leaves the previous checkpoints whole and the new one committed or invisible.
 
-Deleting (retention, ``delete``, ``accel clean``) removes ``manifest.json`` first, so
-a half-deleted checkpoint is never visible. Loading verifies sizes and checksums and
-unpickles nothing (see ``accel.store._tensorfile``).
+Deleting (retention, ``delete``, ``accel clean``) renames the folder to ``.del-*`` and
+fsyncs that before a single file goes, the manifest last. Loading verifies sizes and
+checksums and unpickles nothing (see ``accel.store._tensorfile``). A folder whose
+manifest is damaged is no checkpoint: listing skips it, loading it raises
+:class:`~accel.errors.IntegrityError`, and the rest of the series is unaffected.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
-import shutil
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.errors import AccelError, IntegrityError, UsageError
-from accel.fsutil import fsync_dir, read_json
+from accel.errors import AccelError, IntegrityError, UsageError, WorkspaceError
+from accel.fsutil import fsync_dir, remove_tree
+from accel.layout import MANIFEST, make_owned_dir
+from accel.layout import SERIES_RE as _SERIES_RE
 from accel.store import _sharded
+from accel.store import series as series_mod
 from accel.store._dist import DistContext, current_context
 from accel.store._serial import (
     FileDigest,
@@ -49,19 +51,21 @@ from accel.store._serial import (
 from accel.store._snapshot import SnapshotPool
 from accel.store._values import require_tensor_tree
 from accel.store.lease import LeaseHeld, SeriesLease, ensure_lease
+from accel.store.manifest import (
+    MAX_STEP,
+    Manifest,
+    parse_manifest,
+    read_manifest,
+    write_manifest,
+)
+from accel.store.series import Found, Reaper, Unreadable, step_dir_name
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
-__all__ = ["CheckpointInfo", "Checkpoints", "series_from_env"]
+__all__ = ["MANIFEST", "CheckpointInfo", "Checkpoints", "read_manifest", "series_from_env"]
 
-FORMAT = 1
-MANIFEST = "manifest.json"
 STATE_FILE = "state.tensors"
-TMP_PREFIX = ".tmp-"
-MAX_STEP = 10**12 - 1
-_STEP_RE = re.compile(r"step-([0-9]{12})")
-_SERIES_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -78,11 +82,8 @@ class CheckpointInfo:
 
 
 Infos = list[CheckpointInfo]
+Unreadables = list[Unreadable]
 Paths = list[Path]
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:012d}"
 
 
 def check_step(step: Any) -> int:
@@ -106,44 +107,19 @@ def series_from_env(ws: Workspace, env: dict[str, str] | None = None) -> str:
     return check_series(env.get("ACCEL_RUN_NAME") or ws.config["launch.run_name"])
 
 
-def read_manifest(step_dir: Path, name: str | None = None) -> dict[str, Any] | None:
-    """The manifest of a committed checkpoint folder, None when it has no valid one.
-
-    ``name``: the step folder name to validate against when ``step_dir`` is a staging
-    folder that will be renamed to it (default: ``step_dir``'s own name).
-    """
-    match = _STEP_RE.fullmatch(name or step_dir.name)
-    try:
-        data = read_json(step_dir / MANIFEST)
-    except (OSError, ValueError):
-        return None
-    if not (match and isinstance(data, dict) and data.get("format") == FORMAT):
-        return None
-    if data.get("step") != int(match.group(1)) or not isinstance(data.get("files"), dict):
-        return None
-    return data
-
-
-def _info(step_dir: Path, manifest: dict[str, Any]) -> CheckpointInfo:
-    files = manifest["files"]
+def _info(found: Found) -> CheckpointInfo:
+    m = found.manifest
     return CheckpointInfo(
-        series=str(manifest["series"]),
-        step=int(manifest["step"]),
-        path=step_dir,
-        created=float(manifest["created"]),
-        size=sum(int(f["size"]) for f in files.values()),
-        tag=manifest.get("tag"),
-        run_id=manifest.get("run_id"),
-        world_size=int(manifest.get("world_size", 1)),
-        files=tuple(sorted(files)),
+        series=m.series,
+        step=m.step,
+        path=found.path,
+        created=m.created,
+        size=m.size,
+        tag=m.tag,
+        run_id=m.run_id,
+        world_size=m.world_size,
+        files=tuple(sorted(m.files)),
     )
-
-
-def _digest(manifest: dict[str, Any], name: str) -> FileDigest | None:
-    entry = manifest["files"].get(name)
-    if entry is None:
-        return None
-    return FileDigest(int(entry["size"]), str(entry["checksum"]))
 
 
 class Checkpoints:
@@ -161,7 +137,7 @@ class Checkpoints:
         self._pending: _AsyncSave | None = None
         self._lease: SeriesLease | None = None
         self._last: CheckpointInfo | None = None
-        self._reapers: list[threading.Thread] = []
+        self._reaper = Reaper(background=True)
 
     def __repr__(self) -> str:
         return f"Checkpoints({str(self.ws.checkpoints_dir)!r})"
@@ -183,19 +159,13 @@ class Checkpoints:
             return []
         return sorted(n for n in names if _SERIES_RE.fullmatch(n))
 
+    def view(self, series: str | None = None) -> series_mod.SeriesView:
+        """Everything in the series folder, sorted out (see :mod:`accel.store.series`)."""
+        return series_mod.view(self.series_dir(series))
+
     def list(self, series: str | None = None) -> Infos:
         """Committed checkpoints of ``series`` (default: this one), sorted by step."""
-        folder = self.series_dir(series)
-        try:
-            candidates = [p for p in folder.iterdir() if _STEP_RE.fullmatch(p.name)]
-        except OSError:
-            return []
-        infos = []
-        for step_dir in candidates:
-            manifest = read_manifest(step_dir)
-            if manifest is not None:
-                infos.append(_info(step_dir, manifest))
-        return sorted(infos, key=lambda i: i.step)
+        return [_info(found) for found in self.view(series).checkpoints]
 
     def all(self) -> Infos:
         """Committed checkpoints of every series, by series then step."""
@@ -206,48 +176,51 @@ class Checkpoints:
         return infos[-1] if infos else None
 
     def get(self, step: int, series: str | None = None) -> CheckpointInfo | None:
-        step_dir = self.series_dir(series) / step_dir_name(check_step(step))
-        manifest = read_manifest(step_dir)
-        return None if manifest is None else _info(step_dir, manifest)
+        found = self._find(check_step(step), series)
+        return None if found is None else _info(found)
+
+    def _find(self, step: int, series: str | None) -> Found | None:
+        step_dir = self.series_dir(series) / step_dir_name(step)
+        try:
+            return Found(step_dir, read_manifest(step_dir))
+        except IntegrityError:
+            # Not committed under its name: an interrupted re-save may hold it, or the
+            # folder is unreadable (the view says which).
+            return self.view(series).step(step)
 
     def debris(self, series: str | None = None) -> Paths:
-        """Temp folders and step folders without a valid manifest.
+        """accel's leftovers: interrupted saves and deletions, superseded copies.
 
         A live save's temp folder is listed too: check the series lease
         (:func:`accel.store.lease.holder_of`) before removing anything.
         """
         names = [series] if series else self.series()
-        out = []
-        for name in names:
-            try:
-                children = list(self.series_dir(name).iterdir())
-            except OSError:
-                continue
-            for child in children:
-                if child.name.startswith(TMP_PREFIX) or (
-                    _STEP_RE.fullmatch(child.name) and read_manifest(child) is None
-                ):
-                    out.append(child)
-        return sorted(out)
+        return sorted(p for name in names for p in self.view(name).debris)
+
+    def unreadable(self, series: str | None = None) -> Unreadables:
+        """``step-*`` folders whose manifest is refused, with the reason: never loaded,
+        never deleted by accel (a newer accel's checkpoint, or a damaged one)."""
+        names = [series] if series else self.series()
+        return [u for name in names for u in self.view(name).unreadable]
 
     def load(
         self, step: int | None = None, map_location: Any = "cpu", *, series: str | None = None
     ) -> Any:
         """The state saved at ``step`` (None: the latest), verified against its checksums."""
-        info, manifest = self._resolve(step, series)
-        digest = _digest(manifest, STATE_FILE)
+        found = self._resolve(step, series)
+        digest = found.manifest.files.get(STATE_FILE)
         if digest is None:
-            raise IntegrityError(f"{info.path} has no {STATE_FILE}; it is damaged, delete it")
-        return load_tensor_file(info.path / STATE_FILE, digest, map_location)
+            raise IntegrityError(f"{found.path} has no {STATE_FILE}; it is damaged, delete it")
+        return load_tensor_file(found.path / STATE_FILE, digest, map_location)
 
     def load_rank_state(
         self, step: int, rank: int, map_location: Any = "cpu", *, series: str | None = None
     ) -> Any:
         """The per-rank state of ``rank`` saved at ``step``, None when it has none."""
-        info, manifest = self._resolve(step, series)
+        found = self._resolve(step, series)
         name = f"rank-{rank}.tensors"
-        digest = _digest(manifest, name)
-        return None if digest is None else load_tensor_file(info.path / name, digest, map_location)
+        digest = found.manifest.files.get(name)
+        return None if digest is None else load_tensor_file(found.path / name, digest, map_location)
 
     def load_sharded(
         self, target: dict[str, Any], step: int | None = None, *, series: str | None = None
@@ -258,32 +231,42 @@ class Checkpoints:
         verification of every file before any is read. Returns the step loaded.
         """
         ctx = self._dist = current_context(self._dist)
-        found = _collect(ctx.broadcast(_attempt(ctx, lambda: self._resolve(step, series)[0].step)))
-        info, manifest = self._resolve(found, series)
-        problems = ctx.all_gather(_sharded.verify_share(info.path, manifest["files"], ctx))
+        wanted = _attempt(ctx, lambda: self._resolve(step, series).manifest.step)
+        found = self._resolve(_collect(ctx.broadcast(wanted)), series)
+        files = found.manifest.files
+        problems = ctx.all_gather(_sharded.verify_share(found.path, files, ctx))
         problem = next((p for p in problems if p), None)
         if problem:
             raise IntegrityError(f"{problem}: load another checkpoint or delete this one")
-        if not any(name.startswith(f"{_sharded.FOLDER}/") for name in manifest["files"]):
-            raise UsageError(f"{info.path} holds no sharded state")
-        _sharded.load(target, info.path / _sharded.FOLDER, ctx)
-        return info.step
+        if not any(name.startswith(f"{_sharded.FOLDER}/") for name in files):
+            raise UsageError(f"{found.path} holds no sharded state")
+        _sharded.load(target, found.path / _sharded.FOLDER, ctx)
+        return found.manifest.step
 
-    def _resolve(
-        self, step: int | None, series: str | None
-    ) -> tuple[CheckpointInfo, dict[str, Any]]:
+    def _resolve(self, step: int | None, series: str | None) -> Found:
         self._join_pending()
-        info = self.latest(series) if step is None else self.get(step, series)
-        if info is None:
+        if step is None:
+            checkpoints = self.view(series).checkpoints
+            found = checkpoints[-1] if checkpoints else None
+        else:
+            found = self._find(check_step(step), series)
+        if found is None:
+            self._refuse_unreadable(step, series)
             which = "no committed checkpoint" if step is None else f"no checkpoint at step {step}"
             raise UsageError(
                 f"{which} in series {series or self.series_name!r} "
                 f"({self.series_dir(series)}); see `accel status` for what exists"
             )
-        manifest = read_manifest(info.path)
-        if manifest is None:  # deleted between listing and reading
-            raise IntegrityError(f"{info.path} was deleted while it was being read; retry")
-        return info, manifest
+        return found
+
+    def _refuse_unreadable(self, step: int | None, series: str | None) -> None:
+        """A damaged checkpoint at the step asked for is an integrity problem, not a miss."""
+        if step is None:
+            return
+        name = step_dir_name(step)
+        for bad in self.view(series).unreadable:
+            if bad.path.name == name:
+                raise IntegrityError(f"{bad.reason}; load another checkpoint or delete this one")
 
     # -- saving -------------------------------------------------------------------------
 
@@ -328,7 +311,7 @@ class Checkpoints:
             if pending is not None:
                 self._last = pending.join()
         finally:
-            self._join_reapers()
+            self._reaper.join()
         return self._last
 
     def _join_pending(self) -> None:
@@ -360,16 +343,19 @@ class Checkpoints:
             return _info_from_json(_collect(ctx.broadcast(outcome)))
         finally:
             if ctx.rank == 0:
-                _remove_tree(tmp)  # a no-op once committed: the folder was renamed
+                remove_tree(tmp)  # a no-op once committed: the folder was renamed
 
-    def _prepare(self, series: str, step: int) -> Path:
-        """Rank 0: take the lease, make the temp folder."""
+    def _prepare(self, series_name: str, step: int) -> Path:
+        """Rank 0: take the lease, finish an interrupted re-save, make the temp folder."""
         self.ws.ensure()
-        self._lease = ensure_lease(self.ws, series, os.environ.get("ACCEL_RUN_ID")) or self._lease
-        folder = self.series_dir(series)
-        tmp = folder / f"{TMP_PREFIX}{step:012d}-{uuid.uuid4().hex[:12]}"
+        run_id = os.environ.get("ACCEL_RUN_ID")
+        self._lease = ensure_lease(self.ws, series_name, run_id) or self._lease
+        folder = self.series_dir(series_name)
+        tmp = folder / f".tmp-{step:012d}-{secrets.token_hex(6)}"
         try:
-            tmp.mkdir(parents=True)
+            _refuse_links(self.ws.checkpoints_dir, folder)
+            series_mod.recover(folder, self._reaper)
+            make_owned_dir(tmp, parents=True)
         except OSError as exc:
             raise write_error(tmp, exc) from exc
         return tmp
@@ -390,85 +376,55 @@ class Checkpoints:
     def _commit(
         self,
         tmp: Path,
-        series: str,
+        series_name: str,
         step: int,
         tag: str | None,
         files: dict[str, Any],
         ctx: DistContext,
     ) -> dict[str, Any]:
-        """Rank 0: manifest last, rename into place, then retention."""
-        folder = self.series_dir(series)
-        target = folder / step_dir_name(step)
-        manifest = {
-            "format": FORMAT,
-            "series": series,
-            "step": step,
-            "created": time.time(),
-            "tag": tag,
-            "run_id": os.environ.get("ACCEL_RUN_ID"),
-            "world_size": ctx.world_size,
-            "files": files,
-        }
+        """Rank 0: manifest last, rename into place (or swap), then retention."""
+        target = tmp.parent / step_dir_name(step)
+        manifest = Manifest(
+            series=series_name,
+            step=step,
+            created=time.time(),
+            tag=tag,
+            run_id=os.environ.get("ACCEL_RUN_ID"),
+            world_size=ctx.world_size,
+            files={n: FileDigest(int(f["size"]), str(f["checksum"])) for n, f in files.items()},
+        )
         try:
-            # The temp folder is invisible: the manifest needs no rename of its own,
-            # the folder's rename commits everything at once.
-            _write_durably(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+            write_manifest(tmp, manifest)
             fsync_dir(tmp)
-            if target.exists():
-                self._retire(target)
-            os.rename(tmp, target)
-            fsync_dir(folder)
+            if os.path.lexists(target):
+                series_mod.swap_in(tmp, target, self._reaper)
+            else:
+                os.rename(tmp, target)
+                fsync_dir(tmp.parent)
         except OSError as exc:
             raise write_error(target, exc) from exc
-        self._apply_retention(series, keep_step=step)
-        return {"path": str(target), "manifest": manifest}
+        self._apply_retention(series_name, keep_step=step)
+        return {"path": str(target), "manifest": manifest.to_json()}
 
-    def _apply_retention(self, series: str, keep_step: int) -> None:
+    def _apply_retention(self, series_name: str, keep_step: int) -> None:
         keep = self.ws.config["checkpoints.keep_last"]
         if keep is None:
             return
-        infos = self.list(series)
+        infos = self.list(series_name)
         survivors = {i.step for i in infos[-int(keep) :]} | {keep_step}
         for info in infos:
             if info.step not in survivors:
-                self._retire(info.path, background=True)
+                self._reaper.retire(info.path)
 
     # -- deleting -----------------------------------------------------------------------
 
     def delete(self, step: int, series: str | None = None) -> bool:
-        """Delete checkpoint ``step`` (manifest first); False when it does not exist."""
-        target = self.series_dir(series) / step_dir_name(check_step(step))
-        if not target.exists():
+        """Delete checkpoint ``step``; False when there is none (or it is a link, which
+        is not accel's: it is left alone)."""
+        found = self._find(check_step(step), series)
+        if found is None:
             return False
-        self._retire(target)
-        return True
-
-    def _retire(self, step_dir: Path, *, background: bool = False) -> None:
-        """Make ``step_dir`` durably invisible, then remove its data.
-
-        The manifest goes first and the folder is renamed to ``.tmp-del-*`` and that
-        rename is fsynced before a single file is removed, so no power loss or kill
-        leaves a checkpoint that looks whole but is not. Retention does the fsync and
-        the removal in a background thread: they must not stall the training loop.
-        """
-        with contextlib.suppress(FileNotFoundError):
-            (step_dir / MANIFEST).unlink()
-        doomed = step_dir.parent / f"{TMP_PREFIX}del-{uuid.uuid4().hex[:12]}"
-        try:
-            os.rename(step_dir, doomed)
-        except OSError:
-            doomed = step_dir
-        if not background:
-            _remove_durably(doomed)
-            return
-        # Not a daemon: the interpreter finishes the removal before it exits.
-        reaper = threading.Thread(target=_remove_durably, args=(doomed,), name="accel-reap")
-        reaper.start()
-        self._reapers = [t for t in self._reapers if t.is_alive()] + [reaper]
-
-    def _join_reapers(self) -> None:
-        while self._reapers:
-            self._reapers.pop().join()
+        return series_mod.retire(found.path)
 
 
 class _AsyncSave:
@@ -533,21 +489,15 @@ _ERRORS: dict[str, type[AccelError]] = {
 
 
 def _info_from_json(data: dict[str, Any]) -> CheckpointInfo:
-    return _info(Path(data["path"]), data["manifest"])
+    path = Path(data["path"])
+    return _info(Found(path, parse_manifest(data["manifest"], str(path / MANIFEST))))
 
 
-def _write_durably(path: Path, text: str) -> None:
-    with open(path, "x", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _remove_durably(doomed: Path) -> None:
-    """Make the rename to ``doomed`` durable before a single byte of data goes."""
-    fsync_dir(doomed.parent)
-    _remove_tree(doomed)
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _refuse_links(root: Path, folder: Path) -> None:
+    """accel writes and deletes through real folders only: a link could lead anywhere."""
+    for path in (root, folder):
+        if os.path.islink(path):
+            raise WorkspaceError(
+                f"{path} is a symbolic link; accel does not save or delete through links "
+                "(move the data with workspace.path instead)"
+            )

@@ -110,18 +110,20 @@ def _checkpoints(ws: Workspace) -> Iterator[LocalFile | Skipped]:
 
 def checkpoint_files(step_dir: Path, unit: str) -> Iterator[LocalFile | Skipped]:
     """A committed checkpoint's files (manifest last), or why it is not one."""
-    from accel.store.checkpoints import read_manifest
+    from accel.errors import IntegrityError
+    from accel.store.manifest import read_manifest
     from accel.sync._checksum import hash_file
 
-    manifest = read_manifest(step_dir)
-    if manifest is None:
-        yield Skipped(unit, "no valid manifest (a save in progress or a torn checkpoint)")
+    try:
+        manifest = read_manifest(step_dir)
+    except IntegrityError as exc:
+        yield Skipped(unit, f"no valid manifest: a save in progress or a torn checkpoint ({exc})")
         return
     found: list[LocalFile] = []
-    for name, raw in sorted(manifest["files"].items()):
-        entry = manifest_entry(raw)
+    for name, digest in sorted(manifest.files.items()):
+        entry = FileEntry(digest.size, digest.checksum)
         path = step_dir / name
-        if entry is None or is_debris(name) or "/" in name or _size(path) != entry.size:
+        if is_debris(name) or "/" in name or _size(path) != entry.size:
             yield Skipped(unit, f"{name} is missing or differs from its manifest")
             return
         rel = f"{unit}/{name}"

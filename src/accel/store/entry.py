@@ -1,0 +1,198 @@
+"""A cache entry on disk: its one reader and its one writer.
+
+::
+
+    cache/entries/<key>.entry/       the key ``a/b`` lives in ``entries/a/b.entry/``
+      .accel-owned                   created first: the folder is accel's
+      v<16 hex>/<payload>            one immutable version of the value
+      meta.json                      written last; replaced whole by every put
+
+``meta.json``: ``{"format": 1, "key", "kind", "payload", "size", "checksum", "created",
+"last_used", "run_id"}`` and, for files, ``"verified"``: the ``[device, inode, size,
+mtime_ns, ctime_ns]`` of the payload when it last matched its checksum. ``payload`` is
+``v<16 hex>/<name>`` (entries written before versions: a bare ``<name>``); it can only
+name a file inside its entry. Times are ``time.time()`` seconds recorded in the file.
+
+A payload file is never changed once it is in its entry: a put adds a new version
+folder and replaces ``meta.json`` (both under the cache lock), then removes the old
+version. So a reader needs no lock: it reads ``meta.json``, then the payload it names;
+if that version was replaced in between, the file is gone and it reads ``meta.json``
+again. An entry whose ``meta.json`` this reader refuses is no entry: it is reported,
+never returned and never deleted. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from accel.errors import IntegrityError
+from accel.fsutil import atomic_write_json
+from accel.layout import CACHE_META, ENTRY_SUFFIX, OWNER_MARKER, VERSION_RE
+from accel.store._hashing import FileDigest
+from accel.store._records import (
+    Invalid,
+    digest_fields,
+    is_int,
+    optional_str,
+    seconds,
+    versioned_object,
+)
+
+__all__ = [
+    "FORMAT",
+    "KINDS",
+    "CacheMeta",
+    "MetaMissing",
+    "key_of",
+    "parse_cache_meta",
+    "read_cache_meta",
+    "write_cache_meta",
+]
+
+FORMAT = 1
+KINDS = frozenset({"json", "bytes", "tensors", "file"})
+PAYLOAD_NAMES = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
+RESERVED = frozenset({CACHE_META, OWNER_MARKER})
+_MAX_BYTES = 1 << 20
+
+
+class MetaMissing(IntegrityError):
+    """The entry folder has no ``meta.json``: a put in progress, or no entry at all."""
+
+
+Stamp = tuple[int, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class CacheMeta:
+    key: str
+    kind: str
+    payload: str
+    size: int
+    checksum: str
+    created: float
+    last_used: float
+    run_id: str | None
+    verified: Stamp | None = None
+
+    @property
+    def digest(self) -> FileDigest:
+        return FileDigest(self.size, self.checksum)
+
+    def touched(self, when: float, run_id: str | None, verified: Stamp | None) -> CacheMeta:
+        return replace(self, last_used=when, run_id=run_id, verified=verified or self.verified)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "key": self.key,
+            "kind": self.kind,
+            "payload": self.payload,
+            "size": self.size,
+            "checksum": self.checksum,
+            "created": self.created,
+            "last_used": self.last_used,
+            "run_id": self.run_id,
+        }
+        if self.verified is not None:
+            data["verified"] = list(self.verified)
+        return data
+
+
+def key_of(entry: Path, entries_root: Path) -> str:
+    """The key an entry folder stands for (its path below ``entries/``)."""
+    rel = entry.relative_to(entries_root).as_posix()
+    return rel[: -len(ENTRY_SUFFIX)]
+
+
+def read_cache_meta(entry: Path, key: str | None = None) -> CacheMeta:
+    """The metadata of the entry folder ``entry``, validated; IntegrityError otherwise.
+
+    ``key``: the key the folder stands for, which ``meta.json`` must record. A missing
+    ``meta.json`` raises :class:`MetaMissing`. Links are never followed.
+    """
+    path = entry / CACHE_META
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise MetaMissing(f"{entry} has no {CACHE_META}") from None
+    except OSError as exc:
+        raise IntegrityError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(_MAX_BYTES)
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise IntegrityError(f"{path} is not valid JSON ({exc})") from None
+    return parse_cache_meta(data, str(path), key)
+
+
+def parse_cache_meta(data: Any, where: str, key: str | None = None) -> CacheMeta:
+    """Cache metadata from decoded JSON ``data`` (``where`` names it in errors)."""
+    bad = Invalid("cache entry record", where)
+    data = versioned_object(data, FORMAT, bad, "cache")
+    found = data.get("key")
+    if not isinstance(found, str) or (key is not None and found != key):
+        raise bad(f"it records the key {found!r}, not {key!r}")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise bad(f"its kind is {kind!r}")
+    fields = digest_fields(data)
+    if fields is None:
+        raise bad("it has no size and checksum")
+    created = seconds(data.get("created"), "created", bad)
+    last_used = data.get("last_used")
+    return CacheMeta(
+        key=found,
+        kind=kind,
+        payload=_payload(data.get("payload"), bad),
+        size=fields[0],
+        checksum=fields[1],
+        created=created,
+        last_used=created if last_used is None else seconds(last_used, "last_used", bad),
+        run_id=optional_str(data, "run_id", bad),
+        verified=_stamp(data.get("verified")),
+    )
+
+
+def write_cache_meta(entry: Path, meta: CacheMeta, *, durable: bool = True) -> None:
+    """Replace ``entry``'s ``meta.json`` atomically (a reader sees the old or the new)."""
+    atomic_write_json(entry / CACHE_META, meta.to_json(), durable=durable)
+
+
+def version_dirs(entry: Path) -> list[str]:
+    """Names of the payload version folders in ``entry``."""
+    try:
+        return [n for n in os.listdir(entry) if VERSION_RE.fullmatch(n)]
+    except OSError:
+        return []
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+def _payload(value: Any, bad: Invalid) -> str:
+    """``v<hex>/<name>`` or a bare ``<name>``: a file of this entry, nothing else."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if len(parts) == 2 and VERSION_RE.fullmatch(parts[0]) and file_name_ok(parts[1]):
+        return str(value)
+    if len(parts) == 1 and file_name_ok(parts[0]):
+        return str(value)
+    raise bad(f"its payload {value!r} is not a file inside the entry")
+
+
+def file_name_ok(name: str) -> bool:
+    """A plain file name a payload may have (no path, not one of accel's own names)."""
+    if not name or name in (".", "..") or name in RESERVED:
+        return False
+    return not any(ch in name for ch in ("/", "\\", "\0"))
+
+
+def _stamp(value: Any) -> Stamp | None:
+    if isinstance(value, list) and len(value) == 5 and all(is_int(v) for v in value):
+        return (value[0], value[1], value[2], value[3], value[4])
+    return None

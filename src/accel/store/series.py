@@ -1,0 +1,281 @@
+"""The folder of a checkpoint series: what is in it, re-saving a step, deleting one.
+
+::
+
+    checkpoints/<series>/
+      step-<step:012d>/         a committed checkpoint (its manifest: accel.store.manifest)
+      .tmp-<step:012d>-<id>/    a save being written (owner marker first, manifest last)
+      .old-<step:012d>-<id>/    the previous copy of a step while it is re-saved
+      .del-<id>/                a checkpoint being deleted (its manifest goes last)
+
+Re-saving step N when ``step-N`` exists (:func:`swap_in`): the old folder is renamed to
+``.old-N-<id>``, the new one from ``.tmp-N-<id>`` to ``step-N`` (the same ``<id>``),
+then the old one is deleted. Each rename is fsynced before the next step. A crash
+between the renames leaves no ``step-N``, so readers (:func:`view`) take the complete
+new copy in ``.tmp-N-<id>`` (or, without it, the old one) as step N: at every instant
+one whole copy of step N is visible. The next save or clean of the series (holding its
+lease) finishes the swap (:func:`recover`).
+
+Only what this module can prove is accel's is ever listed as debris; everything else in
+a series folder is ``unknown`` and left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accel import _faults
+from accel.errors import IntegrityError
+from accel.fsutil import fsync_dir
+from accel.layout import (
+    ASIDE_RE,
+    DELETED_RE,
+    STAGE_RE,
+    STEP_RE,
+    SYNC_STAGE_RE,
+    detach,
+    dispose,
+    is_atomic_temp,
+    is_empty_dir,
+    is_owned,
+    mark,
+)
+from accel.store.manifest import Manifest, ManifestMissing, read_manifest
+
+__all__ = ["Found", "SeriesView", "Unreadable", "recover", "retire", "step_dir_name", "view"]
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:012d}"
+
+
+@dataclass(frozen=True)
+class Found:
+    """One checkpoint as readers see it: its folder and its manifest."""
+
+    path: Path
+    manifest: Manifest
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A ``step-*`` folder whose manifest the reader refuses: never loaded, never deleted."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class Swap:
+    """An interrupted re-save of ``step``: ``visible`` is its copy readers use now."""
+
+    step: int
+    visible: Path
+    leftovers: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class SeriesView:
+    folder: Path
+    checkpoints: tuple[Found, ...] = ()  # one per step, by step
+    swaps: tuple[Swap, ...] = ()
+    debris: tuple[Path, ...] = ()  # accel's leftovers: removable when no save holds the series
+    unreadable: tuple[Unreadable, ...] = ()
+    unknown: tuple[Path, ...] = ()  # not accel's: left alone
+
+    def step(self, step: int) -> Found | None:
+        return next((f for f in self.checkpoints if f.manifest.step == step), None)
+
+
+@dataclass
+class _Sorting:
+    committed: dict[int, Found] = field(default_factory=dict)
+    staged: dict[tuple[int, str], Found] = field(default_factory=dict)
+    asides: dict[int, list[tuple[str, Found]]] = field(default_factory=dict)
+    debris: list[Path] = field(default_factory=list)
+    unreadable: list[Unreadable] = field(default_factory=list)
+    unknown: list[Path] = field(default_factory=list)
+
+
+def view(folder: Path) -> SeriesView:
+    """What ``folder`` holds, read without changing anything and without following links."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return SeriesView(folder)
+    found = _Sorting()
+    for entry in entries:
+        _sort(Path(entry.path), entry.is_dir(follow_symlinks=False), found)
+    return _resolve(folder, found)
+
+
+def _sort(path: Path, is_dir: bool, found: _Sorting) -> None:
+    name = path.name
+    if not is_dir:
+        (found.debris if is_atomic_temp(name) else found.unknown).append(path)
+        return
+    committed, staged, aside = (r.fullmatch(name) for r in (STEP_RE, STAGE_RE, ASIDE_RE))
+    match = committed or staged or aside
+    if match is None:
+        owned = DELETED_RE.fullmatch(name) or SYNC_STAGE_RE.fullmatch(name)
+        _leftover(path, found, owned=owned is not None)
+        return
+    try:
+        manifest = read_manifest(path)
+    except ManifestMissing:
+        _leftover(path, found, owned=True)
+        return
+    except IntegrityError as exc:
+        if committed:
+            found.unreadable.append(Unreadable(path, str(exc)))
+        else:
+            _leftover(path, found, owned=True)
+        return
+    step, item = manifest.step, Found(path, manifest)
+    if committed:
+        found.committed[step] = item
+    elif staged:
+        found.staged[(step, match.group(2))] = item
+    else:
+        found.asides.setdefault(step, []).append((match.group(2), item))
+
+
+def _leftover(path: Path, found: _Sorting, *, owned: bool) -> None:
+    """accel's when it carries accel's marker (or holds nothing at all), else unknown."""
+    mine = owned and (is_owned(path) or is_empty_dir(path))
+    (found.debris if mine else found.unknown).append(path)
+
+
+def _resolve(folder: Path, found: _Sorting) -> SeriesView:
+    visible = dict(found.committed)
+    swaps: list[Swap] = []
+    debris = list(found.debris)
+    used: set[Path] = set()
+    for step, asides in sorted(found.asides.items()):
+        if step in visible:  # the swap finished; only the old copy's deletion did not
+            debris += [item.path for _, item in asides]
+            continue
+        paired = [(found.staged[(step, t)], a) for t, a in asides if (step, t) in found.staged]
+        if paired:
+            chosen = paired[-1][0]
+        else:
+            chosen = max((a for _, a in asides), key=lambda a: a.manifest.created)
+        visible[step] = chosen
+        used.add(chosen.path)
+        leftovers = tuple(a.path for _, a in asides if a.path != chosen.path)
+        swaps.append(Swap(step, chosen.path, leftovers))
+    debris += [item.path for item in found.staged.values() if item.path not in used]
+    return SeriesView(
+        folder,
+        checkpoints=tuple(visible[s] for s in sorted(visible)),
+        swaps=tuple(swaps),
+        debris=tuple(sorted(debris)),
+        unreadable=tuple(found.unreadable),
+        unknown=tuple(found.unknown),
+    )
+
+
+# -- changing the folder (the caller holds the series lease) ------------------------------
+
+
+def swap_in(staged: Path, target: Path, reaper: Reaper) -> None:
+    """Replace the committed ``target`` by the complete ``staged`` folder (module doc)."""
+    match = STAGE_RE.fullmatch(staged.name)
+    assert match is not None, staged
+    aside = target.parent / f".old-{match.group(1)}-{match.group(2)}"
+    mark(target)  # the old copy proves it is accel's, even once superseded
+    _faults.point("swap.begin")
+    os.rename(target, aside)
+    _faults.point("swap.old-moved-aside")
+    fsync_dir(target.parent)
+    _faults.point("swap.old-aside-durable")
+    try:
+        os.rename(staged, target)
+    except OSError:
+        os.rename(aside, target)  # put the old one back: the save fails, nothing is lost
+        fsync_dir(target.parent)
+        raise
+    _faults.point("swap.new-in-place")
+    fsync_dir(target.parent)
+    _faults.point("swap.new-durable")
+    reaper.retire(aside)
+
+
+def recover(folder: Path, reaper: Reaper) -> None:
+    """Finish re-saves that a crash interrupted, and delete superseded old copies."""
+    current = view(folder)
+    for swap in current.swaps:
+        _faults.point("recover.begin")
+        os.rename(swap.visible, folder / step_dir_name(swap.step))
+        _faults.point("recover.renamed")
+        fsync_dir(folder)
+        for leftover in swap.leftovers:
+            reaper.retire(leftover)
+    for path in current.debris:
+        if ASIDE_RE.fullmatch(path.name) and _committed_copy_of(path):
+            reaper.retire(path)
+
+
+def _committed_copy_of(aside: Path) -> bool:
+    match = ASIDE_RE.fullmatch(aside.name)
+    assert match is not None
+    return (aside.parent / f"step-{match.group(1)}").is_dir()
+
+
+def retire(step_dir: Path, reaper: Reaper | None = None) -> bool:
+    """Delete a checkpoint folder: renamed to ``.del-*`` (durably) before any file goes,
+    its manifest removed last. False when it is not there, or is a link (not accel's)."""
+    if os.path.islink(step_dir) or not step_dir.is_dir():
+        return False
+    if reaper is None:
+        reaper = Reaper(background=False)
+    reaper.retire(step_dir)
+    return True
+
+
+class Reaper:
+    """Deletes retired folders, in background threads when asked (retention must not
+    stall the training loop). Threads are not daemons: the interpreter finishes the
+    removal before it exits."""
+
+    def __init__(self, background: bool = True) -> None:
+        self.background = background
+        self._threads: list[threading.Thread] = []
+
+    def retire(self, path: Path) -> None:
+        try:
+            doomed = detach(path, durable=not self.background)
+        except FileNotFoundError:
+            return
+        _faults.point("retire.detached")
+        if not self.background:
+            _remove(doomed)
+            return
+        thread = threading.Thread(target=_remove_durably, args=(doomed,), name="accel-reap")
+        thread.start()
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def join(self) -> None:
+        while self._threads:
+            self._threads.pop().join()
+
+
+def _remove_durably(doomed: Path) -> None:
+    """Make the rename to ``doomed`` durable before a single byte of data goes."""
+    fsync_dir(doomed.parent)
+    _faults.point("retire.detach-durable")
+    _remove(doomed)
+
+
+def _remove(doomed: Path) -> None:
+    dispose(doomed)
+    _faults.point("retire.removed")
+
+
+def steps(found: Iterable[Found]) -> list[int]:
+    return [f.manifest.step for f in found]

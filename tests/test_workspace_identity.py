@@ -1,0 +1,172 @@
+"""A workspace is a folder accel made: anything else is never written to or cleaned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from accel.errors import WorkspaceError
+from accel.layout import ABSENT, FOREIGN, OURS, root_state
+from accel.workspace import Workspace
+
+DAY = 86400.0
+REFUSAL = "is not an accel workspace: run `accel config --default` there"
+
+
+def accel(exe: list[str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*exe, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def a_project(project: Path) -> dict[str, bytes]:
+    """A training project with files that look like a workspace's: they are the user's."""
+    files = {
+        "train.py": b"print('hi')\n",
+        "checkpoints/best.pt": b"weights",
+        "checkpoints/step-000000000001/manifest.json": b'{"format": 1}',
+        "logs/train.log": b"epoch 1\n",
+        "logs/training.log.1": b"theirs\n",
+        "tmp/scratch.bin": b"scratch",
+        "cache/entries/x.entry/meta.json": b"{}",
+        "state.bin": b"theirs",
+    }
+    for rel, data in files.items():
+        path = project / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        os.utime(path, (time.time() - 30 * DAY,) * 2)
+    return files
+
+
+def unchanged(project: Path, files: dict[str, bytes]) -> bool:
+    found = {str(p.relative_to(project)): p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    return found == files
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["clean", "--older-than", "1d", "--yes"],
+        ["clean", "--keep-last", "0", "--max-size", "0", "--yes"],
+        ["clean", "--older-than", "1d", "--dry-run"],
+        ["clean", "--auto"],
+        ["config", "--default"],
+        ["config", "set", "launch.num_processes", "2"],
+        ["status"],
+    ],
+)
+def test_the_project_folder_as_workspace_is_refused_and_left_untouched(
+    project: Path, accel_exe: list[str], args: list[str]
+) -> None:
+    files = a_project(project)
+    result = accel(accel_exe, "--workspace", ".", *args, cwd=project)
+    assert result.returncode == 2, result
+    assert result.stderr.count("\n") == 1 and REFUSAL in result.stderr
+    assert unchanged(project, files)
+
+
+@pytest.mark.timeout(120)
+def test_an_env_var_to_a_foreign_folder_is_refused_too(
+    project: Path, accel_exe: list[str], tmp_path: Path
+) -> None:
+    files = a_project(project)
+    env = {**os.environ, "ACCEL_WORKSPACE": str(project)}
+    result = subprocess.run(
+        [*accel_exe, "clean", "--older-than", "1d", "--yes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 2 and REFUSAL in result.stderr
+    assert unchanged(project, files)
+    report = json.loads(accel(accel_exe, "--workspace", str(project), "status", "--json").stdout)
+    assert REFUSAL in report["workspace_error"] and report["sizes"] == {}
+
+
+def test_first_use_creates_a_workspace_where_nothing_or_only_a_config_is(
+    project: Path, tmp_path: Path
+) -> None:
+    assert root_state(project / ".accelerate") == ABSENT
+    Workspace.discover().ensure().cache.put("k", 1)  # does not exist yet: created
+    assert root_state(project / ".accelerate") == OURS
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    Workspace(empty).ensure()  # an empty folder: made accel's
+    assert (empty / "layout.json").exists()
+    cloned = tmp_path / "clone" / ".accelerate"  # a config committed to git, nothing else
+    (cloned / "config").mkdir(parents=True)
+    (cloned / "config" / "accelerate_config.yaml").write_text("launch:\n  num_processes: 2\n")
+    (cloned / ".gitignore").write_text("*\n")
+    assert root_state(cloned) == ABSENT
+    ws = Workspace(cloned).ensure()
+    assert ws.config["launch.num_processes"] == 2 and ws.identify()
+
+
+def test_a_non_empty_folder_without_the_marker_is_refused(project: Path) -> None:
+    (project / "notes.txt").write_text("mine")
+    assert root_state(project) == FOREIGN
+    with pytest.raises(WorkspaceError, match="not an accel workspace"):
+        Workspace(project).ensure()
+    with pytest.raises(WorkspaceError, match="not an accel workspace"):
+        Workspace(project).cache.put("k", 1)
+    with pytest.raises(WorkspaceError, match="not an accel workspace"):
+        Workspace(project).checkpoints.save({"x": 1}, 1)
+    assert sorted(os.listdir(project)) == ["notes.txt"]
+
+
+def _relocated(project: Path, data: Path) -> Workspace:
+    ws = Workspace(project / ".accelerate").ensure()
+    ws.config_file.write_text(f"workspace:\n  path: {data}\n")
+    return Workspace(ws.path)
+
+
+def test_workspace_path_at_a_shared_folder_deletes_nothing_of_another_jobs(
+    project: Path, tmp_path: Path, accel_exe: list[str]
+) -> None:
+    shared = tmp_path / "shared"
+    files = a_project(shared)
+    ws = _relocated(project, shared)
+    with pytest.raises(WorkspaceError, match=r"workspace.path\) holds files accel did not"):
+        ws.cache.put("k", 1)
+    result = accel(accel_exe, "clean", "--older-than", "1d", "--yes", cwd=project)
+    assert result.returncode == 2 and "holds files accel did not write" in result.stderr
+    assert unchanged(shared, files)
+
+
+def test_the_data_folder_of_another_workspace_is_refused(project: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = _relocated(project, data)
+    first.cache.put("mine", b"first")
+    marker = json.loads((data / "accel-data.json").read_text())
+    assert marker["workspace_id"] == json.loads(first.layout_file.read_text())["id"]
+    other = tmp_path / "other"
+    other.mkdir()
+    second = _relocated(other, data)
+    with pytest.raises(WorkspaceError, match="holds the data of another accel workspace"):
+        second.cache.put("theirs", b"second")
+    with pytest.raises(WorkspaceError, match="another accel workspace"):
+        second.clean(older_than="0s")
+    assert first.cache.get("mine") == b"first"
+    assert Workspace(first.path).clean(older_than="1h").plan.items == ()
+
+
+def test_a_relocated_data_folder_gets_its_own_marker_and_works(
+    project: Path, tmp_path: Path
+) -> None:
+    ws = _relocated(project, tmp_path / "fresh" / "data")
+    ws.cache.put("k", b"v")
+    ws.checkpoints.save({"w": 1}, 1)
+    assert (tmp_path / "fresh" / "data" / "accel-data.json").exists()
+    assert ws.cache.get("k") == b"v" and ws.checkpoints.latest() is not None
+    (tmp_path / "fresh" / "data" / "mine.txt").write_text("user")
+    outcome = ws.clean(older_than="0s", keep_last=0, now=time.time() + DAY)
+    assert (tmp_path / "fresh" / "data" / "mine.txt").read_text() == "user"
+    kept = {k.item.path.name: k.reason for k in outcome.plan.kept}
+    assert kept["mine.txt"] == "unknown, left alone"
