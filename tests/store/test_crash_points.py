@@ -18,7 +18,7 @@ import torch
 
 from accel import Workspace
 from accel.clean import clean
-from accel.store import cache as cache_mod
+from accel.store import entry as entry_mod
 
 from . import workers
 
@@ -154,7 +154,7 @@ def test_a_kill_at_every_step_of_a_put_leaves_the_old_or_the_new_value(
         clean(ws, now=time.time() + LATER)
         assert ws.cache.debris() == [] and os.listdir(ws.tmp_dir) == [], point
         with pytest.MonkeyPatch.context() as later:  # past the minute a replaced file stays
-            later.setattr(cache_mod.time, "time", _in_two_minutes)
+            later.setattr(entry_mod.time, "time", _in_two_minutes)
             ws.cache.put("k", b"later")
         versions = [n for n in os.listdir(ws.cache.entry_dir("k")) if n.startswith("v")]
         assert len(versions) == 1, point

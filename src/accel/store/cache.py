@@ -16,17 +16,11 @@ removes it, ``meta.json`` and the owner marker last. Nothing here follows a link
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import inspect
 import json
 import os
-import re
 import secrets
-import shutil
-import stat
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,22 +30,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from accel import _faults
 from accel.errors import IntegrityError, UsageError
 from accel.fsutil import fsync_dir, remove_tree
-from accel.layout import CACHE_META, ENTRY_SUFFIX, detach, dispose, is_owned, make_owned_dir
+from accel.layout import CACHE_META, ENTRY_SUFFIX, dispose, make_owned_dir
 from accel.locking import locked
-from accel.store._hashing import FileDigest, digest_bytes, hash_file
 from accel.store._keys import check_key
-from accel.store._serial import PayloadMissing, load_tensor_file, save_tensor_file, write_error
+from accel.store._memoize import args_digest, safe_segment
+from accel.store._payload import file_name, read_plain, verify_file, write_payload
+from accel.store._serial import PayloadMissing, load_tensor_file
 from accel.store._values import json_problem, tensor_tree_problem
 from accel.store.entry import (
     PAYLOAD_NAMES,
-    RESERVED,
     CacheMeta,
     MetaMissing,
     Stamp,
-    file_name_ok,
+    detach_entry,
     key_of,
+    made_by_accel,
+    prune,
     read_cache_meta,
-    version_dirs,
     write_cache_meta,
 )
 from accel.units import parse_duration
@@ -63,11 +58,6 @@ __all__ = ["Cache", "CacheEntryInfo"]
 
 META = CACHE_META
 _MISSING: Any = object()
-# A file verified this long after its last change cannot change again without its
-# ctime moving (timestamps are coarse: a write within the same tick keeps them).
-_RACY_SECONDS = 2.0
-# How long a replaced file payload stays, for paths handed out before it was replaced.
-_SUPERSEDED_GRACE = 60.0
 # Re-reads of meta.json when versions keep being replaced under a reader.
 _RETRIES = 1000
 F = TypeVar("F", bound=Callable[..., Any])
@@ -217,8 +207,8 @@ class Cache:
         if meta.kind == "tensors":
             return load_tensor_file(payload, meta.digest, map_location), None
         if meta.kind == "file":
-            return payload, _verify_file(payload, meta)
-        data = _read_plain(payload, meta.digest)
+            return payload, verify_file(payload, meta)
+        data = read_plain(payload, meta.digest)
         return (json.loads(data) if meta.kind == "json" else data), None
 
     def _touch(self, entry: Path, read: CacheMeta, stamp: Stamp | None) -> None:
@@ -253,8 +243,8 @@ class Cache:
         return _info(entry, meta)
 
     def _stage(self, stage: Path, version: str, key: str, kind: str, obj: Any) -> CacheMeta:
-        name = PAYLOAD_NAMES.get(kind) or _file_name(obj)
-        digest = _write_payload(stage / name, kind, obj)
+        name = PAYLOAD_NAMES.get(kind) or file_name(obj)
+        digest = write_payload(stage / name, kind, obj)
         fsync_dir(stage)
         now = time.time()
         run_id = os.environ.get("ACCEL_RUN_ID")
@@ -263,7 +253,7 @@ class Cache:
 
     def _commit(self, entry: Path, stage: Path, meta: CacheMeta) -> None:
         """Under the lock: version in, meta.json replaced, old versions out."""
-        if os.path.islink(entry) or (os.path.lexists(entry) and not _ours(entry, meta.key)):
+        if os.path.islink(entry) or (os.path.lexists(entry) and not made_by_accel(entry, meta.key)):
             raise UsageError(
                 f"{entry} is not a cache entry accel made; move it away to use this key"
             )
@@ -276,7 +266,7 @@ class Cache:
         old = self._meta_or_none(entry, meta.key)
         write_cache_meta(entry, meta)
         _faults.point("cache.put.meta-written")
-        _prune(entry, meta, old)
+        prune(entry, meta, old)
 
     def _meta_or_none(self, entry: Path, key: str) -> CacheMeta | None:
         try:
@@ -292,7 +282,7 @@ class Cache:
         entry = self.entry_dir(key)
         with locked(self.lock_path, self.ws, poll_interval=0.001):
             committed = self._meta_or_none(entry, key) is not None
-            doomed = _detach_entry(entry, self.root, key)
+            doomed = detach_entry(entry, self.root, key)
         if doomed is None:
             return False
         _faults.point("cache.delete.detached")
@@ -352,14 +342,14 @@ class Cache:
 
         def decorate(func: F) -> F:
             ident = name or f"{func.__module__}.{func.__qualname__}"
-            prefix = f"memoize/{_safe_segment(ident)}/v{_safe_segment(str(version))}"
+            prefix = f"memoize/{safe_segment(ident)}/v{safe_segment(str(version))}"
             signature = inspect.signature(func)
 
             @functools.wraps(func)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 bound = signature.bind(*args, **kwargs)
                 bound.apply_defaults()
-                key = f"{prefix}/{_args_digest(bound.arguments)}"
+                key = f"{prefix}/{args_digest(bound.arguments)}"
                 found = self.get(key, _MISSING)
                 if found is not _MISSING:
                     return found
@@ -371,168 +361,3 @@ class Cache:
             return wrapper  # type: ignore[return-value]
 
         return decorate(fn) if fn is not None else decorate
-
-
-def _file_name(obj: Any) -> str:
-    name = Path(os.fspath(obj)).name
-    ok = file_name_ok(name) and not name.startswith(".") and name not in PAYLOAD_NAMES.values()
-    return name if ok else "file"
-
-
-def _write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
-    if kind == "tensors":
-        return save_tensor_file(obj, payload)
-    if kind == "file":
-        return _copy_file(Path(os.fspath(obj)), payload)
-    data = json.dumps(obj, sort_keys=True).encode("utf-8") if kind == "json" else bytes(obj)
-    try:
-        with open(payload, "xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise write_error(payload, exc) from exc
-    return FileDigest(len(data), digest_bytes(data))
-
-
-def _copy_file(source: Path, payload: Path) -> FileDigest:
-    if not source.is_file():
-        raise UsageError(f"cannot cache {source}: it is not a file")
-    try:
-        shutil.copyfile(source, payload)
-        fd = os.open(payload, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise write_error(payload, exc) from exc
-    checksum, size = hash_file(payload)
-    return FileDigest(size, checksum)
-
-
-def _read_plain(payload: Path, digest: FileDigest) -> bytes:
-    """The bytes of a JSON or bytes payload, verified; never through a link."""
-    try:
-        fd = os.open(payload, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise _unreadable(payload, exc) from None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(digest.size + 1)
-    if len(data) != digest.size or digest_bytes(data) != digest.checksum:
-        raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
-    return data
-
-
-def _unreadable(payload: Path, exc: OSError) -> IntegrityError:
-    return IntegrityError(f"{payload} cannot be read ({exc.strerror}); delete the entry")
-
-
-def _verify_file(payload: Path, meta: CacheMeta) -> Stamp | None:
-    """Check a file payload against its checksum unless provably unchanged since the
-    last check; its new stamp when it was hashed (None when it may still change)."""
-    try:
-        st = os.lstat(payload)
-    except FileNotFoundError:
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        raise IntegrityError(f"{payload} is not a regular file; delete the entry")
-    stamp: Stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if meta.verified == stamp:
-        return None
-    try:
-        checksum, size = hash_file(payload, follow_links=False)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise _unreadable(payload, exc) from None
-    if (size, checksum) != (meta.size, meta.checksum):
-        raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
-    settled = time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 >= _RACY_SECONDS
-    return stamp if settled else None
-
-
-def _prune(entry: Path, meta: CacheMeta, old: CacheMeta | None) -> None:
-    """Under the lock: remove the versions ``meta`` replaced.
-
-    A replaced file stays for ``_SUPERSEDED_GRACE`` seconds (its folder's mtime says
-    since when): a path :meth:`Cache.path` handed out just before stays readable.
-    """
-    current = meta.payload.split("/")[0]
-    now = time.time()
-    replaced = old.payload.split("/")[0] if old is not None else current
-    if old is not None and replaced != current:
-        if old.kind == "file" and "/" in old.payload:
-            with contextlib.suppress(OSError):  # replaced now: its grace starts now
-                os.utime(entry / replaced, (now, now))
-        elif replaced not in RESERVED:
-            remove_tree(entry / replaced)  # a value read whole by get(): nobody holds it
-    for name in version_dirs(entry):
-        if name != current and _stale(entry / name, now):
-            remove_tree(entry / name)
-    _faults.point("cache.put.pruned")
-
-
-def _stale(version: Path, now: float) -> bool:
-    try:
-        return now - os.lstat(version).st_mtime >= _SUPERSEDED_GRACE
-    except FileNotFoundError:
-        return False
-
-
-def _ours(entry: Path, key: str) -> bool:
-    """accel made this entry folder: it has the owner marker, or readable metadata."""
-    if is_owned(entry):
-        return True
-    try:
-        read_cache_meta(entry, key)
-    except IntegrityError:
-        return False
-    return True
-
-
-def _detach_entry(entry: Path, root: Path, key: str) -> Path | None:
-    """Under the lock: rename the entry to a ``.del-*`` sibling, when it is accel's.
-
-    A link (to anywhere) or a folder without accel's marker or metadata is left alone.
-    """
-    if os.path.islink(entry) or not entry.is_dir() or not _ours(entry, key):
-        return None
-    real_root, real = os.path.realpath(root), os.path.realpath(entry.parent)
-    if os.path.commonpath([real_root, real]) != real_root:
-        return None  # a namespace folder that is a link out of the cache
-    try:
-        return detach(entry)
-    except FileNotFoundError:
-        return None
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _safe_segment(text: str) -> str:
-    return _UNSAFE.sub("_", text).lstrip(".")[:100] or "_"
-
-
-def _args_digest(arguments: dict[str, Any]) -> str:
-    text = json.dumps(arguments, sort_keys=True, default=_canonical)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, (tuple, set, frozenset)):
-        return sorted(value, key=repr) if not isinstance(value, tuple) else list(value)
-    if isinstance(value, os.PathLike):
-        return {"path": os.fspath(value)}
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": digest_bytes(bytes(value))}
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        return {"tensor": [str(value.dtype), list(value.shape), digest_bytes(data)]}
-    raise UsageError(
-        f"memoize cannot key on an argument of type {type(value).__name__}; pass JSON "
-        "values, tensors, bytes or paths (or give the function a `name` and hash it yourself)"
-    )

@@ -23,15 +23,18 @@ never returned and never deleted. Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from accel import _faults
 from accel.errors import IntegrityError
-from accel.fsutil import atomic_write_json
-from accel.layout import CACHE_META, ENTRY_SUFFIX, OWNER_MARKER, VERSION_RE
+from accel.fsutil import atomic_write_json, remove_tree
+from accel.layout import CACHE_META, ENTRY_SUFFIX, OWNER_MARKER, VERSION_RE, detach, is_owned
 from accel.store._hashing import FileDigest
 from accel.store._records import (
     Invalid,
@@ -58,6 +61,8 @@ KINDS = frozenset({"json", "bytes", "tensors", "file"})
 PAYLOAD_NAMES = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
 RESERVED = frozenset({CACHE_META, OWNER_MARKER})
 _MAX_BYTES = 1 << 20
+# How long a replaced file payload stays, for paths handed out before it was replaced.
+SUPERSEDED_GRACE = 60.0
 
 
 class MetaMissing(IntegrityError):
@@ -170,6 +175,64 @@ def version_dirs(entry: Path) -> list[str]:
         return [n for n in os.listdir(entry) if VERSION_RE.fullmatch(n)]
     except OSError:
         return []
+
+
+# -- the entry folder (the caller holds the cache lock) ----------------------------------
+
+
+def prune(entry: Path, meta: CacheMeta, old: CacheMeta | None) -> None:
+    """Under the lock: remove the versions ``meta`` replaced.
+
+    A replaced file stays for ``SUPERSEDED_GRACE`` seconds (its folder's mtime says
+    since when): a path :meth:`Cache.path` handed out just before stays readable.
+    """
+    current = meta.payload.split("/")[0]
+    now = time.time()
+    replaced = old.payload.split("/")[0] if old is not None else current
+    if old is not None and replaced != current:
+        if old.kind == "file" and "/" in old.payload:
+            with contextlib.suppress(OSError):  # replaced now: its grace starts now
+                os.utime(entry / replaced, (now, now))
+        elif replaced not in RESERVED:
+            remove_tree(entry / replaced)  # a value read whole by get(): nobody holds it
+    for name in version_dirs(entry):
+        if name != current and _stale(entry / name, now):
+            remove_tree(entry / name)
+    _faults.point("cache.put.pruned")
+
+
+def _stale(version: Path, now: float) -> bool:
+    try:
+        return now - os.lstat(version).st_mtime >= SUPERSEDED_GRACE
+    except FileNotFoundError:
+        return False
+
+
+def made_by_accel(entry: Path, key: str) -> bool:
+    """accel made this entry folder: it has the owner marker, or readable metadata."""
+    if is_owned(entry):
+        return True
+    try:
+        read_cache_meta(entry, key)
+    except IntegrityError:
+        return False
+    return True
+
+
+def detach_entry(entry: Path, root: Path, key: str) -> Path | None:
+    """Under the lock: rename the entry to a ``.del-*`` sibling, when it is accel's.
+
+    A link (to anywhere) or a folder without accel's marker or metadata is left alone.
+    """
+    if os.path.islink(entry) or not entry.is_dir() or not made_by_accel(entry, key):
+        return None
+    real_root, real = os.path.realpath(root), os.path.realpath(entry.parent)
+    if os.path.commonpath([real_root, real]) != real_root:
+        return None  # a namespace folder that is a link out of the cache
+    try:
+        return detach(entry)
+    except FileNotFoundError:
+        return None
 
 
 # -- validation -----------------------------------------------------------------------------
