@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel import layout
+from accel import _faults, layout
 from accel.clean import _live
 from accel.clean._plan import CleanPlan, PlanItem
 from accel.clean._scan import META, Item, _read_json, proves_item
@@ -91,6 +91,7 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
             return f"could not remove: {exc.strerror or exc}"
     if detached is None:
         return None
+    _faults.point("clean.detached")
     # The data goes outside the lock: it was moved out of everyone's way first.
     left = layout.dispose(detached, device)
     return None if not left else f"kept {left} path(s) on another filesystem"
@@ -127,6 +128,7 @@ def _retire_checkpoint(item: Item) -> str | None:
         return "already gone"
     if found.manifest.created != item.last_used:
         return "saved again since the plan"
+    _faults.point("clean.retiring")
     try:
         return None if series_mod.retire(found.path, reaper) else "already gone"
     except OSError as exc:
