@@ -29,12 +29,21 @@ def build(root: Path, entries: int) -> object:
         entry = base / f"ns{i % 100:02d}" / f"key{i}.entry"
         entry.mkdir(parents=True)
         (entry / "payload.bin").write_bytes(b"x" * 64)
-        meta = {"format": 1, "key": f"key{i}", "size": 64, "created": 1.0, "last_used": 1.0}
+        meta = {
+            "format": 1,
+            "key": f"ns{i % 100:02d}/key{i}",
+            "kind": "bytes",
+            "payload": "payload.bin",
+            "size": 64,
+            "checksum": "xxh3_64:0",
+            "created": 1.0,
+            "last_used": 1.0,
+        }
         (entry / "meta.json").write_text(json.dumps(meta))
     for i in range(50):
         run = ws.runs_dir / f"20261129-1200{i:02d}-abcdef"
         run.mkdir(parents=True)
-        (run / "run.json").write_text('{"status": "succeeded"}')
+        (run / "run.json").write_text(json.dumps({"id": run.name, "status": "succeeded"}))
         (run / "rank-0.log").write_text("x\n" * 100)
     return ws
 

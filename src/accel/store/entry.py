@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from accel import _faults
 from accel.errors import IntegrityError
@@ -61,6 +62,8 @@ KINDS = frozenset({"json", "bytes", "tensors", "file"})
 PAYLOAD_NAMES = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
 RESERVED = frozenset({CACHE_META, OWNER_MARKER})
 _MAX_BYTES = 1 << 20
+_PAYLOAD_RE = re.compile(r"(?:v[0-9a-f]{16}/)?[^/\\\x00]+")
+_NOT_A_NAME = frozenset({".", "..", CACHE_META, OWNER_MARKER})
 # How long a replaced file payload stays, for paths handed out before it was replaced.
 SUPERSEDED_GRACE = 60.0
 
@@ -72,8 +75,10 @@ class MetaMissing(IntegrityError):
 Stamp = tuple[int, int, int, int, int]
 
 
-@dataclass(frozen=True)
-class CacheMeta:
+class CacheMeta(NamedTuple):
+    """One ``meta.json``. A NamedTuple, not a frozen dataclass: ``accel clean`` builds one
+    per entry, 100,000 in a large cache, and this is several times cheaper to build."""
+
     key: str
     kind: str
     payload: str
@@ -89,7 +94,7 @@ class CacheMeta:
         return FileDigest(self.size, self.checksum)
 
     def touched(self, when: float, run_id: str | None, verified: Stamp | None) -> CacheMeta:
-        return replace(self, last_used=when, run_id=run_id, verified=verified or self.verified)
+        return self._replace(last_used=when, run_id=run_id, verified=verified or self.verified)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -138,6 +143,50 @@ def read_cache_meta(entry: Path, key: str | None = None) -> CacheMeta:
 
 def parse_cache_meta(data: Any, where: str, key: str | None = None) -> CacheMeta:
     """Cache metadata from decoded JSON ``data`` (``where`` names it in errors)."""
+    fast = _parse_fast(data, key)
+    return fast if fast is not None else _parse_checked(data, where, key)
+
+
+def _parse_fast(data: Any, key: str | None) -> CacheMeta | None:
+    """The metadata of a well-formed record, else None (then the full check says why).
+
+    The hot path of a 100,000-entry clean: one pass of inline checks, no error text.
+    """
+    if type(data) is not dict:
+        return None
+    get = cast(Any, data).get  # each value is checked below before it is used
+    fmt, found, kind, payload = get("format"), get("key"), get("kind"), get("payload")
+    size, checksum, created, used = get("size"), get("checksum"), get("created"), get("last_used")
+    run_id = get("run_id")
+    ok = (
+        type(fmt) is int
+        and fmt == FORMAT
+        and type(found) is str
+        and (key is None or found == key)
+        and kind in KINDS
+        and type(size) is int
+        and size >= 0
+        and type(checksum) is str
+        and checksum != ""
+        and type(created) in (int, float)
+        and type(used) in (int, float)
+        and math.isfinite(created)
+        and math.isfinite(used)
+        and (run_id is None or type(run_id) is str)
+        and type(payload) is str
+        and _PAYLOAD_RE.fullmatch(payload) is not None
+        and payload.rpartition("/")[2] not in _NOT_A_NAME
+    )
+    if not ok:
+        return None
+    verified = get("verified")
+    stamp = None if verified is None else _stamp(verified)
+    return CacheMeta(
+        found, kind, payload, size, checksum, float(created), float(used), run_id, stamp
+    )
+
+
+def _parse_checked(data: Any, where: str, key: str | None) -> CacheMeta:
     bad = Invalid("cache entry record", where)
     data = versioned_object(data, FORMAT, bad, "cache")
     found = data.get("key")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,6 +207,12 @@ def swap_in(staged: Path, target: Path, reaper: Reaper) -> None:
 
 def recover(folder: Path, reaper: Reaper) -> None:
     """Finish re-saves that a crash interrupted, and delete superseded old copies."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    if not any(ASIDE_RE.fullmatch(name) for name in names):
+        return  # the usual case, at every save: one listing, no manifest read
     current = view(folder)
     for swap in current.swaps:
         _faults.point("recover.begin")
@@ -275,7 +280,3 @@ def _remove_durably(doomed: Path) -> None:
 def _remove(doomed: Path) -> None:
     dispose(doomed)
     _faults.point("retire.removed")
-
-
-def steps(found: Iterable[Found]) -> list[int]:
-    return [f.manifest.step for f in found]
