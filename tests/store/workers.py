@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from accel import Workspace, _faults
+from accel import Workspace
 from accel.errors import AccelError
 from accel.store.lease import SeriesLease
 
@@ -130,6 +130,8 @@ def kill_at(index: int | None, seen: list[str]) -> Any:
 
 def at_points(index: int | None, queue: Any, action: Any, *args: Any) -> None:
     """Run ``action(*args)`` with :func:`kill_at` installed; report the points passed."""
+    from accel import _faults
+
     seen: list[str] = []
     _faults.set_hook(kill_at(index, seen))
     action(*args)
