@@ -204,7 +204,8 @@ def _cache_meta(remote_dir: Path, **changes: object) -> None:
         (lambda d: _cache_meta(d, payload="/etc/passwd"), "cache/entries/ns/blob.entry", "payload"),
         (lambda d: _cache_meta(d, payload="../../x"), "cache/entries/ns/blob.entry", "payload"),
         (lambda d: _cache_meta(d, key="other"), "cache/entries/ns/blob.entry", "for the key"),
-        (lambda d: _cache_meta(d, size=-1), "cache/entries/ns/blob.entry", "does not match"),
+        (lambda d: _cache_meta(d, size=-1), "cache/entries/ns/blob.entry", "no size and checksum"),
+        (lambda d: _cache_meta(d, size=3), "cache/entries/ns/blob.entry", "does not match"),
         (
             lambda d: forge(d, f"logs/runs/{RUN}/run.json", b"[" * 100000),
             f"logs/runs/{RUN}",

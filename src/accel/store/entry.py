@@ -191,7 +191,7 @@ def _parse_checked(data: Any, where: str, key: str | None) -> CacheMeta:
     data = versioned_object(data, FORMAT, bad, "cache")
     found = data.get("key")
     if not isinstance(found, str) or (key is not None and found != key):
-        raise bad(f"it records the key {found!r}, not {key!r}")
+        raise bad(f"it is for the key {found!r}, not {key!r}")
     kind = data.get("kind")
     if kind not in KINDS:
         raise bad(f"its kind is {kind!r}")

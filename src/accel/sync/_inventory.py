@@ -179,9 +179,8 @@ def _tree(root: Path, prefix: str, kind: str) -> Iterator[LocalFile | Skipped]:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
             continue
-        committed = any(e.name == "meta.json" for e in entries)
-        if kind == CACHE and folder.name.endswith(".entry") and not committed:
-            yield Skipped(rel, "cache entry not committed (no meta.json)")
+        if kind == CACHE and folder.name.endswith(".entry"):
+            yield from _cache_entry(folder, rel)
             continue
         for entry in entries:
             if is_debris(entry.name):
@@ -190,6 +189,27 @@ def _tree(root: Path, prefix: str, kind: str) -> Iterator[LocalFile | Skipped]:
                 stack.append((Path(entry.path), f"{rel}/{entry.name}"))
             elif entry.is_file(follow_symlinks=False):
                 yield _plain(Path(entry.path), f"{rel}/{entry.name}", kind, entry)
+
+
+def _cache_entry(folder: Path, rel: str) -> Iterator[LocalFile | Skipped]:
+    """A committed entry's ``meta.json`` and the payload it names, nothing else (a file
+    replaced a moment ago may linger beside it: see ``accel.store.cache``)."""
+    from accel.errors import IntegrityError
+    from accel.store.entry import read_cache_meta
+    from accel.sync._trust import cache_key
+
+    try:
+        meta = read_cache_meta(folder, cache_key(rel))
+    except IntegrityError as exc:
+        yield Skipped(rel, f"cache entry not committed or unreadable ({exc})")
+        return
+    for name in (meta.payload, "meta.json"):  # the commit marker last
+        path = folder / name
+        size = _size(path)
+        if size < 0:
+            yield Skipped(rel, f"{name} is missing (replaced or deleted while read)")
+            return
+        yield LocalFile(f"{rel}/{name}", path, size, None, rel, CACHE)
 
 
 def _plain(path: Path, rel: str, kind: str, entry: os.DirEntry[str]) -> LocalFile:

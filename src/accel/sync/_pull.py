@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from accel.errors import IntegrityError, JobFailed, UsageError
 from accel.fsutil import TMP_PREFIX, fsync_dir, read_json
+from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.locking import locked
-from accel.sync._inventory import MANIFEST, RUN_RECORD, manifest_entry
+from accel.sync._inventory import MANIFEST, RUN_RECORD
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
 from accel.sync._paths import local_path
 from accel.sync._remote import Remote
@@ -32,7 +33,7 @@ from accel.sync._trust import PLAIN_NAME, cache_key
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
-CACHE_KINDS = ("json", "bytes", "tensors", "file")
+META = "meta.json"
 
 
 class PullUnit:
@@ -89,6 +90,7 @@ class PullUnit:
             self._download(unit, transfers, stage, reporter)
             verify_run(stage, unit)
             final.parent.mkdir(parents=True, exist_ok=True)
+            (stage / OWNER_MARKER).unlink()  # a run folder is proved by its run.json
             self._commit(stage, final, self.ws.lock_path("sync-commit"))
 
     def _config(self, t: Transfer, reporter: Reporter) -> None:
@@ -127,7 +129,7 @@ class PullUnit:
 
     @contextlib.contextmanager
     def _stage(self, stage: Path) -> Iterator[Path]:
-        stage.mkdir(parents=True)
+        make_owned_dir(stage, parents=True)  # provably accel's, should the pull die half-way
         try:
             yield stage
         finally:
@@ -146,56 +148,46 @@ class PullUnit:
 
 
 def verify_checkpoint(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
-    """The manifest is one the store can use, for this series and step, and lists
-    exactly the files pulled with the index's sizes and checksums."""
-    from accel.store.checkpoints import read_manifest
+    """The manifest is one the store reads (``accel.store.manifest``: the one reader),
+    for this series and step, and lists exactly the files pulled with the index's sizes
+    and checksums."""
+    from accel.store.manifest import read_manifest
 
-    manifest = read_manifest(stage, unit.rsplit("/", 1)[-1])
+    try:  # validated as if it were already in its step folder
+        manifest = read_manifest(stage, unit.rsplit("/", 1)[-1])
+    except IntegrityError as exc:
+        raise IntegrityError(
+            f"{unit}: its manifest is not one accel can read ({exc}); refused"
+        ) from None
+    series = unit.split("/")[1]
+    if manifest.series != series:
+        raise IntegrityError(
+            f"{unit}: its manifest names the series {manifest.series!r}, not {series!r}; refused"
+        )
     pulled = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
-    if manifest is None or pulled != set(manifest["files"]) | {MANIFEST}:
+    if pulled != set(manifest.files) | {MANIFEST}:
         raise IntegrityError(f"{unit}: its manifest does not match the files pulled; refused")
-    problem = _manifest_problem(stage, manifest, unit.split("/")[1])
-    if problem is not None:
-        raise IntegrityError(f"{unit}: its manifest {problem}; refused")
-    for name, raw in manifest["files"].items():
-        if manifest_entry(raw) != index[f"{unit}/{name}"]:
+    for name, digest in manifest.files.items():
+        if FileEntry(digest.size, digest.checksum) != index[f"{unit}/{name}"]:
             raise IntegrityError(f"{unit}/{name} does not match its manifest; refused")
 
 
-def _manifest_problem(stage: Path, manifest: dict[str, Any], series: str) -> str | None:
-    # The store's own reader of a manifest (what list() and load() use) must accept it:
-    # one missing `created` would otherwise break load_state() for the whole series.
-    from accel.store.checkpoints import _info
-
-    try:
-        info = _info(stage, manifest)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return f"is not one accel can read ({type(exc).__name__}: {exc})"
-    if info.series != series:
-        return f"names the series {info.series!r}, not {series!r}"
-    return None
-
-
 def verify_cache_entry(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
-    """``meta.json`` is one the cache can use, for this key, naming the one payload
-    pulled beside it (a plain name: never a path out of the entry)."""
-    from accel.store.cache import META, _info
+    """``meta.json`` is one the cache reads (``accel.store.entry``: the one reader), for
+    this key, naming the one payload pulled beside it (never a path out of the entry)."""
+    from accel.store.entry import read_cache_meta
 
     try:
-        meta = read_json(stage / META)
-        _info(stage, meta)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        meta = read_cache_meta(stage, cache_key(unit))
+    except IntegrityError as exc:
         raise IntegrityError(f"{unit}: its {META} is not valid ({exc}); refused") from None
-    payload = meta.get("payload")
     files = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
     problem = None
-    if meta.get("key") != cache_key(unit):
-        problem = f"is for the key {meta.get('key')!r}"
-    elif not isinstance(payload, str) or not PLAIN_NAME.fullmatch(payload) or payload == META:
-        problem = f"names the payload {str(payload)[:100]!r}, which is not a file of the entry"
-    elif files != {META, payload} or meta.get("kind") not in CACHE_KINDS:
+    if not PLAIN_NAME.fullmatch(meta.payload.rsplit("/", 1)[-1]):
+        problem = f"names the payload {meta.payload[:100]!r}, which is not a plain file name"
+    elif files != {META, meta.payload}:
         problem = "does not describe the files pulled"
-    elif FileEntry(meta.get("size"), meta.get("checksum")) != index[f"{unit}/{payload}"]:
+    elif FileEntry(meta.size, meta.checksum) != index[f"{unit}/{meta.payload}"]:
         problem = "does not match its payload"
     if problem is not None:
         raise IntegrityError(f"{unit}: its {META} {problem}; refused")

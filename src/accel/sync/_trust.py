@@ -132,11 +132,14 @@ def _run_file(parts: list[str]) -> str | None:
 
 
 def _cache_file(parts: list[str]) -> str | None:
+    from accel.layout import VERSION_RE
     from accel.store._keys import ENTRY_SUFFIX, key_problem
 
     entry = next((i for i, p in enumerate(parts) if p.endswith(ENTRY_SUFFIX)), None)
-    if entry is None or entry < 2 or len(parts) != entry + 2:
-        return "not a file of a cache entry (cache/entries/<key>.entry/<name>)"
+    # <key>.entry/<name>, or <key>.entry/v<16 hex>/<name>: a payload version (store.entry)
+    versioned = entry is not None and len(parts) == entry + 3 and VERSION_RE.fullmatch(parts[-2])
+    if entry is None or entry < 2 or (len(parts) != entry + 2 and not versioned):
+        return "not a file of a cache entry (cache/entries/<key>.entry/[v<version>/]<name>)"
     problem = key_problem("/".join([*parts[2:entry], parts[entry][: -len(ENTRY_SUFFIX)]]))
     if problem is not None:
         return f"not a valid cache key ({problem})"
