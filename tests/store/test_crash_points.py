@@ -183,3 +183,18 @@ def test_a_kill_at_every_step_of_a_delete_never_shows_a_damaged_entry(
         if left:  # the delete was killed before it began: the entry is whole
             assert left == ["k.entry"] and got is not None, point
             assert torch.equal(ws.cache.get("ns/k")["w"], torch.arange(8.0)), point
+
+
+@pytest.mark.timeout(120)
+def test_deleting_a_step_caught_mid_resave_deletes_both_copies(tmp_path: Path, fork: Ctx) -> None:
+    ws = _fresh(tmp_path, "ws", keep_last=None)
+    _child(fork, workers.resave, str(ws.path), 4, 1.0)
+    seen = _points(fork, None, workers.resave, str(ws.path), 4, 2.0)
+    assert seen is not None
+    ws = _fresh(tmp_path, "mid", keep_last=None)
+    _child(fork, workers.resave, str(ws.path), 4, 1.0)
+    _points(fork, seen.index("swap.old-aside-durable"), workers.resave, str(ws.path), 4, 2.0)
+    reader = Workspace(ws.path).checkpoints
+    assert reader.view().swaps and _value(Workspace(ws.path), 4) == 2.0  # the new copy
+    assert reader.delete(4) is True
+    assert reader.list() == [] and reader.get(4) is None

@@ -421,10 +421,14 @@ class Checkpoints:
     def delete(self, step: int, series: str | None = None) -> bool:
         """Delete checkpoint ``step``; False when there is none (or it is a link, which
         is not accel's: it is left alone)."""
-        found = self._find(check_step(step), series)
+        view = self.view(series)
+        found = view.step(check_step(step))
         if found is None:
             return False
-        return series_mod.retire(found.path)
+        # A re-save a kill interrupted holds two copies of the step: both go, or the
+        # old one would become visible again.
+        leftovers = [p for swap in view.swaps if swap.step == step for p in swap.leftovers]
+        return all([series_mod.retire(path) for path in (found.path, *leftovers)])
 
 
 class _AsyncSave:
