@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from accel import _faults
 from accel.errors import IntegrityError
@@ -64,6 +63,7 @@ RESERVED = frozenset({CACHE_META, OWNER_MARKER})
 _MAX_BYTES = 1 << 20
 _PAYLOAD_RE = re.compile(r"(?:v[0-9a-f]{16}/)?[^/\\\x00]+")
 _NOT_A_NAME = frozenset({".", "..", CACHE_META, OWNER_MARKER})
+_NUMBERS = (int, float)
 # How long a replaced file payload stays, for paths handed out before it was replaced.
 SUPERSEDED_GRACE = 60.0
 
@@ -150,17 +150,24 @@ def parse_cache_meta(data: Any, where: str, key: str | None = None) -> CacheMeta
 def _parse_fast(data: Any, key: str | None) -> CacheMeta | None:
     """The metadata of a well-formed record, else None (then the full check says why).
 
-    The hot path of a 100,000-entry clean: one pass of inline checks, no error text.
+    The hot path of a 100,000-entry clean: inline checks, no calls, no error text.
     """
     if type(data) is not dict:
         return None
-    get = cast(Any, data).get  # each value is checked below before it is used
-    fmt, found, kind, payload = get("format"), get("key"), get("kind"), get("payload")
-    size, checksum, created, used = get("size"), get("checksum"), get("created"), get("last_used")
-    run_id = get("run_id")
+    try:
+        fmt, found, kind, payload = data["format"], data["key"], data["kind"], data["payload"]
+        size, checksum, created, used = (
+            data["size"],
+            data["checksum"],
+            data["created"],
+            data["last_used"],
+        )
+    except KeyError:
+        return None
+    run_id = data.get("run_id")
     ok = (
-        type(fmt) is int
-        and fmt == FORMAT
+        fmt == FORMAT
+        and type(fmt) is int
         and type(found) is str
         and (key is None or found == key)
         and kind in KINDS
@@ -168,10 +175,10 @@ def _parse_fast(data: Any, key: str | None) -> CacheMeta | None:
         and size >= 0
         and type(checksum) is str
         and checksum != ""
-        and type(created) in (int, float)
-        and type(used) in (int, float)
-        and math.isfinite(created)
-        and math.isfinite(used)
+        and type(created) in _NUMBERS
+        and type(used) in _NUMBERS
+        and created - created == 0  # finite: inf - inf and nan - nan are nan
+        and used - used == 0
         and (run_id is None or type(run_id) is str)
         and type(payload) is str
         and _PAYLOAD_RE.fullmatch(payload) is not None
@@ -179,11 +186,10 @@ def _parse_fast(data: Any, key: str | None) -> CacheMeta | None:
     )
     if not ok:
         return None
-    verified = get("verified")
+    verified = data.get("verified")
     stamp = None if verified is None else _stamp(verified)
-    return CacheMeta(
-        found, kind, payload, size, checksum, float(created), float(used), run_id, stamp
-    )
+    created, used = float(created), float(used)
+    return CacheMeta(found, kind, payload, size, checksum, created, used, run_id, stamp)
 
 
 def _parse_checked(data: Any, where: str, key: str | None) -> CacheMeta:
