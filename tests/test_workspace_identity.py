@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from accel.errors import WorkspaceError
-from accel.layout import ABSENT, FOREIGN, OURS, root_state
+from accel.identity import ABSENT, FOREIGN, OURS, root_state
 from accel.workspace import Workspace
 
 DAY = 86400.0

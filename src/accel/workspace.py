@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel import identity as _identity
 from accel import layout as _layout
 from accel.config.resolve import (
     PROJECT_FILE,
@@ -170,14 +171,14 @@ class Workspace:
 
     def layout_version(self) -> int | None:
         """The version recorded on disk, None for a workspace without a marker."""
-        marker = _layout.read_marker(self.layout_file)
+        marker = _identity.read_marker(self.layout_file)
         return None if marker is None else marker.version
 
     def check_layout(self) -> None:
         """Refuse a workspace written by a newer accel instead of misreading it."""
-        marker = _layout.read_marker(self.layout_file)
+        marker = _identity.read_marker(self.layout_file)
         if marker is not None:
-            _layout.check_version(marker, self.path)
+            _identity.check_version(marker, self.path)
 
     def identify(self) -> bool:
         """True for an accel workspace, False when none exists here yet.
@@ -186,18 +187,18 @@ class Workspace:
         project), a ``workspace.path`` that holds someone else's files, or a newer layout.
         Reads only.
         """
-        return _layout.identify(self.layout)
+        return _identity.identify(self.layout)
 
     def refusal(self) -> str | None:
         """Why accel must not write to or clean this folder (not made by accel, or a
         ``workspace.path`` holding someone else's files); None when it may. Reads only,
         and an invalid config or a newer layout is not a refusal (they say so themselves).
         """
-        if _layout.root_state(self.path) == _layout.FOREIGN:
-            return str(_layout.not_a_workspace(self.path))
+        if _identity.root_state(self.path) == _identity.FOREIGN:
+            return str(_identity.not_a_workspace(self.path))
         try:
             self.identify()
-        except _layout.NotAWorkspace as exc:
+        except _identity.NotAWorkspace as exc:
             return str(exc)
         except AccelError:
             pass
@@ -212,7 +213,7 @@ class Workspace:
         if not self.path.exists():
             self._create_folder()
         try:
-            _layout.establish(self.layout)
+            _identity.establish(self.layout)
         except OSError as exc:
             raise WorkspaceError(
                 f"cannot create the workspace at {self.path}: {exc.strerror}; "

@@ -102,7 +102,7 @@ def _numbered(base: Path, backup_count: int) -> list[Path]:
 def _loggable(ws: Workspace) -> bool:
     """Only into an accel workspace: never a folder (or data folder) accel did not make."""
     from accel.errors import ConfigError
-    from accel.layout import OURS, root_state
+    from accel.identity import OURS, root_state
 
     try:
         return ws.identify()

@@ -1,0 +1,241 @@
+"""Which folder is an accel workspace: the markers that say so, and the check every
+command that writes or deletes makes first.
+
+A folder is a workspace when it holds ``layout.json``. The first command that writes
+creates one only in a folder that does not exist yet, is empty, or holds nothing but a
+project config (a config committed to git) and lock files; any other folder is refused
+(:func:`root_state`). A relocated data folder (``workspace.path``) carries its own
+marker, ``accel-data.json``, naming the workspace it belongs to (the ``id`` in its
+``layout.json``), so a shared folder, or another workspace's data, is refused too.
+
+Ground floor: it takes a :class:`~accel.layout.Layout` (paths), never the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel.errors import WorkspaceError
+from accel.fsutil import atomic_write_json, read_json
+from accel.layout import (
+    CONFIG_DIR,
+    CONFIG_NAME,
+    GITIGNORE,
+    HOLDER_SUFFIX,
+    LAYOUT_FILE,
+    LAYOUT_VERSION,
+    LOCK_SUFFIX,
+    LOCKS_DIR,
+    Layout,
+)
+
+__all__ = [
+    "ABSENT",
+    "FOREIGN",
+    "OURS",
+    "NotAWorkspace",
+    "establish",
+    "identify",
+    "not_a_workspace",
+    "read_marker",
+    "root_state",
+]
+
+ABSENT = "absent"  # nothing there yet (or only a project config): created on first write
+OURS = "workspace"
+FOREIGN = "foreign"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What ``layout.json`` (or a data folder's ``accel-data.json``) says."""
+
+    version: int
+    id: str | None
+
+
+def read_marker(path: Path, id_key: str = "id") -> Marker | None:
+    """The marker at ``path``; None when there is none, WorkspaceError when unreadable."""
+    try:
+        data: Any = read_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        data = None
+    version = data.get("layout_version") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise WorkspaceError(
+            f'{path} is unreadable; restore it, or write {{"layout_version": '
+            f"{LAYOUT_VERSION}}} into it if this folder is accel's"
+        )
+    ident = data.get(id_key)
+    return Marker(version, ident if isinstance(ident, str) and ident else None)
+
+
+def root_state(root: Path) -> str:
+    """:data:`OURS` (it holds ``layout.json``), :data:`ABSENT` (missing, empty, or only a
+    project config) or :data:`FOREIGN` (a folder accel did not make)."""
+    if (root / LAYOUT_FILE).exists():
+        return OURS
+    try:
+        names = set(os.listdir(root))
+    except FileNotFoundError:
+        return ABSENT
+    except NotADirectoryError:
+        return FOREIGN
+    except OSError:
+        return FOREIGN
+    names.discard(GITIGNORE)
+    kept = {CONFIG_DIR: _only_config, LOCKS_DIR: _only_locks}
+    if all(name in kept and kept[name](root / name) for name in names):
+        return ABSENT
+    return FOREIGN
+
+
+def _only_config(folder: Path) -> bool:
+    """A ``config/`` folder holding at most the project file: a config committed to git."""
+    return _plain_dir_of(folder, lambda name: name == CONFIG_NAME)
+
+
+def _only_locks(folder: Path) -> bool:
+    """A ``locks/`` folder of lock files: left by a first write that was interrupted."""
+    return _plain_dir_of(folder, lambda name: name.endswith((LOCK_SUFFIX, HOLDER_SUFFIX)))
+
+
+def _plain_dir_of(folder: Path, allowed: Callable[[str], bool]) -> bool:
+    try:
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            return False
+        return all(allowed(name) for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
+def data_state(layout: Layout, root_id: str | None) -> str:
+    """The relocated data folder: :data:`ABSENT` (missing or empty), :data:`OURS` (its
+    marker names this workspace, or the root has no id yet) or :data:`FOREIGN`."""
+    marker = read_marker(layout.data_marker, "workspace_id")
+    if marker is not None:
+        return OURS if root_id is None or marker.id in (None, root_id) else FOREIGN
+    try:
+        return ABSENT if not os.listdir(layout.data) else FOREIGN
+    except FileNotFoundError:
+        return ABSENT
+    except OSError:
+        return FOREIGN
+
+
+class NotAWorkspace(WorkspaceError):
+    """A folder (or a relocated data folder) that accel did not make: never written to."""
+
+
+def not_a_workspace(root: Path) -> NotAWorkspace:
+    return NotAWorkspace(
+        f"{root} is not an accel workspace: run `accel config --default` there, or point "
+        "--workspace at a project's .accelerate"
+    )
+
+
+def not_our_data(layout: Layout) -> NotAWorkspace:
+    whose = _owner_of(layout.data_marker)
+    what = (
+        f"holds the data of another accel workspace{whose}"
+        if whose is not None
+        else ("holds files accel did not write")
+    )
+    return NotAWorkspace(
+        f"{layout.data} (workspace.path) {what}: point workspace.path at a new or empty "
+        "folder of its own"
+    )
+
+
+def _owner_of(marker: Path) -> str | None:
+    try:
+        data = read_json(marker)
+    except (OSError, ValueError):
+        return None
+    where = data.get("workspace") if isinstance(data, dict) else None
+    return f" ({where})" if isinstance(where, str) else ""
+
+
+def check_version(marker: Marker, where: Path) -> None:
+    if marker.version > LAYOUT_VERSION:
+        raise WorkspaceError(
+            f"{where} has layout version {marker.version}, newer than this accel "
+            f"understands ({LAYOUT_VERSION}); upgrade accel to use it"
+        )
+
+
+def identify(layout: Layout) -> bool:
+    """True for an accel workspace, False for none yet; WorkspaceError for a folder (or a
+    relocated data folder) that accel did not make, or a newer layout. Reads only."""
+    state = root_state(layout.root)
+    if state == FOREIGN:
+        raise not_a_workspace(layout.root)
+    if state == ABSENT:
+        return False
+    marker = read_marker(layout.layout_file)
+    if marker is None:  # removed since root_state looked
+        raise not_a_workspace(layout.root)
+    check_version(marker, layout.root)
+    if layout.relocated and data_state(layout, marker.id) == FOREIGN:
+        raise not_our_data(layout)
+    return True
+
+
+def establish(layout: Layout) -> None:
+    """Make ``layout`` an accel workspace, or check that it is one (idempotent, race-safe).
+
+    Refuses (WorkspaceError) a root or data folder that holds what accel did not write.
+    """
+    if identify(layout) and _complete(layout):
+        return
+    from accel.locking import locked
+
+    layout.locks_dir.mkdir(parents=True, exist_ok=True)
+    with locked(layout.lock("layout"), None, timeout=30.0):
+        identify(layout)  # again, under the lock: another process may have made it
+        marker = read_marker(layout.layout_file)
+        if marker is None or marker.id is None:
+            marker = _write_root_marker(layout, marker)
+        if layout.relocated:
+            _claim_data(layout, marker)
+        for folder in layout.folders():
+            folder.mkdir(parents=True, exist_ok=True)
+
+
+def _complete(layout: Layout) -> bool:
+    if layout.relocated and not layout.data_marker.exists():
+        return False
+    return all(folder.is_dir() for folder in layout.folders())
+
+
+def _write_root_marker(layout: Layout, old: Marker | None) -> Marker:
+    ident = None
+    if layout.relocated:  # an id-less root adopts the id its data folder already names
+        data = read_marker(layout.data_marker, "workspace_id")
+        ident = data.id if data is not None else None
+    marker = Marker(old.version if old else LAYOUT_VERSION, ident or secrets.token_hex(8))
+    layout.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(layout.layout_file, {"layout_version": marker.version, "id": marker.id})
+    return marker
+
+
+def _claim_data(layout: Layout, root: Marker) -> None:
+    found = read_marker(layout.data_marker, "workspace_id")
+    if found is not None:
+        check_version(found, layout.data)
+        if found.id == root.id:
+            return
+        if found.id is not None:
+            raise not_our_data(layout)
+    layout.data.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        layout.data_marker,
+        {"layout_version": LAYOUT_VERSION, "workspace_id": root.id, "workspace": str(layout.root)},
+    )
