@@ -33,7 +33,7 @@ from pathlib import Path
 
 from accel.fsutil import TMP_PREFIX, fsync_dir, remove_tree
 
-__all__ = ["LAYOUT_VERSION", "Layout", "lock_file"]
+__all__ = ["LAYOUT_VERSION", "Layout", "lock_file", "run_lock", "series_holder", "series_lock"]
 
 DIRNAME = ".accelerate"
 LAYOUT_FILE = "layout.json"
@@ -46,6 +46,8 @@ CONFIG_DIR = "config"
 CONFIG_NAME = "accelerate_config.yaml"
 LOCKS_DIR = "locks"
 LOCK_SUFFIX = ".lock"
+SERIES_LOCK_PREFIX = "series-"
+RUN_LOCK_PREFIX = "run-"
 # -- the data folder ---------------------------------------------------------------------
 STATE_FILE = "state.bin"
 CACHE_DIR = "cache"
@@ -72,7 +74,6 @@ STAGE_RE = re.compile(r"\.tmp-([0-9]{12})-([0-9a-f]{12})")  # a checkpoint being
 ASIDE_RE = re.compile(r"\.old-([0-9]{12})-([0-9a-f]{12})")  # the old copy while re-saving
 DELETED_RE = re.compile(r"\.del-[0-9a-f]{12}")  # anything being deleted, beside its place
 SYNC_STAGE_RE = re.compile(r"\.tmp-sync-[0-9a-f]{12}")  # a checkpoint or entry being pulled
-CACHE_STAGE_RE = re.compile(r"cache-[0-9a-f]{32}")  # tmp/: a cache payload being written
 VERSION_RE = re.compile(r"v[0-9a-f]{16}")  # a cache entry's payload version folder
 ROTATED_LOG_RE = re.compile(r"training\.log\.[0-9]+")
 CRASH_LOG_RE = re.compile(r"crash-[0-9]{8}-[0-9]{6}-[0-9]+(-[0-9a-f]{8})?\.log")
@@ -81,6 +82,21 @@ CRASH_LOG_RE = re.compile(r"crash-[0-9]{8}-[0-9]{6}-[0-9]+(-[0-9a-f]{8})?\.log")
 def lock_file(root: Path, name: str) -> Path:
     """The lock file of resource ``name`` (created on demand, never deleted)."""
     return root / LOCKS_DIR / f"{name}{LOCK_SUFFIX}"
+
+
+def series_lock(root: Path, series: str) -> Path:
+    """The lease of a checkpoint series: held by the one run saving into it."""
+    return lock_file(root, f"{SERIES_LOCK_PREFIX}{series}")
+
+
+def series_holder(root: Path, series: str) -> Path:
+    """Who holds the lease of ``series`` (for messages; the flock is what counts)."""
+    return root / LOCKS_DIR / f"{SERIES_LOCK_PREFIX}{series}{HOLDER_SUFFIX}"
+
+
+def run_lock(root: Path, run_id: str) -> Path:
+    """Held by a live ``accel launch`` for its whole run."""
+    return lock_file(root, f"{RUN_LOCK_PREFIX}{run_id}")
 
 
 @dataclass(frozen=True)
@@ -114,15 +130,6 @@ class Layout:
     def lock(self, name: str) -> Path:
         return lock_file(self.root, name)
 
-    def series_lock(self, series: str) -> Path:
-        return self.lock(f"series-{series}")
-
-    def series_holder(self, series: str) -> Path:
-        return self.locks_dir / f"series-{series}{HOLDER_SUFFIX}"
-
-    def run_lock(self, run_id: str) -> Path:
-        return self.lock(f"run-{run_id}")
-
     @property
     def state_file(self) -> Path:
         return self.data / STATE_FILE
@@ -136,20 +143,12 @@ class Layout:
         return self.cache_dir / ENTRIES_DIR
 
     @property
-    def frameworks_dir(self) -> Path:
-        return self.cache_dir / FRAMEWORKS_DIR
-
-    @property
     def checkpoints_dir(self) -> Path:
         return self.data / CHECKPOINTS_DIR
 
     @property
     def logs_dir(self) -> Path:
         return self.data / LOGS_DIR
-
-    @property
-    def training_log(self) -> Path:
-        return self.logs_dir / TRAINING_LOG
 
     @property
     def runs_dir(self) -> Path:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel._redact import redact_mapping
 from accel.errors import LockTimeout, UsageError, storage_error
+from accel.layout import run_lock as run_lock_file
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -66,7 +67,7 @@ def run_dir(ws: Workspace, run_id: str) -> Path:
 
 
 def run_lock_path(ws: Workspace, run_id: str) -> Path:
-    return ws.lock_path(f"run-{run_id}")
+    return run_lock_file(ws.path, run_id)
 
 
 @dataclass(frozen=True)

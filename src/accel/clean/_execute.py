@@ -101,10 +101,10 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
 def _guard(ws: Workspace, item: Item) -> Iterator[bool]:
     """Hold what writers of ``item`` hold: the cache lock, the series lease, the run lock."""
     if item.series is not None:
-        with _live.try_hold(ws.lock_path(f"series-{item.series}"), create=True) as free:
+        with _live.try_hold(layout.series_lock(ws.path, item.series), create=True) as free:
             yield free
     elif item.kind == "run" and item.run_id is not None:
-        with _live.try_hold(ws.lock_path(f"run-{item.run_id}"), create=False) as free:
+        with _live.try_hold(layout.run_lock(ws.path, item.run_id), create=False) as free:
             yield free
     elif item.category == "cache" and _under(item.path, ws.cache_dir):
         with locked(ws.lock_path("cache"), ws):
@@ -180,7 +180,7 @@ def _inside(path: Path, root: str) -> bool:
 def _drop_empty_series(ws: Workspace, plan: CleanPlan) -> None:
     series = {p.item.series for p in plan.items if p.item.series is not None}
     for name in sorted(series):
-        with _live.try_hold(ws.lock_path(f"series-{name}"), create=True) as free:
+        with _live.try_hold(layout.series_lock(ws.path, name), create=True) as free:
             if free:
                 with contextlib.suppress(OSError):
                     os.rmdir(ws.checkpoints_dir / name)

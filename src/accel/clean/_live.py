@@ -14,9 +14,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-RUN_PREFIX = "run-"
-SERIES_PREFIX = "series-"
-LOCK_SUFFIX = ".lock"
+from accel.layout import LOCK_SUFFIX
+from accel.layout import SERIES_LOCK_PREFIX as SERIES_PREFIX
 
 
 def lock_held(path: Path) -> bool:

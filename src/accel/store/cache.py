@@ -101,7 +101,7 @@ class Cache:
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        self.root = ws.cache_dir / "entries"
+        self.root = ws.layout.entries_dir
         self.lock_path = ws.lock_path("cache")
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from filelock import FileLock, Timeout
 
 from accel.errors import AccelError
 from accel.fsutil import atomic_write_json, read_json
+from accel.layout import series_holder, series_lock
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -48,11 +49,11 @@ class LeaseHolder:
 
 
 def _lock_file(ws: Workspace, series: str) -> Path:
-    return ws.lock_path(f"series-{series}")
+    return series_lock(ws.path, series)
 
 
 def _holder_file(ws: Workspace, series: str) -> Path:
-    return ws.locks_dir / f"series-{series}.holder.json"
+    return series_holder(ws.path, series)
 
 
 def read_holder(ws: Workspace, series: str) -> LeaseHolder | None:
