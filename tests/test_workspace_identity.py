@@ -12,6 +12,7 @@ import pytest
 
 from accel.errors import WorkspaceError
 from accel.identity import ABSENT, FOREIGN, OURS, root_state
+from accel.status import collect
 from accel.workspace import Workspace
 
 DAY = 86400.0
@@ -94,8 +95,10 @@ def test_first_use_creates_a_workspace_where_nothing_or_only_a_config_is(
     project: Path, tmp_path: Path
 ) -> None:
     assert root_state(project / ".accelerate") == ABSENT
-    Workspace.discover().ensure().cache.put("k", 1)  # does not exist yet: created
+    ws = Workspace.discover().ensure()  # does not exist yet: created
+    ws.cache.put("k", 1)
     assert root_state(project / ".accelerate") == OURS
+    assert collect(ws).left_alone == ()  # all of it accel's own, .gitignore included
     empty = tmp_path / "empty"
     empty.mkdir()
     Workspace(empty).ensure()  # an empty folder: made accel's
