@@ -3,35 +3,23 @@
 :class:`AccelAgent` is ``LocalElasticAgent`` (rendezvous, worker environment,
 restarts, monitoring: all torch's) that tells a :class:`RunHooks` when workers start,
 when they fail, and on every monitor tick, and stops workers with accel's grace
-period. Imported only when launching: it imports torch.
+period. It touches no private torch name itself: those go through
+:mod:`accel.launch._torch_compat`, one per supported release. Imported only when
+launching: it imports torch.
 """
 
 from __future__ import annotations
 
-import signal
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.agent.server.api import WorkerGroup, WorkerState
 from torch.distributed.elastic.multiprocessing import LogsDest, LogsSpecs
-from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
+from accel.launch._torch_compat import ERROR_FILE_ENV, CompatAgent, speed_up_rendezvous_events
 
-def _method_name(depth: int = 2) -> str:
-    try:
-        return sys._getframe(depth).f_code.co_name
-    except ValueError:
-        return "no_method_name"
-
-
-# torch names rendezvous events with inspect.stack(), which reads the source of every
-# frame on the stack, twice per event: about a second of a launch's start-up behind a
-# CLI's deep stack. The frame's function name is all it keeps; this gets it directly.
-if callable(getattr(dynamic_rendezvous, "get_method_name", None)):
-    dynamic_rendezvous.get_method_name = _method_name
+speed_up_rendezvous_events()
 
 
 class RunHooks(Protocol):
@@ -72,38 +60,21 @@ class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
         stderrs = {local: str(self._stderrs[local]) for local in envs}
         errors = {local: str(attempt_dir / f"error-{local}.json") for local in envs}
         for local, env in envs.items():  # as torch's DefaultLogsSpecs does: workers read it
-            env["TORCHELASTIC_ERROR_FILE"] = errors[local]
+            env[ERROR_FILE_ENV] = errors[local]
         return LogsDest(stdouts=stdouts, stderrs=stderrs, error_files=errors)
 
 
-class AccelAgent(LocalElasticAgent):  # type: ignore[misc]
-    def __init__(self, *args: Any, hooks: RunHooks, grace: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+class AccelAgent(CompatAgent):
+    def __init__(self, spec: Any, logs_specs: Any, *, hooks: RunHooks, grace: int) -> None:
+        super().__init__(spec, logs_specs, grace=grace)
         self._hooks = hooks
-        self._grace = grace
 
-    @property
-    def attempt(self) -> int:
-        return int(self._worker_group.spec.max_restarts - self._remaining_restarts)
-
-    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
-        pids: dict[int, Any] = super()._start_workers(worker_group)
+    def workers_started(self, worker_group: WorkerGroup, pids: dict[int, Any]) -> None:
         by_rank = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers}
-        self._hooks.attempt_started(self.attempt, by_rank)
-        return pids
+        self._hooks.attempt_started(self.restart_count, by_rank)
 
-    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
-        result: RunResult = super()._monitor_workers(worker_group)
+    def workers_monitored(self, result: Any) -> None:
         if result.state == WorkerState.FAILED:
-            self._hooks.attempt_failed(self.attempt, result.failures)
+            self._hooks.attempt_failed(self.restart_count, result.failures)
         elif result.state == WorkerState.HEALTHY:
             self._hooks.tick()
-        return result
-
-    def _stop_workers(self, worker_group: WorkerGroup) -> None:
-        self._shutdown(signal.SIGTERM)
-
-    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
-        # torch waits 30 s for a rank that ignores the signal (on every path, in every
-        # version); accel waits launch.stop_grace_period, then SIGKILLs the process group.
-        super()._shutdown(death_sig, self._grace)

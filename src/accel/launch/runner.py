@@ -330,17 +330,14 @@ def _signals_raise() -> Iterator[None]:
 @contextlib.contextmanager
 def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
     """torch's agent hands ``os.environ`` to the workers: set ours there, for the run only."""
+    from accel.launch._torch_compat import agent_environment
+
     wanted = {
         **plan.worker_env,
         "ACCEL_LAUNCHER_PID": str(os.getpid()),
         "ACCEL_RUN_DIR": str(plan.run_dir),
-        "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(s.name for s in HANDLED_SIGNALS),
+        **agent_environment(HANDLED_SIGNALS, plan.max_restarts, os.environ),
     }
-    if plan.max_restarts > 0 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
-        # The agent's shared TCPStore outlives an attempt, and torch does not prefix the
-        # workers' keys per attempt: restarted gloo ranks would dial their predecessors'
-        # stale addresses. Rank 0 of each attempt hosts a fresh store instead.
-        wanted["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     saved = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     try:

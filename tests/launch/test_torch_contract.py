@@ -1,0 +1,212 @@
+"""The installed torch still looks the way accel/launch/_torch_compat.py says it does.
+
+Every private torch symbol the launcher relies on is checked here, for whichever torch
+release runs the suite (CI runs it on the oldest and the newest supported ones too). A
+failure names the symbol and what changed, so a new torch release is a one-line diagnosis
+instead of a crash in every user's launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.elastic.agent.server.api import WorkerSpec
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing.api import PContext
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
+from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+
+from accel.launch import _torch_compat as compat
+from accel.launch.plan import BOOTSTRAP
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSION = f"torch {torch.__version__}"
+FIX = "update src/accel/launch/_torch_compat.py for this release"
+
+
+def _resolve(symbol: str) -> Any:
+    """``a.b.C.meth`` -> the object, importing the longest module prefix."""
+    parts = symbol.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(symbol)
+
+
+def _params(fn: Any) -> tuple[str, ...]:
+    return tuple(inspect.signature(fn).parameters)
+
+
+@pytest.mark.parametrize("expected", compat.contract(compat.TORCH), ids=lambda e: e.symbol)
+def test_every_private_symbol_is_there_with_its_signature(expected: compat.Expectation) -> None:
+    try:
+        found = _resolve(expected.symbol)
+    except (ImportError, AttributeError):
+        pytest.fail(f"{VERSION}: {expected.symbol} is gone (accel uses it: {expected.why}); {FIX}")
+    if expected.params is not None:
+        params = _params(found)
+        assert params == expected.params, (
+            f"{VERSION} changed {expected.symbol}{params}: accel expects "
+            f"{expected.symbol}{expected.params} ({expected.why}); {FIX}"
+        )
+
+
+def test_the_installed_torch_is_in_the_range_accel_knows() -> None:
+    oldest, newest = compat.OLDEST, compat.NEWEST
+    assert oldest <= compat.TORCH <= newest, (
+        f"{VERSION} is outside the range accel/launch/_torch_compat.py was written for "
+        f"({oldest[0]}.{oldest[1]} to {newest[0]}.{newest[1]}): read its private methods, "
+        "widen the table there and the torch requirement in pyproject.toml"
+    )
+
+
+def test_pyproject_declares_exactly_the_range_the_adapter_knows() -> None:
+    (torch_req,) = re.findall(
+        r'^\s*"(torch[<>=!~,.\d\s]*)",', (ROOT / "pyproject.toml").read_text(), re.M
+    )
+    oldest, newest = compat.OLDEST, compat.NEWEST
+    assert torch_req == f"torch>={oldest[0]}.{oldest[1]},<{newest[0]}.{newest[1] + 1}"
+
+
+def test_release_parses_local_and_pre_release_versions() -> None:
+    assert compat.release("2.11.0+cu130") == (2, 11)
+    assert compat.release("2.6.0") == (2, 6)
+    assert compat.release("2.16.0.dev20270101") == (2, 16)
+    with pytest.raises(ValueError, match="not a torch version"):
+        compat.release("nightly")
+
+
+def test_shutdown_timeout_is_a_constructor_argument_exactly_when_the_table_says() -> None:
+    has = "shutdown_timeout" in _params(LocalElasticAgent.__init__)
+    assert has == compat.takes_shutdown_timeout(compat.TORCH), (
+        f"{VERSION}: LocalElasticAgent(shutdown_timeout=) {'exists' if has else 'is gone'}; {FIX}"
+    )
+
+
+def test_pcontext_close_takes_a_signal_and_a_timeout() -> None:
+    assert _params(PContext.close)[:3] == ("self", "death_sig", "timeout"), (
+        f"{VERSION} changed PContext.close{_params(PContext.close)}: accel passes "
+        f"(death_sig, timeout) to stop workers with its grace period; {FIX}"
+    )
+
+
+@pytest.fixture
+def handler(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A real c10d rendezvous handler hosting its store on a free port."""
+
+    def make() -> Any:
+        params = RendezvousParameters(
+            backend="c10d",
+            endpoint="localhost:0",
+            run_id="contract",
+            min_nodes=1,
+            max_nodes=1,
+            is_host=True,
+        )
+        made = rdzv_registry.get_rendezvous_handler(params)
+        handlers.append(made)
+        return made
+
+    handlers: list[Any] = []
+    yield make
+    for made in handlers:
+        made.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_agent_state_accel_reads_exists_after_construction(handler: Any, tmp_path: Path) -> None:
+    spec = WorkerSpec(
+        role="default",
+        local_world_size=1,
+        entrypoint="/bin/true",
+        args=(),
+        rdzv_handler=handler(),
+        max_restarts=3,
+    )
+    agent = compat.CompatAgent(spec, DefaultLogsSpecs(log_dir=str(tmp_path)), grace=1)
+    assert agent.restart_count == 0, f"{VERSION}: LocalElasticAgent._remaining_restarts; {FIX}"
+    assert hasattr(agent, "_pcontext") and agent._pcontext is None, (
+        f"{VERSION}: LocalElasticAgent._pcontext is gone (accel closes the workers with its "
+        f"grace period through it); {FIX}"
+    )
+
+
+@pytest.mark.timeout(60)
+def test_the_store_sharing_variable_still_switches_sharing_off(
+    handler: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(compat.SHARE_STORE_ENV, raising=False)
+    assert handler().use_agent_store is True
+    monkeypatch.setenv(compat.SHARE_STORE_ENV, "1")
+    assert handler().use_agent_store is False, (
+        f"{VERSION} ignores {compat.SHARE_STORE_ENV}=1: restarted workers would reuse the "
+        f"agent's store and dial stale addresses; {FIX}"
+    )
+
+
+def test_torch_tells_workers_where_to_write_their_error_file(tmp_path: Path) -> None:
+    envs: dict[int, dict[str, str]] = {0: {"TORCHELASTIC_RESTART_COUNT": "0", "RANK": "0"}}
+    DefaultLogsSpecs(log_dir=str(tmp_path)).reify(envs)
+    assert compat.ERROR_FILE_ENV in envs[0], f"{VERSION} no longer sets {compat.ERROR_FILE_ENV}"
+
+
+def test_torch_reads_the_error_file_the_worker_bootstrap_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = importlib.util.spec_from_file_location("_accel_bootstrap_probe", BOOTSTRAP)
+    assert spec is not None and spec.loader is not None
+    bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bootstrap)
+    error_file = tmp_path / "error-0.json"
+    monkeypatch.setenv(compat.ERROR_FILE_ENV, str(error_file))
+    bootstrap._record_error(ValueError("bad batch"), "Traceback ...\nValueError: bad batch\n")
+
+    failure = ProcessFailure(local_rank=0, pid=123, exitcode=1, error_file=str(error_file))
+    assert failure.error_file_data["accel"]["type"] == "ValueError"
+    assert failure.message["message"] == "ValueError: bad batch"
+    assert failure.timestamp == int(json.loads(error_file.read_text())["accel"]["time"])
+
+
+def _outer(fn: Any) -> str:
+    return _inner(fn)
+
+
+def _inner(fn: Any) -> str:
+    return str(fn())
+
+
+def test_the_fast_method_name_names_the_same_frame_as_torchs() -> None:
+    original = compat.TORCH_GET_METHOD_NAME
+    assert original is not compat._method_name
+    assert _outer(original) == _outer(compat._method_name) == "_outer"
+
+
+def test_importing_the_agent_replaces_the_slow_method_name() -> None:
+    import accel.launch.agent  # noqa: F401 - the import installs it
+
+    assert dynamic_rendezvous.get_method_name is compat._method_name
+
+
+def test_agent_environment_switches_store_sharing_off_only_with_restarts() -> None:
+    signals = (signal.SIGINT, signal.SIGTERM)
+    assert compat.agent_environment(signals, 0, {}) == {compat.SIGNALS_ENV: "SIGINT,SIGTERM"}
+    with_restarts = compat.agent_environment(signals, 2, {})
+    assert with_restarts[compat.SHARE_STORE_ENV] == "1"
+    mine = compat.agent_environment(signals, 2, {compat.SHARE_STORE_ENV: "0"})
+    assert compat.SHARE_STORE_ENV not in mine  # the user's own choice stands
