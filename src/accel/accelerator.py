@@ -8,7 +8,10 @@ there is more than one rank (nccl on GPU, gloo on CPU) and tears it down at the 
 Precision comes from the ``mixed_precision`` argument, else
 ``ACCELERATE_MIXED_PRECISION`` (set by ``accel launch``), else the config's
 ``launch.mixed_precision``; CPU mode likewise from ``cpu``, ``ACCELERATE_USE_CPU``,
-``launch.use_cpu``, or the absence of a GPU.
+``launch.use_cpu``, or the absence of a GPU. fp16 comes with a gradient scaler
+(``torch.amp.GradScaler``, on CUDA and on the CPU): ``backward()`` scales the loss and
+every prepared optimizer's ``step()`` unscales, skips a step whose gradients overflowed
+and updates the scale, as Hugging Face Accelerate's prepared optimizers do.
 
 Checkpoints go through the workspace's store (``ws.checkpoints``): ``save_state``
 commits every prepared model, optimizer, scheduler and data loader plus each rank's
@@ -26,6 +29,7 @@ import logging
 import os
 import random
 import time
+import types
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +80,7 @@ class Accelerator:
         self.log_all_ranks = log_all_ranks
         self.mixed_precision = self._precision(mixed_precision, env)
         self.device = self._pick_device(cpu, env)
+        self.scaler = self._make_scaler()
         self._owns_group = self._init_group()
         self._models: list[Any] = []
         self._optimizers: list[Any] = []
@@ -107,6 +112,14 @@ class Accelerator:
             return torch.device("cpu")
         torch.cuda.set_device(self.local_rank)
         return torch.device("cuda", self.local_rank)
+
+    def _make_scaler(self) -> Any:
+        """A ``GradScaler`` for fp16 (bf16 has fp32's range: it needs none); else None."""
+        if self.mixed_precision != "fp16":
+            return None
+        import torch
+
+        return torch.amp.GradScaler(self.device.type)
 
     def _init_group(self) -> bool:
         if self.world_size <= 1:
@@ -172,6 +185,8 @@ class Accelerator:
         if isinstance(obj, torch.nn.Module):
             return self._prepare_model(obj)
         if isinstance(obj, torch.optim.Optimizer):
+            if self.scaler is not None:
+                _scale_steps(obj, self.scaler)
             self._optimizers.append(obj)
             return obj
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
@@ -212,7 +227,19 @@ class Accelerator:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def backward(self, loss: Any) -> None:
+        """``loss.backward()``; with fp16, of the loss times the scaler's scale."""
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
         loss.backward()
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> Any:
+        """``torch.nn.utils.clip_grad_norm_`` of the true (unscaled) gradients."""
+        import torch
+
+        if self.scaler is not None:
+            for optimizer in self._optimizers:
+                self.scaler.unscale_(optimizer)
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def wait_for_everyone(self) -> None:
         if self.world_size > 1:
@@ -293,6 +320,7 @@ class Accelerator:
             "optimizers": [o.state_dict() for o in self._optimizers],
             "schedulers": [s.state_dict() for s in self._schedulers],
             "loaders": [{"epoch": loader.epoch} for loader in self._loaders],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "extra": extra,
         }
         return self.checkpoints.save(
@@ -316,6 +344,8 @@ class Accelerator:
             self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
         ):
             loader.set_epoch(int(sd["epoch"]))
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.extra_state = state.get("extra")
         rank_state = self.checkpoints.load_rank_state(found, self.rank)
         if rank_state is not None:
@@ -353,6 +383,34 @@ def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> l
             "prepared; prepare() the same objects as the run that saved it"
         )
     return saved
+
+
+def _scale_steps(optimizer: Any, scaler: Any) -> None:
+    """Make ``optimizer.step()`` go through ``scaler``: unscale, skip on inf/NaN, update.
+
+    Scripts call ``optimizer.step()`` (as with Hugging Face Accelerate), not
+    ``scaler.step(optimizer)``: a plain step on scaled gradients would be silently wrong.
+    A bound method, so an LR scheduler created afterwards can wrap it in turn.
+    """
+    if getattr(optimizer.step, "accel_scaler", None) is scaler:
+        return  # prepared twice: scaling twice would step twice
+    inner = optimizer.step
+    inside = False
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal inside
+        if inside:  # GradScaler.step calling optimizer.step: the real one now
+            return inner(*args, **kwargs)
+        inside = True
+        try:
+            result = scaler.step(self, *args, **kwargs)
+            scaler.update()
+            return result
+        finally:
+            inside = False
+
+    step.accel_scaler = scaler  # type: ignore[attr-defined]
+    optimizer.step = types.MethodType(step, optimizer)
 
 
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:
