@@ -120,7 +120,7 @@ def test_text_markdown_and_json_never_show_a_secret(
         "healthy",
     ):
         assert key in data
-    assert data["devices"] is None  # not probed unless asked for
+    assert isinstance(data["devices"], list)  # always listed, by the cheap probe
     assert data["torch"]["build"] in ("cpu", "cuda", "rocm")
     assert data["torch"]["backends"]["gloo"] is True
     assert data["config"]["values"]["launch"]["env"] == {"SERVICE_TOKEN": REDACTED}
@@ -148,7 +148,8 @@ def test_devices_are_probed_when_asked(capsys: pytest.CaptureFixture[str]) -> No
     data = json.loads(env_in_process(capsys, "--json", "--devices")[1])
     assert isinstance(data["devices"], list)
     for device in data["devices"]:
-        assert {"index", "name", "total_memory", "capability"} <= set(device)
+        assert {"index", "name", "total_memory", "capability", "uuid"} <= set(device)
+    assert json.loads(env_in_process(capsys, "--json", "--no-devices")[1])["devices"] is None
 
 
 # -- --check ------------------------------------------------------------------------------
@@ -296,3 +297,52 @@ def test_live_runs_and_sizes_are_reported(
     assert data["workspace"]["live_runs"] == ["20261129-000000-abc123"]
     assert data["workspace"]["sizes"]["cache"] == 1234
     assert data["workspace"]["writable"] is True and data["workspace"]["layout_version"] == 1
+
+
+# -- devices and the configured launch ------------------------------------------------------
+
+
+def _report_with_gpus(project: Path, config: str, build: str, gpus: int) -> list[str]:
+    """``--check`` problems as on a machine with ``gpus`` GPUs and a ``build`` torch."""
+    from dataclasses import replace
+
+    from accel.devices import DeviceInfo
+    from accel.envreport import collect, problems
+
+    make_ws(project).config_file.write_text(config)
+    ws = Workspace(project / ".accelerate")  # a fresh object reads the new config
+    report = collect(ws, {}, devices=False)
+    found = tuple(DeviceInfo(i, "NVIDIA H200", 150 * 2**30, "9.0") for i in range(gpus))
+    report = replace(report, devices=found, torch=replace(report.torch, build=build))
+    return [f"{p.kind}: {p.message}" for p in problems(ws, report) if p.kind == "gpus"]
+
+
+@pytest.mark.parametrize(
+    ("config", "build", "gpus", "expected"),
+    [
+        ("launch:\n  num_processes: 2\n", "cuda", 1, "gpus: launch.num_processes 2, launch."),
+        ("launch:\n  num_processes: 2\n", "cuda", 2, None),
+        ("launch:\n  num_processes: auto\n", "cuda", 1, None),
+        ("launch:\n  num_processes: 2\n  use_cpu: true\n", "cuda", 1, None),
+        ("launch:\n  num_processes: 2\n", "cuda", 0, None),  # no GPU: a CPU run
+        ("launch:\n  gpu_ids: [0, 3]\n", "cuda", 2, "gpus: launch.num_processes 1, launch."),
+        ("launch:\n  num_processes: 1\n", "cpu", 2, "gpus: 2 GPU(s) visible but torch"),
+    ],
+)
+def test_check_reports_what_launch_would_refuse(
+    project: Path, config: str, build: str, gpus: int, expected: str | None
+) -> None:
+    found = _report_with_gpus(project, config, build, gpus)
+    if expected is None:
+        assert found == []
+    else:
+        (line,) = found
+        assert line.startswith(expected) and "\n" not in line
+
+
+def test_the_mismatch_line_is_the_one_launch_prints(project: Path) -> None:
+    from accel.devices import gpu_mismatch
+
+    (line,) = _report_with_gpus(project, "launch:\n  num_processes: 2\n", "cuda", 1)
+    assert line.endswith(str(gpu_mismatch(2, 1, None)))
+    assert "1 GPU is visible" in line and "-n 1" in line and "--cpu" in line

@@ -6,7 +6,9 @@ becomes ``None``/an error string plus a :class:`Problem`, never an exception. Se
 are redacted here (by :mod:`accel._redact`), so no form of the report (text, markdown,
 JSON) can show one.
 
-torch is imported inside :func:`torch_info` only; devices are probed only when asked.
+torch is imported inside :func:`torch_info` only. Devices are always listed, by the cheap
+probe of :mod:`accel.devices` (NVML or the driver's files: no CUDA initialised), or by
+torch itself when asked (``devices=True``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from accel._redact import redact_env, redact_mapping, redact_text
 from accel._version import __version__
+from accel.devices import DeviceInfo, gpu_mismatch, workers_for
+from accel.devices import probe as probe_devices
 from accel.errors import AccelError
 from accel.workspace import LAYOUT_VERSION, Workspace
 
@@ -83,14 +87,6 @@ class TorchInfo:
 
 
 @dataclass(frozen=True)
-class DeviceInfo:
-    index: int
-    name: str
-    total_memory: int
-    capability: str | None
-
-
-@dataclass(frozen=True)
 class ConfigInfo:
     file: str
     exists: bool
@@ -136,13 +132,12 @@ class EnvReport:
 def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = None) -> EnvReport:
     """Everything ``accel env`` shows; never raises for a broken environment.
 
-    ``devices`` None probes the GPUs only when the configuration asks for some.
+    ``devices``: None lists the GPUs with the cheap probe, True asks torch (it
+    initialises CUDA), False leaves them out (``None`` in the report).
     """
     torch = torch_info()
     config = config_info(ws)
-    if devices is None:
-        devices = requested_gpus(config) is not None
-    found = device_info() if devices and torch.error is None else None
+    found = _devices(torch, env, devices)
     workspace = workspace_info(ws)
     report = EnvReport(
         accel_version=__version__,
@@ -225,6 +220,16 @@ def _backends(torch: Any) -> dict[str, bool]:
     }
 
 
+def _devices(
+    torch: TorchInfo, env: Mapping[str, str], how: bool | None
+) -> tuple[DeviceInfo, ...] | None:
+    if how is False:
+        return None
+    if how is True or torch.build == "rocm":  # the probe knows NVIDIA GPUs only
+        return device_info() if torch.error is None else ()
+    return probe_devices(env)
+
+
 def device_info() -> tuple[DeviceInfo, ...]:
     """The visible GPUs (CUDA or ROCm); empty without any. Initialises the driver."""
     try:
@@ -299,15 +304,6 @@ def _read_only_mount(path: Path) -> bool:
 
 
 # -- health (``--check``) ------------------------------------------------------------------
-
-
-def requested_gpus(config: ConfigInfo) -> list[int] | None:
-    """GPU indices the configuration asks for, or None (``all``, CPU mode, invalid)."""
-    launch = config.values.get("launch", {}) if config.valid else {}
-    ids = launch.get("gpu_ids")
-    if launch.get("use_cpu") or not isinstance(ids, list):
-        return None
-    return [int(i) for i in ids]
 
 
 def problems(ws: Workspace, report: EnvReport) -> list[Problem]:
@@ -397,18 +393,31 @@ def _identity_problems(ws: Workspace) -> list[Problem]:
 
 
 def _gpu_problems(report: EnvReport) -> list[Problem]:
-    wanted = requested_gpus(report.config)
-    if not wanted or report.torch.error is not None:
+    """What ``accel launch`` would refuse for the configured launch values (see devices)."""
+    launch = report.config.values.get("launch", {}) if report.config.valid else {}
+    if launch.get("use_cpu") or report.devices is None or report.torch.error is not None:
         return []
-    count = len(report.devices or ())
-    missing = [i for i in wanted if i >= count]
-    if not missing:
+    found = len(report.devices)
+    if report.torch.build == "cpu" and found:
+        return [
+            Problem(
+                "gpus",
+                f"{found} GPU(s) visible but torch {report.torch.version} is a CPU build: "
+                "workers would train on the CPU; install a CUDA build of torch, or set "
+                "launch.use_cpu: true",
+            )
+        ]
+    ids = launch.get("gpu_ids")
+    gpu_ids = [int(i) for i in ids] if isinstance(ids, list) else None
+    configured = launch.get("num_processes", 1)
+    problem = gpu_mismatch(workers_for(configured, found, gpu_ids), found, gpu_ids)
+    if problem is None:
         return []
+    shown = ",".join(str(i) for i in gpu_ids) if gpu_ids is not None else "all"
     return [
         Problem(
             "gpus",
-            f"launch.gpu_ids asks for GPU(s) {missing} but {count} GPU(s) are visible; "
-            "change launch.gpu_ids or set launch.use_cpu: true",
+            f"launch.num_processes {configured}, launch.gpu_ids {shown}: {problem}",
         )
     ]
 

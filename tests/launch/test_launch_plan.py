@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def test_flags_and_env(tmp_path: Path) -> None:
     plan = make_plan(
         tmp_path,
         flags={
-            "launch.num_processes": "4",
+            "launch.num_processes": "2",
             "launch.mixed_precision": "bf16",
             "launch.dynamo_backend": "inductor",
             "launch.gpu_ids": "0,1",
@@ -79,7 +80,7 @@ def test_flags_and_env(tmp_path: Path) -> None:
         extra_env={"B": "3"},
     )
     env = plan.worker_env
-    assert plan.nproc_per_node == 4 and env["OMP_NUM_THREADS"] == "1"
+    assert plan.nproc_per_node == 2 and env["OMP_NUM_THREADS"] == "1"
     assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and env["ACCELERATE_USE_CPU"] == "false"
     assert env["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -95,6 +96,39 @@ def test_user_omp_threads_are_kept(tmp_path: Path) -> None:
 def test_auto_processes(tmp_path: Path) -> None:
     assert make_plan(tmp_path, {"launch.num_processes": "auto"}, gpus=3).nproc_per_node == 3
     assert make_plan(tmp_path, {"launch.num_processes": "auto"}, gpus=0).nproc_per_node == 1
+    chosen = {"launch.num_processes": "auto", "launch.gpu_ids": "1,3"}
+    assert make_plan(tmp_path, chosen, gpus=4).nproc_per_node == 2  # one per chosen GPU
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpus", "message"),
+    [
+        ({"launch.num_processes": 2}, 1, "2 workers need a GPU each but 1 GPU is visible"),
+        ({"launch.num_processes": 9}, 8, "9 workers need a GPU each but 8 GPUs are visible"),
+        ({"launch.num_processes": 3, "launch.gpu_ids": "0,1"}, 4, "--gpu-ids names 2"),
+        ({"launch.gpu_ids": "0,5"}, 4, "--gpu-ids asks for GPU 5 but 4 GPUs are visible"),
+    ],
+)
+def test_more_workers_than_gpus_is_refused_before_anything_starts(
+    tmp_path: Path, flags: dict[str, Any], gpus: int, message: str
+) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)) as caught:
+        make_plan(tmp_path, flags, gpus=gpus)
+    assert "--cpu" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "gpus"),
+    [
+        ({"launch.num_processes": 2}, 0),  # no GPU: two CPU workers
+        ({"launch.num_processes": 2, "launch.use_cpu": True}, 1),
+        ({"launch.num_processes": 2}, 2),
+    ],
+)
+def test_workers_that_fit_the_gpus_or_the_cpu_are_planned(
+    tmp_path: Path, flags: dict[str, Any], gpus: int
+) -> None:
+    assert make_plan(tmp_path, flags, gpus=gpus).nproc_per_node == 2
 
 
 def test_module_mode(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ def env(
     devices: bool | None = typer.Option(
         None,
         "--devices/--no-devices",
-        help="Probe the GPUs (default: for people, or when launch.gpu_ids asks for some).",
+        help="Ask torch about the GPUs (starts CUDA; the default for people), or list none. "
+        "Otherwise they come from a cheap probe (NVML, the driver's files).",
     ),
 ) -> int:
     """Report versions, devices, backends, variables, config and workspace health."""
@@ -86,7 +87,10 @@ def _devices(report: EnvReport) -> str:
         return "no GPU"
     from accel.units import format_size
 
-    return "; ".join(f"{d.index}: {d.name} ({format_size(d.total_memory)})" for d in report.devices)
+    return "; ".join(
+        f"{d.index}: {d.name}" + (f" ({format_size(d.total_memory)})" if d.total_memory else "")
+        for d in report.devices
+    )
 
 
 def _print_human(report: EnvReport) -> None:

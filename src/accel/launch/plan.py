@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.config.resolve import ResolvedConfig
+from accel.devices import gpu_mismatch, workers_for
 from accel.errors import UsageError
 
 DEFAULT_RDZV_PORT = 29400
@@ -100,7 +101,7 @@ def plan_launch(
     """Resolve the launch; :class:`UsageError` for anything that cannot start."""
     _check_target(request, cwd, env)
     nodes = _nodes(config, env, request)
-    nproc = _nproc(_per_node(config, request, nodes), gpu_count)
+    nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     return LaunchPlan(
         run_id=run_id,
@@ -191,10 +192,16 @@ def _checked_per_node(count: int) -> int:
         raise UsageError(f"--num-processes gives {count} workers per node: {exc}") from None
 
 
-def _nproc(value: int | str, gpu_count: int) -> int:
-    if value == "auto":
-        return max(1, gpu_count)
-    return int(value)
+def _nproc(value: int | str, config: ResolvedConfig, gpu_count: int) -> int:
+    """Workers on this node; UsageError (before anything starts) when the GPUs cannot serve
+    them: without it, rank 1 of ``-n 2`` on one GPU dies with "invalid device ordinal"."""
+    ids = config["launch.gpu_ids"]
+    gpu_ids = ids if isinstance(ids, list) else None
+    nproc = workers_for(value, gpu_count, gpu_ids)
+    problem = None if config["launch.use_cpu"] else gpu_mismatch(nproc, gpu_count, gpu_ids)
+    if problem is not None:
+        raise UsageError(problem)
+    return nproc
 
 
 @dataclass(frozen=True)
