@@ -20,9 +20,7 @@ from typing import Any
 import pytest
 import torch
 from torch.distributed.elastic.agent.server.api import WorkerSpec
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-from torch.distributed.elastic.multiprocessing.api import PContext
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
@@ -59,12 +57,11 @@ def test_every_private_symbol_is_there_with_its_signature(expected: compat.Expec
         found = _resolve(expected.symbol)
     except (ImportError, AttributeError):
         pytest.fail(f"{VERSION}: {expected.symbol} is gone (accel uses it: {expected.why}); {FIX}")
-    if expected.params is not None:
-        params = _params(found)
-        assert params == expected.params, (
-            f"{VERSION} changed {expected.symbol}{params}: accel expects "
-            f"{expected.symbol}{expected.params} ({expected.why}); {FIX}"
-        )
+    params = _params(found)
+    assert params == expected.params, (
+        f"{VERSION} changed {expected.symbol}{params}: accel expects "
+        f"{expected.symbol}{expected.params} ({expected.why}); {FIX}"
+    )
 
 
 def test_the_installed_torch_is_in_the_range_accel_knows() -> None:
@@ -90,20 +87,6 @@ def test_release_parses_local_and_pre_release_versions() -> None:
     assert compat.release("2.16.0.dev20270101") == (2, 16)
     with pytest.raises(ValueError, match="not a torch version"):
         compat.release("nightly")
-
-
-def test_shutdown_timeout_is_a_constructor_argument_exactly_when_the_table_says() -> None:
-    has = "shutdown_timeout" in _params(LocalElasticAgent.__init__)
-    assert has == compat.takes_shutdown_timeout(compat.TORCH), (
-        f"{VERSION}: LocalElasticAgent(shutdown_timeout=) {'exists' if has else 'is gone'}; {FIX}"
-    )
-
-
-def test_pcontext_close_takes_a_signal_and_a_timeout() -> None:
-    assert _params(PContext.close)[:3] == ("self", "death_sig", "timeout"), (
-        f"{VERSION} changed PContext.close{_params(PContext.close)}: accel passes "
-        f"(death_sig, timeout) to stop workers with its grace period; {FIX}"
-    )
 
 
 @pytest.fixture

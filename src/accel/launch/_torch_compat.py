@@ -1,34 +1,35 @@
 """Every private piece of torch the launcher relies on, for each supported torch release.
 
-accel runs torch's own ``LocalElasticAgent`` and hooks a few of its private methods;
-their shapes changed between releases (torch 2.11's ``_shutdown`` takes no timeout,
-and overriding it as 2.13 shapes it crashed every launch). So no other module of accel
-touches a private torch name: they all go through here, each with what every release of
-the supported range does, and ``tests/launch/test_torch_contract.py`` checks the
-installed torch against :data:`CONTRACT`, naming the symbol when a release changes it.
+accel runs torch's own ``LocalElasticAgent`` and hooks a few of its private methods.
+Their shapes changed between releases: accel used to override ``_shutdown`` as 2.13
+shapes it, which crashed every launch on 2.8-2.11 and every restart on 2.6-2.7. So no
+other module of accel touches a private torch name: they all go through here, and
+``tests/launch/test_torch_contract.py`` checks the installed torch against
+:func:`contract`, naming the symbol when a release changes it.
 
 What differs across the supported range (read from each release's source):
 
-=====================================  ==================  ============  =============
-symbol                                 2.6 - 2.7           2.8 - 2.11    2.12 - 2.15
-=====================================  ==================  ============  =============
-``LocalElasticAgent._shutdown``        (death_sig,         (death_sig)   (death_sig,
-                                       is_restart);                      timeout=30)
-                                       closes the
-                                       rendezvous unless
-                                       is_restart
-``LocalElasticAgent._stop_workers``    (wg, is_restart)    (wg)          (wg)
-``LocalElasticAgent(shutdown_timeout)``  no                no            yes (public)
-``TORCHELASTIC_SIGNALS_TO_HANDLE``     ignored (the same   ignored       read
-                                       four signals)       (2.10: read)
-=====================================  ==================  ============  =============
+====================================  ===================  ===========  ============
+symbol                                2.6 - 2.7            2.8 - 2.11   2.12 - 2.15
+====================================  ===================  ===========  ============
+``LocalElasticAgent._shutdown``       (death_sig,          (death_sig)  (death_sig,
+                                      is_restart); closes               timeout=30)
+                                      the rendezvous
+                                      unless is_restart
+``LocalElasticAgent._stop_workers``   (wg, is_restart)     (wg)         (wg)
+``LocalElasticAgent(shutdown_timeout=)``  no               no           yes
+``TORCHELASTIC_SIGNALS_TO_HANDLE``    not read (2.6-2.9: the same four signals)  read
+====================================  ===================  ===========  ============
 
-The same in every release: ``_start_workers(wg) -> {local_rank: pid}``,
-``_monitor_workers(wg) -> RunResult``, ``_remaining_restarts``, ``_pcontext`` (a
-``PContext`` whose ``close(death_sig, timeout)`` SIGKILLs what outlives ``timeout``),
-``dynamic_rendezvous.get_method_name(depth=2)`` built on ``inspect.stack()``,
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` (read by the c10d handler's ``use_agent_store``),
-and the error file (``TORCHELASTIC_ERROR_FILE``, read into ``ProcessFailure``).
+accel overrides neither ``_shutdown`` nor ``_stop_workers``: the grace period is given
+where every path ends, ``PContext.close`` (see :func:`close_with_grace`).
+
+The same in every release, and relied on: ``_start_workers(wg) -> {local_rank: pid}``
+(it sets ``_pcontext``), ``_monitor_workers(wg) -> RunResult``, ``_remaining_restarts``,
+``PContext.close(death_sig, timeout)``, ``dynamic_rendezvous.get_method_name(depth=2)``
+built on ``inspect.stack()``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` (read by the c10d
+handler's ``use_agent_store``) and the error file (``TORCHELASTIC_ERROR_FILE``, read
+into ``ProcessFailure``).
 
 Imported only when launching: it imports torch.
 """
@@ -68,47 +69,24 @@ def release(version: str) -> tuple[int, int]:
 TORCH = release(str(torch.__version__))
 
 
-# -- the contract: what each release's private methods look like ---------------------------
-
-
-def shutdown_params(version: tuple[int, int]) -> tuple[str, ...]:
-    """The parameters of ``LocalElasticAgent._shutdown`` in ``version``."""
-    if version < (2, 8):
-        return ("self", "death_sig", "is_restart")
-    if version < (2, 12):
-        return ("self", "death_sig")
-    return ("self", "death_sig", "timeout")
-
-
-def stop_workers_params(version: tuple[int, int]) -> tuple[str, ...]:
-    """The parameters of ``LocalElasticAgent._stop_workers`` in ``version``."""
-    if version < (2, 8):
-        return ("self", "worker_group", "is_restart")
-    return ("self", "worker_group")
-
-
-def takes_shutdown_timeout(version: tuple[int, int]) -> bool:
-    """Whether ``LocalElasticAgent(..., shutdown_timeout=)`` exists (2.12 on)."""
-    return version >= (2, 12)
-
-
 @dataclass(frozen=True)
 class Expectation:
     """One private torch symbol accel relies on, and what it must look like."""
 
     symbol: str
-    params: tuple[str, ...] | None = None  # None: only that it exists
-    why: str = ""
+    params: tuple[str, ...]
+    why: str
 
 
 def contract(version: tuple[int, int]) -> tuple[Expectation, ...]:
-    """Everything this module relies on in ``version`` (checked by the contract test)."""
+    """Every private signature this module relies on in ``version`` (the contract test
+    checks them; the attributes and variables are checked by behaviour there)."""
     agent = "torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent"
+    pcontext = "torch.distributed.elastic.multiprocessing.api.PContext"
     return (
-        Expectation(f"{agent}._shutdown", shutdown_params(version), "grace period on stop"),
-        Expectation(f"{agent}._stop_workers", stop_workers_params(version), "calls _shutdown"),
         Expectation(f"{agent}._start_workers", ("self", "worker_group"), "attempt_started"),
         Expectation(f"{agent}._monitor_workers", ("self", "worker_group"), "failures, ticks"),
+        Expectation(f"{pcontext}.close", ("self", "death_sig", "timeout"), "grace period"),
         Expectation(
             "torch.distributed.elastic.rendezvous.dynamic_rendezvous.get_method_name",
             ("depth",),
@@ -128,8 +106,7 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     """
 
     def __init__(self, spec: Any, logs_specs: Any, *, grace: int) -> None:
-        extra: dict[str, Any] = {"shutdown_timeout": grace} if takes_shutdown_timeout(TORCH) else {}
-        super().__init__(spec, logs_specs, **extra)
+        super().__init__(spec, logs_specs)
         self._accel_grace = grace
 
     @property
@@ -146,6 +123,7 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
 
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids: dict[int, Any] = super()._start_workers(worker_group)
+        close_with_grace(self._pcontext, self._accel_grace)
         self.workers_started(worker_group, pids)
         return pids
 
@@ -154,20 +132,22 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
         self.workers_monitored(result)
         return result
 
-    def _shutdown(
-        self, death_sig: signal.Signals = signal.SIGTERM, *args: Any, **kwargs: Any
-    ) -> None:
-        # torch waits a fixed 30 s for a rank that ignores the signal (on every path, in
-        # every release); accel waits launch.stop_grace_period, then SIGKILLs. 2.6-2.7
-        # also pass is_restart (the rendezvous stays open on a restart): it goes on.
-        if takes_shutdown_timeout(TORCH):  # 2.12+: what torch passes is only its timeout
-            super()._shutdown(death_sig, timeout=self._accel_grace)
-            return
-        if self._pcontext is not None:
-            # 2.6-2.11: no timeout to give; stop the workers with ours first, and
-            # torch's own close finds them gone.
-            self._pcontext.close(death_sig, self._accel_grace)
-        super()._shutdown(death_sig, *args, **kwargs)
+
+def close_with_grace(pcontext: Any, grace: int) -> None:
+    """Every close of ``pcontext`` waits ``grace`` seconds before SIGKILL.
+
+    torch waits a fixed 30 s for a worker that ignores the stop signal, and closes the
+    workers on several paths: the poll that finds a failed rank (``self.close()``, every
+    release), ``_stop_workers`` (``_shutdown()``), a signal (``_shutdown(sig)``; only
+    2.12+ takes a timeout there). Whatever timeout a path passes, accel's
+    ``launch.stop_grace_period`` holds on all of them.
+    """
+    close = pcontext.close
+
+    def close_after_grace(death_sig: signal.Signals | None = None, timeout: Any = None) -> None:
+        close(death_sig, grace)
+
+    pcontext.close = close_after_grace
 
 
 # -- the rendezvous --------------------------------------------------------------------------
