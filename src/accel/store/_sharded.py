@@ -14,6 +14,7 @@ Anything else is refused before DCP unpickles it.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import pickle
 import warnings
@@ -75,8 +76,19 @@ def _quiet(ctx: DistContext) -> Iterator[None]:
     """A single process is what we asked for: DCP need not warn that it assumed one."""
     with warnings.catch_warnings():
         if ctx.world_size == 1:
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            # 2.7+: "... is disabled ..."; 2.6: "... is unavailable or uninitialized ..."
+            warnings.filterwarnings(
+                "ignore", message="torch.distributed is (disabled|unavailable or uninit)"
+            )
         yield
+
+
+def _single_process(dcp_call: Any, ctx: DistContext) -> dict[str, bool]:
+    """DCP's ``no_dist`` for one rank: a keyword from torch 2.7 on; 2.6 has none and
+    infers it the same way (no initialised process group: one process)."""
+    if "no_dist" not in inspect.signature(dcp_call).parameters:
+        return {}
+    return {"no_dist": ctx.world_size == 1}
 
 
 def save(sharded: Any, folder: Path, ctx: DistContext) -> dict[str, Any]:
@@ -89,7 +101,7 @@ def save(sharded: Any, folder: Path, ctx: DistContext) -> dict[str, Any]:
             sharded,
             storage_writer=FileSystemWriter(str(folder), sync_files=True),
             process_group=ctx.group,
-            no_dist=ctx.world_size == 1,
+            **_single_process(dcp_save, ctx),
         )
     mine = [p for p in folder.iterdir() if p.name.startswith(f"__{ctx.rank}_")]
     if ctx.rank == 0:
@@ -155,7 +167,7 @@ def load(target: Any, folder: Path, ctx: DistContext) -> None:
                 storage_reader=SafeReader(str(folder)),
                 planner=SafePlanner(),
                 process_group=ctx.group,
-                no_dist=ctx.world_size == 1,
+                **_single_process(dcp_load, ctx),
             )
     except BaseException:
         # DCP wraps each rank's failure in CheckpointException, a BaseException.
