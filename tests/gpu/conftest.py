@@ -1,0 +1,1 @@
+"""tests/gpu: CUDA runs of the launcher, the Accelerator, telemetry, checkpoints, caches."""
