@@ -59,8 +59,8 @@ def test_every_private_symbol_is_there_with_its_signature(expected: compat.Expec
         pytest.fail(f"{VERSION}: {expected.symbol} is gone (accel uses it: {expected.why}); {FIX}")
     params = _params(found)
     assert params == expected.params, (
-        f"{VERSION} changed {expected.symbol}{params}: accel expects "
-        f"{expected.symbol}{expected.params} ({expected.why}); {FIX}"
+        f"{VERSION} changed {expected.symbol}({', '.join(params)}): accel expects "
+        f"({', '.join(expected.params)}) ({expected.why}); {FIX}"
     )
 
 
