@@ -24,9 +24,11 @@ WORKER = textwrap.dedent(
     spec = importlib.util.spec_from_file_location("_accel_hang", {str(HANG_PY)!r})
     mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    print(mod.install_stack_dump_handler(), "accel" in sys.modules, flush=True)
+    path = mod.install_stack_dump_handler()
 
     def stuck_in_data_loading():
+        # Ready only from in here: a dump sent on this line must find this function.
+        print(path, "accel" in sys.modules, flush=True)
         time.sleep(60)
 
     stuck_in_data_loading()
