@@ -52,6 +52,7 @@ def main() -> None:
     loader = DataLoader(synthetic_data(), batch_size=args.batch_size, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
+    accelerator.print(f"{accelerator.world_size} worker(s) on {accelerator.device.type}")
     step = accelerator.load_state() or 0
     if step:
         accelerator.print(f"resumed from the checkpoint of step {step}")

@@ -26,6 +26,7 @@ def test_launch_auto_trains_the_example_on_every_gpu_with_nccl(project: Path) ->
         "--save-every",
         "20",
     )
+    assert f"{cuda_count()} worker(s) on cuda" in done.stdout
     assert "done: 40 steps" in done.stdout
     record = runs(project)["auto"]
     assert record["status"] == "succeeded"

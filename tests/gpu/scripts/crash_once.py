@@ -2,9 +2,10 @@
 
 argv: EXAMPLE CRASH_AT [example args...]   (CRASH_AT 0: never)
 
-The crash is at the CRASH_AT-th optimizer step of the first attempt, on the last rank
-(so it works with one GPU too). Deterministic algorithms are on: a resumed run must end
-with the same weights as an uninterrupted one, bit for bit.
+The crash is at training step CRASH_AT of the first attempt (counted by
+``optimizer.zero_grad()``, once per step: an fp16 step the scaler skips still counts),
+on the last rank, so it works with one GPU too. Deterministic algorithms are on: a
+resumed run must end with the same weights as an uninterrupted one, bit for bit.
 """
 
 import os
@@ -19,17 +20,17 @@ torch.use_deterministic_algorithms(True)  # needs CUBLAS_WORKSPACE_CONFIG (set b
 torch.backends.cudnn.benchmark = False
 last_rank = int(os.environ["WORLD_SIZE"]) - 1
 crashes = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and int(os.environ["RANK"]) == last_rank
-calls = 0
-original_step = torch.optim.SGD.step
+steps = 0
+original_zero_grad = torch.optim.SGD.zero_grad
 
 
-def step(self, *args, **kwargs):
-    global calls
-    calls += 1
-    if crashes and calls == crash_at:
-        raise RuntimeError(f"simulated crash at step {calls}")
-    return original_step(self, *args, **kwargs)
+def zero_grad(self, *args, **kwargs):
+    global steps
+    steps += 1
+    if crashes and steps == crash_at:
+        raise RuntimeError(f"simulated crash at step {steps}")
+    return original_zero_grad(self, *args, **kwargs)
 
 
-torch.optim.SGD.step = step
+torch.optim.SGD.zero_grad = zero_grad
 runpy.run_path(example, run_name="__main__")
