@@ -327,6 +327,12 @@ def _report_with_gpus(project: Path, config: str, build: str, gpus: int) -> list
         ("launch:\n  num_processes: 2\n", "cuda", 0, None),  # no GPU: a CPU run
         ("launch:\n  gpu_ids: [0, 3]\n", "cuda", 2, "gpus: launch.num_processes 1, launch."),
         ("launch:\n  num_processes: 1\n", "cpu", 2, "gpus: 2 GPU(s) visible but torch"),
+        (
+            "launch:\n  gpu_ids: [0]\n",
+            "cuda",
+            0,
+            "gpus: launch.num_processes 1, launch.gpu_ids 0: no",
+        ),
     ],
 )
 def test_check_reports_what_launch_would_refuse(

@@ -146,25 +146,27 @@ def workers_for(value: int | str, visible_gpus: int, gpu_ids: Sequence[int] | No
 def gpu_mismatch(nproc: int, visible_gpus: int, gpu_ids: Iterable[int] | None) -> str | None:
     """Why ``nproc`` workers on this node cannot have a GPU each, or None when they can.
 
-    No visible GPU is no mismatch (the workers then run on the CPU, with gloo) unless
-    ``gpu_ids`` names some: those were asked for and are not there.
+    No visible GPU is no mismatch: the workers then run on the CPU (gloo), as they do
+    under Hugging Face Accelerate, ``--gpu-ids`` or not.
     """
-    seen = {0: "no GPU is visible", 1: "1 GPU is visible"}.get(
-        visible_gpus, f"{visible_gpus} GPUs are visible"
-    )
+    if visible_gpus <= 0:
+        return None
+    seen = "1 GPU is visible" if visible_gpus == 1 else f"{visible_gpus} GPUs are visible"
     if gpu_ids is not None:
         ids = list(gpu_ids)
         missing = ",".join(str(i) for i in ids if i >= visible_gpus)
         if missing:
-            fix = "choose among those (numbered from 0), or " if visible_gpus else ""
-            return f"--gpu-ids asks for GPU {missing} but {seen}: {fix}run on the CPU with --cpu"
+            return (
+                f"--gpu-ids asks for GPU {missing} but {seen}: choose among those "
+                "(numbered from 0), or run on the CPU with --cpu"
+            )
         if nproc > len(ids):
             return (
                 f"{nproc} workers need a GPU each but --gpu-ids names {len(ids)}: use "
                 f"-n {len(ids)}, name more GPUs with --gpu-ids, or run on the CPU with --cpu"
             )
         return None
-    if 0 < visible_gpus < nproc:
+    if visible_gpus < nproc:
         return (
             f"{nproc} workers need a GPU each but {seen}: use -n {visible_gpus} (or -n auto), "
             "choose GPUs with --gpu-ids, or run on the CPU with --cpu"

@@ -411,6 +411,9 @@ def _gpu_problems(report: EnvReport) -> list[Problem]:
     gpu_ids = [int(i) for i in ids] if isinstance(ids, list) else None
     configured = launch.get("num_processes", 1)
     problem = gpu_mismatch(workers_for(configured, found, gpu_ids), found, gpu_ids)
+    if problem is None and gpu_ids and not found:
+        # launch runs these workers on the CPU; the configuration asked for GPUs
+        problem = "no GPU is visible, so the workers would run on the CPU: set launch.use_cpu: true"
     if problem is None:
         return []
     shown = ",".join(str(i) for i in gpu_ids) if gpu_ids is not None else "all"
