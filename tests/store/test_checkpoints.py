@@ -19,6 +19,7 @@ from accel import Workspace
 from accel.errors import IntegrityError, UsageError
 from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.store._hashing import hash_file
+from accel.store._trace import recording
 from accel.store.checkpoints import MANIFEST, Checkpoints
 from accel.store.lease import LeaseHeld, SeriesLease, holder_of
 
@@ -155,6 +156,26 @@ def test_retention_keeps_exactly_keep_last_by_step(
     assert [i.step for i in ckpts.list()] == [5, 9]
     ckpts.wait()  # old data is removed in the background
     assert ckpts.debris() == []
+
+
+def test_a_retention_delete_never_overlaps_the_next_save(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a big file keeps the disk busy (on ext4 with online discard the unlink
+    waits for the discard): measured, a delete overlapping the next save's writes made
+    that save slower and less steady than the two one after the other."""
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_KEEP_LAST", "1")
+    ckpts = Workspace.discover().checkpoints
+    state = {"w": torch.ones(1 << 20)}
+    with recording() as spans:
+        for step in (1, 2, 3):
+            ckpts.save(state, step)
+        ckpts.wait()
+    removals = [s for s in spans if s.name == "reap-remove"]
+    writes = [s for s in spans if s.name == "write"]
+    assert len(removals) == 2 and writes
+    for removal in removals:
+        assert all(w.start >= removal.end for w in writes if w.end > removal.start)
 
 
 def test_keep_all_when_keep_last_is_null(ws: Workspace) -> None:

@@ -12,8 +12,11 @@ import pytest
 import torch
 
 from accel.errors import IntegrityError, UsageError
+from accel.store import _tensorfile
 from accel.store._serial import FileDigest, load_tensor_file, save_tensor_file
-from accel.store._tensorfile import read_tree
+from accel.store._tensorfile import read_tree, write_tree
+
+from .pagecache import needs_page_cache_control, resident_bytes
 
 DTYPES = (torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool, torch.complex64)
 
@@ -86,3 +89,77 @@ def test_truncation_is_refused(tmp_path: Path) -> None:
             read_tree(tmp_path / "c", cut)
     with pytest.raises(IntegrityError, match="manifest says"):
         load_tensor_file(tmp_path / "c", digest)
+
+
+# -- the write pipeline -----------------------------------------------------------------
+
+
+def _assorted() -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(5)
+    return {
+        "big": torch.randn(70_001, generator=gen),  # many chunks, a ragged tail
+        "exact": torch.randn(4096, generator=gen),  # exactly four chunks
+        "small": [torch.randn(3, generator=gen).to(d) for d in DTYPES],
+        "strided": torch.randn(300, 200, generator=gen).t(),
+        "empty": torch.empty(0, 3),
+    }
+
+
+def test_the_device_pipeline_writes_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Device tensors go through the host ring (accel.store._staging); CPU tensors sent
+    the same way must give the very same bytes and checksum."""
+    tree = _assorted()
+    direct = write_tree(tree, tmp_path / "direct", chunk=4 << 10)
+    monkeypatch.setattr(_tensorfile, "_staged", lambda tensor: True)
+    staged = write_tree(tree, tmp_path / "staged", chunk=4 << 10)
+    assert staged == direct
+    assert (tmp_path / "staged").read_bytes() == (tmp_path / "direct").read_bytes()
+    assert _same(tree, load_tensor_file(tmp_path / "staged", FileDigest(*staged)))
+
+
+def test_many_small_tensors_cost_few_writes(tmp_path: Path) -> None:
+    tree = {f"p{i}": torch.full((i % 7 + 1,), float(i)) for i in range(3000)}
+    before = _write_calls()
+    digest = save_tensor_file(tree, tmp_path / "t")
+    writes = _write_calls() - before
+    assert _same(tree, load_tensor_file(tmp_path / "t", digest))
+    assert writes <= 10  # gathered in one 1 MiB buffer, not two writes per tensor
+
+
+def _proc_self(field: str, path: str) -> int:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    pytest.skip(f"no {field} in {path} on this system")
+
+
+def _write_calls() -> int:
+    return _proc_self("syscw", "/proc/self/io")
+
+
+def test_a_saved_file_leaves_the_page_cache(tmp_path: Path) -> None:
+    """The next save reuses the pages instead of asking for fresh ones."""
+    needs_page_cache_control(tmp_path)
+    save_tensor_file({"w": torch.randn(4 << 20)}, tmp_path / "t")
+    assert resident_bytes(tmp_path / "t") == 0
+
+
+def test_loading_maps_the_file_without_copying_it(tmp_path: Path) -> None:
+    size = 64 << 20
+    digest = save_tensor_file({"w": torch.ones(size // 4)}, tmp_path / "t")
+    before = _anonymous_bytes()
+    tree = load_tensor_file(tmp_path / "t", digest)
+    grown = _anonymous_bytes() - before
+    assert float(tree["w"][-1]) == 1.0
+    # Tensors are views of the file's pages (copy-on-write): no private copy of 64 MiB.
+    assert grown < size // 4
+
+
+def _anonymous_bytes() -> int:
+    return _proc_self("RssAnon", "/proc/self/status") * 1024

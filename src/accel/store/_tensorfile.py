@@ -13,30 +13,35 @@ tuple, ``{"B": hex}`` bytes, ``{"S": [...]}`` torch.Size, ``{"Y": "float32"}`` d
 and null stand for themselves. Reading builds tensors from raw bytes and containers
 from tags: nothing in the file can name code to run.
 
-Writing, tensor bytes go straight from tensor memory to the file while a thread
-hashes them (xxh3-64). Reading maps the file copy-on-write, hashes it in one pass and
+Writing, tensor bytes go straight from tensor memory to the file, hashed (xxh3-64)
+piece by piece as they go, with bounded write-behind (:mod:`accel.store._writer`);
+device tensors pass through reused host buffers (:mod:`accel.store._staging`).
+Reading maps the file copy-on-write, hashes it in one pass and
 returns tensors that are views of the mapping: no copy, and the checksum is the only
 pass over the data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import mmap
 import os
-import queue
 import struct
-import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import xxhash
 
 from accel.errors import IntegrityError, UsageError
+from accel.store import _staging
 from accel.store._hashing import ALGORITHM
+from accel.store._trace import phase
+from accel.store._writer import CHUNK, StreamWriter
 
 MAGIC = b"ACCELTNS"
 FORMAT = 1
@@ -86,7 +91,7 @@ class _Encoder:
         import torch
 
         if isinstance(value, torch.Tensor):
-            self.tensors.append(_plain(value))
+            self.tensors.append(value.detach())
             return {"X": len(self.tensors) - 1}
         if isinstance(value, torch.Size):
             return {"S": list(value)}
@@ -95,14 +100,6 @@ class _Encoder:
         if isinstance(value, torch.device):
             return {"V": str(value)}
         raise UsageError(f"cannot store a {type(value).__name__} in a tensor file")
-
-
-def _plain(tensor: Any) -> Any:
-    """A contiguous CPU tensor with the same values (no copy when already one)."""
-    plain = tensor.detach()
-    if plain.device.type != "cpu":
-        plain = plain.cpu()
-    return plain.contiguous()
 
 
 def _raw(tensor: Any) -> Any:
@@ -114,36 +111,36 @@ def _raw(tensor: Any) -> Any:
 
 # -- writing ----------------------------------------------------------------------------
 
-
-class _BackgroundHash:
-    """Hash buffers in order in a thread; the caller keeps them alive until ``digest``."""
-
-    def __init__(self) -> None:
-        self._hasher = xxhash.xxh3_64()
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="accel-hash", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            self._hasher.update(chunk)
-
-    def add(self, chunk: Any) -> None:
-        self._queue.put(chunk)
-
-    def digest(self) -> str:
-        self._queue.put(None)
-        self._thread.join()
-        return f"{ALGORITHM}:{self._hasher.hexdigest()}"
+SMALL = 64 << 10  # pieces smaller than this are gathered into one write
 
 
-def write_tree(tree: Any, path: Path) -> tuple[int, str]:
-    """Write ``tree`` to a new file at ``path``, fsynced; (size, checksum)."""
+def write_tree(tree: Any, path: Path, *, chunk: int = CHUNK) -> tuple[int, str]:
+    """Write ``tree`` to a new file at ``path``, fsynced; (size, checksum).
+
+    Each piece is hashed right before it is written, in this thread, while the disk
+    writes back the pieces before it: the bytes are then in the CPU cache for the
+    write, nothing has to stay alive for another thread, and a hashing thread was no
+    faster on the 2-core machine (docs/benchmarks.md). Pieces are at most ``chunk``
+    bytes; small ones are gathered into one buffer first.
+    """
+    tensors, prefix = _layout(tree)
+    hasher = xxhash.xxh3_64()
+    with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
+        out = StreamWriter(fh.fileno(), chunk=chunk)
+        for piece in _gathered(_pieces(prefix, tensors, chunk, rings)):
+            with phase("hash"):
+                hasher.update(piece)
+            out.write(piece)
+        out.finish()
+    return out.written, f"{ALGORITHM}:{hasher.hexdigest()}"
+
+
+def _layout(tree: Any) -> tuple[list[Any], bytes]:
+    """The tensors of ``tree`` in file order, and the file's bytes before the first."""
     encoder = _Encoder()
     encoded = encoder.encode(tree)
-    tensors = encoder.tensors
     specs, offset = [], 0
-    for t in tensors:
+    for t in encoder.tensors:
         nbytes = t.numel() * t.element_size()
         specs.append(
             {
@@ -156,35 +153,60 @@ def write_tree(tree: Any, path: Path) -> tuple[int, str]:
         offset += nbytes + _pad(nbytes)
     header = json.dumps({"format": FORMAT, "tree": encoded, "tensors": specs}).encode()
     prefix = MAGIC + struct.pack("<Q", len(header)) + header
-    prefix += bytes(_pad(len(prefix)))
-    hasher = _BackgroundHash()
-    size = 0
-    try:
-        with open(path, "xb", buffering=0) as fh:
-            for chunk in _chunks(prefix, tensors):
-                hasher.add(chunk)
-                _write_all(fh, chunk)
-                size += len(chunk)
-            os.fsync(fh.fileno())
-    finally:
-        checksum = hasher.digest()  # joined even on error: it reads tensor memory
-    return size, checksum
+    return encoder.tensors, prefix + bytes(_pad(len(prefix)))
 
 
-def _chunks(prefix: bytes, tensors: list[Any]) -> Any:
+def _pieces(
+    prefix: bytes, tensors: list[Any], chunk: int, rings: contextlib.ExitStack
+) -> Iterator[memoryview]:
+    """The file's bytes in order, in pieces of at most ``chunk`` bytes.
+
+    Contiguous CPU tensors are read in place; device tensors stay where they are and
+    pass through a reused host ring (:mod:`accel.store._staging`), leased on the first
+    one met: no host copy of the whole state is ever made.
+    """
     yield memoryview(prefix)
-    for t in tensors:
+    ring: _staging.Ring | None = None
+    for tensor in tensors:
+        t = tensor.contiguous()  # one at a time: a strided device tensor costs one copy
         nbytes = t.numel() * t.element_size()
-        if nbytes:
-            yield memoryview(_raw(t))
+        if nbytes and not _staged(t):
+            yield from _split(memoryview(_raw(t)), chunk)
+        elif nbytes:
+            if ring is None:
+                ring = rings.enter_context(_staging.lease(chunk, pinned=t.device.type == "cuda"))
+            yield from ring.pieces(t)
         if _pad(nbytes):
             yield memoryview(_ZEROS)[: _pad(nbytes)]
 
 
-def _write_all(fh: Any, chunk: memoryview) -> None:
-    while chunk.nbytes:
-        written = fh.write(chunk)
-        chunk = chunk[written:]
+def _staged(tensor: Any) -> bool:
+    """Whether ``tensor`` reaches the file through a host ring (not in place)."""
+    return bool(tensor.device.type != "cpu")
+
+
+def _split(view: memoryview, chunk: int) -> Iterator[memoryview]:
+    for start in range(0, view.nbytes, chunk):
+        yield view[start : start + chunk]
+
+
+def _gathered(pieces: Iterator[memoryview], size: int = 1 << 20) -> Iterator[memoryview]:
+    """``pieces`` with runs of small ones joined in one reused buffer: a state of many
+    small tensors costs a few writes, not two per tensor. A yielded view of the buffer
+    is valid until the next one is asked for."""
+    buf = bytearray(size)
+    view, used = memoryview(buf), 0
+    for piece in pieces:
+        if used and (piece.nbytes >= SMALL or used + piece.nbytes > size):
+            yield view[:used]
+            used = 0
+        if piece.nbytes >= SMALL:
+            yield piece
+        else:
+            view[used : used + piece.nbytes] = piece
+            used += piece.nbytes
+    if used:
+        yield view[:used]
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -198,6 +220,10 @@ def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, st
     copy (writing to a tensor copies the page; the file never changes). The caller
     compares the checksum before using the tree. Anything that is not a well-formed
     tensor file raises :class:`IntegrityError`.
+
+    No ``MAP_POPULATE``: on a private writable mapping it write-faults every page,
+    which copies the whole file into fresh memory (measured 168 ms instead of 37 ms
+    for 256 MiB in the page cache); the checksum pass faults the pages in anyway.
     """
     if size < 16:
         raise _bad(path, "it is too short to be a tensor file")
@@ -212,7 +238,7 @@ def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, st
             mapped = mmap.mmap(
                 fh.fileno(),
                 size,
-                flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
+                flags=mmap.MAP_PRIVATE,
                 prot=mmap.PROT_READ | mmap.PROT_WRITE,
             )
         except (OSError, ValueError) as exc:

@@ -49,6 +49,7 @@ from accel.store._serial import (
     write_error,
 )
 from accel.store._snapshot import SnapshotPool
+from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
 from accel.store.lease import LeaseHeld, SeriesLease, ensure_lease
 from accel.store.manifest import (
@@ -291,7 +292,8 @@ class Checkpoints:
             raise UsageError(f"invalid checkpoint tag {tag!r}: use a string")
         require_tensor_tree(state, "checkpoint state")
         require_tensor_tree(rank_state, "checkpoint rank_state")
-        self.wait()
+        with phase("wait-previous"):
+            self.wait()
         self._dist = current_context(self._dist)
         if async_save is None:
             async_save = bool(self.ws.config["checkpoints.async_save"]) and sharded is None
@@ -330,7 +332,8 @@ class Checkpoints:
         series = self.series_name
         prepared = None
         if ctx.rank == 0:
-            prepared = _attempt(ctx, lambda: str(self._prepare(series, step)))
+            with phase("prepare"):
+                prepared = _attempt(ctx, lambda: str(self._prepare(series, step)))
         tmp = Path(_collect(ctx.broadcast(prepared)))
         try:
             written = _attempt(ctx, lambda: self._write_files(tmp, state, rank_state, ctx, sharded))
@@ -394,16 +397,20 @@ class Checkpoints:
             files={n: FileDigest(int(f["size"]), str(f["checksum"])) for n, f in files.items()},
         )
         try:
-            write_manifest(tmp, manifest)
-            fsync_dir(tmp)
-            if os.path.lexists(target):
-                series_mod.swap_in(tmp, target, self._reaper)
-            else:
-                os.rename(tmp, target)
-                fsync_dir(tmp.parent)
+            with phase("manifest"):
+                write_manifest(tmp, manifest)
+            with phase("fsync-dir"):
+                fsync_dir(tmp)
+            with phase("rename"):
+                if os.path.lexists(target):
+                    series_mod.swap_in(tmp, target, self._reaper)
+                else:
+                    os.rename(tmp, target)
+                    fsync_dir(tmp.parent)
         except OSError as exc:
             raise write_error(target, exc) from exc
-        self._apply_retention(series_name, keep_step=step)
+        with phase("retention"):
+            self._apply_retention(series_name, keep_step=step)
         return {"path": str(target), "manifest": manifest.to_json()}
 
     def _apply_retention(self, series_name: str, keep_step: int) -> None:

@@ -43,6 +43,7 @@ from accel.layout import (
     is_owned,
     mark,
 )
+from accel.store._trace import phase
 from accel.store.manifest import Manifest, ManifestMissing, read_manifest
 
 __all__ = ["Found", "SeriesView", "Unreadable", "recover", "retire", "step_dir_name", "view"]
@@ -272,9 +273,11 @@ class Reaper:
 
 def _remove_durably(doomed: Path) -> None:
     """Make the rename to ``doomed`` durable before a single byte of data goes."""
-    fsync_dir(doomed.parent)
+    with phase("reap-fsync"):
+        fsync_dir(doomed.parent)
     _faults.point("retire.detach-durable")
-    _remove(doomed)
+    with phase("reap-remove"):
+        _remove(doomed)
 
 
 def _remove(doomed: Path) -> None:
