@@ -12,7 +12,9 @@ filesystem (``--dir``, default a temp folder):
   ``torch.save`` + fsync, ``safetensors.torch.save_file`` + fsync and
   ``torch.distributed.checkpoint.save`` (which fsyncs its files) when installed, and
   ``ws.checkpoints.save`` (temp folder, xxh3 checksums, fsync of every file, manifest,
-  rename, folder fsyncs) with retention ``keep_last: 2`` and ``keep_last: null``;
+  rename, folder fsyncs) with retention ``keep_last: 2`` and ``keep_last: null``
+  (after each block, untimed, accel's last background delete is waited for, so that
+  it does not land on the next contender);
 - save with pauses: the same, ``--pause`` seconds between saves (raw, torch.save,
   accel with ``keep_last: 2``);
 - load, warm (every file read once just before) and cold (its pages dropped from the
@@ -183,6 +185,7 @@ def _time_saves(
     pause: float,
     samples: dict[str, list[float]],
     prof: Profile,
+    settle: Callable[[], Any],
 ) -> None:
     for name, save in savers.items():
         for i in range(count):
@@ -192,6 +195,7 @@ def _time_saves(
                 samples[name].append(time.perf_counter() - start)
             if pause:
                 time.sleep(pause)
+        settle()  # the last retention delete must not land on the next contender
 
 
 def _p90(values: list[float]) -> float:
@@ -232,14 +236,21 @@ def run(args: argparse.Namespace, scratch: Path) -> bool:
     }
     present = {name: s for name, s in savers.items() if s is not None}
     prof = Profile(args.profile)
+
+    def settle() -> None:
+        ws2.checkpoints.wait()
+        ws_null.checkpoints.wait()
+
     for save in present.values():  # warm-up: first files, the lease, imports
         save(0)
+    settle()
     b2b: dict[str, list[float]] = defaultdict(list)
     for _ in range(args.rounds):
-        _time_saves(present, args.saves, 0.0, b2b, prof)
+        _time_saves(present, args.saves, 0.0, b2b, prof, settle)
     paused: dict[str, list[float]] = defaultdict(list)
     names = ("raw write+fsync", "torch.save+fsync", "accel keep_last=2")
-    _time_saves({k: present[k] for k in names}, args.saves, args.pause, paused, Profile(False))
+    paused_savers = {k: present[k] for k in names}
+    _time_saves(paused_savers, args.saves, args.pause, paused, Profile(False), settle)
 
     loads = _time_loads(scratch, ws2, args.saves)
     blocked = _time_async(ws2, state, steps, args.saves)
