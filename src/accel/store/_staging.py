@@ -47,12 +47,17 @@ class Ring:
 
         flat = tensor.reshape(-1).view(torch.uint8)
         queued: deque[tuple[Any, Any]] = deque()
-        for i, start in enumerate(range(0, flat.numel(), self.chunk)):
-            queued.append(self._copy(flat[start : start + self.chunk], self.slots[i % SLOTS]))
-            if len(queued) == SLOTS:  # the newest copy runs while the oldest is written
+        try:
+            for i, start in enumerate(range(0, flat.numel(), self.chunk)):
+                part = flat[start : start + self.chunk]
+                queued.append(self._copy(part, self.slots[i % SLOTS]))
+                if len(queued) == SLOTS:  # the newest copy runs while the oldest is written
+                    yield _ready(*queued.popleft())
+            while queued:
                 yield _ready(*queued.popleft())
-        while queued:
-            yield _ready(*queued.popleft())
+        finally:  # stopped early (a failed write): no copy may land after the ring is reused
+            for pending in queued:
+                _ready(*pending)
 
     @staticmethod
     def _copy(part: Any, slot: Any) -> tuple[Any, Any]:

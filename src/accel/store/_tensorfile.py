@@ -31,7 +31,7 @@ import mmap
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +127,14 @@ def write_tree(tree: Any, path: Path, *, chunk: int = CHUNK) -> tuple[int, str]:
     hasher = xxhash.xxh3_64()
     with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
         out = StreamWriter(fh.fileno(), chunk=chunk)
-        for piece in _gathered(_pieces(prefix, tensors, chunk, rings)):
-            with phase("hash"):
-                hasher.update(piece)
-            out.write(piece)
+        source = _pieces(prefix, tensors, chunk, rings)
+        try:
+            for piece in _gathered(source):
+                with phase("hash"):
+                    hasher.update(piece)
+                out.write(piece)
+        finally:
+            source.close()  # after a failed write, queued copies land before the ring is reused
         out.finish()
     return out.written, f"{ALGORITHM}:{hasher.hexdigest()}"
 
@@ -158,7 +162,7 @@ def _layout(tree: Any) -> tuple[list[Any], bytes]:
 
 def _pieces(
     prefix: bytes, tensors: list[Any], chunk: int, rings: contextlib.ExitStack
-) -> Iterator[memoryview]:
+) -> Generator[memoryview, None, None]:
     """The file's bytes in order, in pieces of at most ``chunk`` bytes.
 
     Contiguous CPU tensors are read in place; device tensors stay where they are and

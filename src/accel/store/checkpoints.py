@@ -302,7 +302,8 @@ class Checkpoints:
         if not async_save:
             self._last = self._write(state, rank_state, step, tag, self._dist, sharded)
             return self._last
-        snapshot = self._pool.snapshot((state, rank_state))
+        with phase("snapshot"):
+            snapshot = self._pool.snapshot((state, rank_state))
         self._pending = _AsyncSave(self, snapshot, step, tag, self._dist).start()
         return None
 
