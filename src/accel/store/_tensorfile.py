@@ -16,9 +16,8 @@ from tags: nothing in the file can name code to run.
 Writing, tensor bytes go straight from tensor memory to the file, hashed (xxh3-64)
 piece by piece as they go, with bounded write-behind (:mod:`accel.store._writer`);
 device tensors pass through reused host buffers (:mod:`accel.store._staging`).
-Reading maps the file copy-on-write, hashes it in one pass and
-returns tensors that are views of the mapping: no copy, and the checksum is the only
-pass over the data.
+Reading maps the file copy-on-write, hashes it in one pass and returns tensors that
+are views of the mapping: no copy, and the checksum is the only pass over the data.
 """
 
 from __future__ import annotations
