@@ -1,9 +1,10 @@
 """Checkpoint save and load against the disk's limit and their peers, in one run.
 
     python benchmarks/bench_checkpoint.py [--mib 256] [--saves 8] [--rounds 2]
-        [--pause 0.5] [--dir PATH] [--profile]
+        [--pause 0.5] [--dir PATH] [--device cpu|cuda] [--profile]
 
-The state is ``--mib`` MiB of float32 tensors of 16 MiB. In one process, on one
+The state is ``--mib`` MiB of float32 tensors of 16 MiB on ``--device`` (the raw
+baseline writes the same bytes from a host copy made once). In one process, on one
 filesystem (``--dir``, default a temp folder):
 
 - save, back to back: each contender saves ``--saves`` times in a row, the contenders
@@ -96,7 +97,7 @@ def _fs_of(path: Path) -> str:
 def _raw(state: dict[str, Any], path: Path) -> Saver:
     import torch
 
-    views = [t.reshape(-1).view(torch.uint8).numpy() for t in state.values()]
+    views = [t.cpu().reshape(-1).view(torch.uint8).numpy() for t in state.values()]
 
     def save(_: int) -> None:
         with open(path, "wb", buffering=0) as fh:
@@ -205,11 +206,12 @@ def _p90(values: list[float]) -> float:
 # -- the run ----------------------------------------------------------------------------
 
 
-def _state(mib: int) -> dict[str, Any]:
+def _state(mib: int, device: str) -> dict[str, Any]:
     import torch
 
     torch.manual_seed(0)
-    return {f"layer{i}.weight": torch.randn(4 * MiB) for i in range(max(1, mib // 16))}
+    count = max(1, mib // 16)
+    return {f"layer{i}.weight": torch.randn(4 * MiB, device=device) for i in range(count)}
 
 
 def _workspace(root: Path, keep: str) -> Any:
@@ -222,7 +224,7 @@ def _workspace(root: Path, keep: str) -> Any:
 def run(args: argparse.Namespace, scratch: Path) -> bool:
     import torch
 
-    state = _state(args.mib)
+    state = _state(args.mib, args.device)
     mib = sum(t.numel() * t.element_size() for t in state.values()) / MiB
     steps = iter(range(1, 10**9))
     ws2, ws_null = _workspace(scratch / "keep2", "2"), _workspace(scratch / "keepnull", "null")
@@ -255,7 +257,10 @@ def run(args: argparse.Namespace, scratch: Path) -> bool:
     loads = _time_loads(scratch, ws2, args.saves)
     blocked = _time_async(ws2, state, steps, args.saves)
 
-    print(f"state {mib:.0f} MiB ({len(state)} float32 tensors), torch {torch.__version__}")
+    where = args.device if args.device == "cpu" else torch.cuda.get_device_name()
+    print(
+        f"state {mib:.0f} MiB ({len(state)} float32 tensors on {where}), torch {torch.__version__}"
+    )
     print(f"scratch on {_fs_of(scratch)}")
     ok = _report_saves("save, back to back", b2b, mib, goals=True)
     _report_saves(f"save, {args.pause:g} s pause between saves", paused, mib, goals=False)
@@ -275,7 +280,7 @@ def _time_loads(scratch: Path, ws: Any, count: int) -> dict[str, list[float]]:
     readers: dict[str, tuple[Path, Callable[[], Any]]] = {
         "torch.load(weights_only=True)": (
             scratch / "torch.pt",
-            lambda: torch.load(scratch / "torch.pt", weights_only=True),
+            lambda: torch.load(scratch / "torch.pt", weights_only=True, map_location="cpu"),
         ),
         "accel checkpoints.load": (
             ws.checkpoints.latest().path,
@@ -369,9 +374,16 @@ def _report_profile(prof: Profile) -> None:
             print(f"  {key:<16} {statistics.median(values):6.1f} ({max(values):6.1f})")
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the state's")
     parser.add_argument("--saves", type=int, default=8, help="saves in a row per contender")
     parser.add_argument("--rounds", type=int, default=2, help="turns of the back-to-back blocks")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between paused saves")
@@ -380,6 +392,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.saves < 2:
         parser.error("--saves must be at least 2 (a p90 needs samples)")
+    if args.device == "cuda" and not _has_cuda():
+        parser.error("--device cuda: torch sees no CUDA device here")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     scratch = Path(tempfile.mkdtemp(prefix="accel-bench-ckpt-", dir=args.dir))
     try:

@@ -29,4 +29,9 @@ if [ "$rc" -eq 124 ]; then
 fi
 echo
 "$PYTHON" scripts/gpu_summary.py "$out/gpu.xml" "$elapsed" "$rc"
+# CUDA checkpoint I/O against raw write+fsync and its peers (about a minute; its goals
+# are reported, the exit status stays the test set's).
+echo
+timeout 150 "$PYTHON" benchmarks/bench_checkpoint.py --device cuda --mib 1024 --saves 3 \
+    --rounds 1 --pause 0.2 || echo "gpu-check: the CUDA checkpoint benchmark missed a goal (above)"
 exit "$rc"
