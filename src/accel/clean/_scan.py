@@ -276,22 +276,7 @@ def _scan_checkpoints(folder: Path, acc: _Acc) -> None:
 
 
 def _series(name: str, view: series_mod.SeriesView, acc: _Acc) -> None:
-    for found in view.checkpoints:
-        m = found.manifest
-        acc.items.append(
-            Item(
-                "checkpoints",
-                "checkpoint",
-                str(found.path),
-                _walk(found.path)[0],
-                m.created,
-                marker=MANIFEST,
-                name=f"{name}/{series_mod.step_dir_name(m.step)}",
-                series=name,
-                step=m.step,
-                run_id=m.run_id,
-            )
-        )
+    acc.items += [checkpoint_item(name, found) for found in view.checkpoints]
     for path in view.debris:
         size, mtime = _walk(path)
         acc.items.append(
@@ -302,6 +287,24 @@ def _series(name: str, view: series_mod.SeriesView, acc: _Acc) -> None:
         acc.unknown("checkpoints", str(bad.path), bad.reason)
     for path in view.unknown:
         acc.unknown("checkpoints", str(path))
+
+
+def checkpoint_item(series: str, found: series_mod.Found) -> Item:
+    """The item a committed checkpoint of ``series`` is (also for ``accel checkpoints rm``):
+    its age is its recorded creation, which execution checks again (a re-save is kept)."""
+    m = found.manifest
+    return Item(
+        "checkpoints",
+        "checkpoint",
+        str(found.path),
+        _walk(found.path)[0],
+        m.created,
+        marker=MANIFEST,
+        name=f"{series}/{series_mod.step_dir_name(m.step)}",
+        series=series,
+        step=m.step,
+        run_id=m.run_id,
+    )
 
 
 # -- runs and logs ------------------------------------------------------------------------

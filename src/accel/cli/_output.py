@@ -5,9 +5,10 @@ rich on a terminal; plain, uncoloured text when stdout is not one (pipes, cron, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +27,13 @@ def is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def out(text: str = "") -> None:
-    """A line for people on stdout (rich markup allowed, stripped when piped)."""
+def out(text: str = "", *, markup: bool = True) -> None:
+    """A line for people on stdout (rich markup allowed, stripped when piped; ``markup``
+    False for text that quotes paths or names, which may hold brackets)."""
     if is_terminal():
-        console().print(text)
+        console().print(text, markup=markup)
     else:
-        print(_strip_markup(text), flush=True)
+        print(_strip_markup(text) if markup else text, flush=True)
 
 
 def info(text: str) -> None:
@@ -86,3 +88,49 @@ def _strip_markup(text: str) -> str:
     from rich.text import Text
 
     return Text.from_markup(text).plain
+
+
+class _Bar:
+    """:class:`accel.admin.progress.Progress` as a rich progress bar, one task per stage."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+        self._task: Any = None
+
+    def stage(self, label: str, total: int | None) -> None:
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+        self._task = self._bar.add_task(label, total=total)
+
+    def advance(self, amount: int) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task, amount)
+
+
+@contextlib.contextmanager
+def progress() -> Iterator[Any]:
+    """A progress bar on stderr when it is a terminal (stdout stays clean for --json);
+    a silent one otherwise."""
+    from accel.admin.progress import SILENT
+
+    if not sys.stderr.isatty():
+        yield SILENT
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console(stderr=True), transient=True) as bar:
+        yield _Bar(bar)

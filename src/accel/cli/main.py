@@ -18,6 +18,8 @@ import typer
 from accel._redact import redact_text
 from accel._version import __version__
 from accel.cli import _app, _output
+from accel.cli import cache as cache_cmd
+from accel.cli import checkpoints as checkpoints_cmd
 from accel.cli import clean as clean_cmd
 from accel.cli import config as config_cmd
 from accel.cli import env as env_cmd
@@ -72,6 +74,8 @@ app.command("stack")(stack_cmd.stack)
 app.command("env")(env_cmd.env)
 app.command("clean")(clean_cmd.clean)
 app.add_typer(sync_cmd.app, name="sync")
+app.add_typer(checkpoints_cmd.app, name="checkpoints")
+app.add_typer(cache_cmd.app, name="cache")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -291,8 +291,8 @@ class Cache:
 
     # -- scanning (for accel clean / status) --------------------------------------------
 
-    def _walk(self) -> Iterator[Path]:
-        """Every ``*.entry`` folder, not following links."""
+    def entry_folders(self) -> Iterator[Path]:
+        """Every ``*.entry`` folder, not following links (committed or not)."""
         stack = [self.root]
         while stack:
             try:
@@ -310,7 +310,7 @@ class Cache:
     def entries(self) -> list[CacheEntryInfo]:
         """Every committed entry, sorted by key; damaged ones are left out (see debris)."""
         out = []
-        for entry in self._walk():
+        for entry in self.entry_folders():
             meta = self._meta_or_none(entry, key_of(entry, self.root))
             if meta is not None:
                 out.append(_info(entry, meta))
@@ -318,7 +318,7 @@ class Cache:
 
     def debris(self) -> list[Path]:
         """Entry folders without a readable ``meta.json``: interrupted puts, damage."""
-        found = self._walk()
+        found = self.entry_folders()
         return sorted(e for e in found if self._meta_or_none(e, key_of(e, self.root)) is None)
 
     def clean(

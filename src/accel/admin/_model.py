@@ -1,0 +1,136 @@
+"""Which part of a saved state is "the model", and its tensors by name (pure).
+
+A checkpoint holds whatever tree was saved. The model is, in this order:
+
+1. ``--key PATH``: the subtree at that dotted path (``models.0``, ``model``,
+   ``net.encoder``); list items by index.
+2. ``Accelerator.save_state``: ``{"models": [state_dict, ...], ...}`` -- the one model
+   (several: choose with ``--key models.N``).
+3. ``ws.checkpoints.save({"model": sd, "optimizer": ...})``: the first of the keys
+   ``model``, ``model_state_dict``, ``state_dict`` that holds tensors.
+4. ``ws.checkpoints.save(model.state_dict())``: the whole tree, when every leaf of it
+   is a tensor.
+
+Anything else is refused with the top-level keys, so that ``--key`` can say. The
+names of the exported tensors are the paths below the chosen subtree joined by
+``.``, as ``state_dict()`` names them. Works on outlines (tensors described, not
+loaded) and on loaded trees alike: ``is_tensor`` says which leaves are tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from accel.errors import UsageError
+
+__all__ = ["MODEL_KEYS", "Path_", "find_model", "flatten", "parse_key", "subtree"]
+
+Path_ = tuple[str | int, ...]
+IsTensor = Callable[[Any], bool]
+MODEL_KEYS = ("model", "model_state_dict", "state_dict")
+
+
+def parse_key(text: str) -> tuple[str, ...]:
+    parts = tuple(text.split("."))
+    if not text or any(not p for p in parts):
+        raise UsageError(f"invalid --key {text!r}: use a dotted path such as models.0 or model")
+    return parts
+
+
+def subtree(tree: Any, path: Path_) -> Any:
+    """The node at ``path`` (which :func:`find_model` or :func:`resolve` returned)."""
+    for part in path:
+        tree = tree[part]
+    return tree
+
+
+def resolve(tree: Any, key: tuple[str, ...]) -> Path_ | None:
+    """The path ``key`` names in ``tree`` (list items by their index), None if none."""
+    path: list[str | int] = []
+    for part in key:
+        step = _child(tree, part)
+        if step is None:
+            return None
+        path.append(step)
+        tree = tree[step]
+    return tuple(path)
+
+
+def _child(tree: Any, part: str) -> str | int | None:
+    if isinstance(tree, dict) and part in tree:
+        return part
+    index = int(part) if part.isascii() and part.isdigit() else None
+    if index is None:
+        return None
+    if isinstance(tree, (list, tuple)):
+        return index if index < len(tree) else None
+    return index if isinstance(tree, dict) and index in tree else None
+
+
+def find_model(tree: Any, is_tensor: IsTensor, key: tuple[str, ...] | None = None) -> Path_ | None:
+    """The path of the model in ``tree`` (rules above); None when there is none.
+
+    UsageError when the choice is the user's: several models and no ``key``.
+    """
+    if key is not None:
+        path = resolve(tree, key)
+        return path if path is not None and _has_tensors(subtree(tree, path), is_tensor) else None
+    if not isinstance(tree, dict):
+        return None
+    models = tree.get("models")
+    if isinstance(models, (list, tuple)) and models:
+        if len(models) > 1:
+            raise UsageError(
+                f"the checkpoint holds {len(models)} models: choose one with "
+                f"--key models.0 ... --key models.{len(models) - 1}"
+            )
+        if _has_tensors(models[0], is_tensor):
+            return ("models", 0)
+    for name in MODEL_KEYS:
+        if isinstance(tree.get(name), dict) and _has_tensors(tree[name], is_tensor):
+            return (name,)
+    leaves = list(_leaves(tree, ()))
+    if leaves and all(is_tensor(v) for _, v in leaves):
+        return ()
+    return None
+
+
+def flatten(tree: Any, is_tensor: IsTensor) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``(tensors by dotted name, names of the leaves that are not tensors)``.
+
+    UsageError when two leaves get one name (``{"a.b": x, "a": {"b": y}}``).
+    """
+    named: dict[str, Any] = {}
+    skipped: list[str] = []
+    for path, value in _leaves(tree, ()):
+        name = ".".join(str(p) for p in path)
+        if not is_tensor(value):
+            skipped.append(name)
+        elif name in named:
+            raise UsageError(f"two tensors of the model are both named {name!r}; use --key")
+        else:
+            named[name] = value
+    return named, tuple(skipped)
+
+
+def _has_tensors(tree: Any, is_tensor: IsTensor) -> bool:
+    return any(is_tensor(v) for _, v in _leaves(tree, ()))
+
+
+def _leaves(tree: Any, path: Path_) -> Any:
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path, tree
+
+
+def top_level(tree: Any) -> str:
+    """The top-level keys of ``tree``, for a message that says what ``--key`` may be."""
+    if isinstance(tree, dict) and tree:
+        return "its top-level keys are " + ", ".join(repr(str(k)) for k in list(tree)[:12])
+    return f"it holds a {type(tree).__name__}, not a dict of tensors"

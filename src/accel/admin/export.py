@@ -1,0 +1,359 @@
+"""``accel checkpoints export``: a checkpoint's model weights as one safetensors or
+``torch.save`` file, for the Hugging Face Hub and any tool that loads state dicts.
+
+Order: the request is checked (format, output path, safetensors installed) before
+anything is read; every file of the checkpoint is verified; the model is found in
+the header alone (:mod:`accel.admin._model` says how); only then are its tensors
+loaded and written. The output is written to a temp file beside it, fsynced, and
+moved into place: a reader never sees half a file, and without ``force`` an existing
+file is never replaced (the final step is a hard link, which refuses to overwrite).
+
+Sharded checkpoints (``sharded/``, written by ``torch.distributed.checkpoint``) are
+consolidated in this process: the DCP metadata is checked by accel's restricted
+unpickler, full-size tensors are allocated for the model's entries and DCP's own
+loader fills them (through :mod:`accel.store._sharded`, which refuses unsafe
+pickles). The model is looked for in the sharded state first, then in
+``state.tensors``.
+
+Tensors that share memory (tied weights) are written as separate copies: every name
+loads with ``safetensors.torch.load_file`` and ``torch.load(weights_only=True)``.
+This module imports torch and safetensors inside its functions; nothing else of
+``accel checkpoints`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.admin import _model
+from accel.admin.catalog import find_checkpoint
+from accel.admin.progress import SILENT, Progress
+from accel.admin.verify import VerifyTargets, verify
+from accel.errors import IntegrityError, UsageError, storage_error
+from accel.fsutil import TMP_PREFIX, file_mode, fsync_dir
+from accel.store._hashing import fsync_file
+from accel.store._outline import TensorRef, read_outline
+from accel.store.checkpoints import STATE_FILE
+from accel.store.series import Found
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
+
+__all__ = ["FORMATS", "ExportRequest", "ExportResult", "export"]
+
+FORMATS = ("safetensors", "pt")
+_SUFFIXES = {".safetensors": "safetensors", ".pt": "pt", ".pth": "pt", ".bin": "pt"}
+SHARDED = "sharded"
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    output: Path
+    format: str | None = None  # None: from the output's suffix
+    step: int | None = None  # None: the latest
+    series: str | None = None
+    key: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    source: Path
+    series: str
+    step: int
+    output: Path
+    format: str
+    model: str  # the dotted path of the model in the checkpoint ("" for the whole state)
+    origin: str  # "state.tensors" or "sharded"
+    tensors: int
+    size: int
+    skipped: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source),
+            "series": self.series,
+            "step": self.step,
+            "output": str(self.output),
+            "format": self.format,
+            "model": self.model,
+            "origin": self.origin,
+            "tensors": self.tensors,
+            "size": self.size,
+            "skipped": list(self.skipped),
+        }
+
+
+@dataclass(frozen=True)
+class _Source:
+    origin: str
+    path: _model.Path_
+    names: dict[str, Any]  # exported name -> outline leaf
+    skipped: tuple[str, ...]
+
+
+def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -> ExportResult:
+    output = check_output(request.output, request.force)
+    fmt = check_format(request.format, output)
+    key = None if request.key is None else _model.parse_key(request.key)
+    write = _writer(fmt)
+    found = find_checkpoint(ws, request.step, request.series)
+    _verified(found, progress)
+    source = _locate(found, key, request.key)
+    progress.stage("loading", None)
+    tensors = _load(found, source)
+    progress.stage(f"writing {output.name}", None)
+    m = found.manifest
+    meta = {"format": "pt", "accel_series": m.series, "accel_step": str(m.step)}
+    _write_atomically(output, lambda tmp: write(_independent(tensors), tmp, meta), request.force)
+    return ExportResult(
+        source=found.path,
+        series=m.series,
+        step=m.step,
+        output=output,
+        format=fmt,
+        model=".".join(str(p) for p in source.path),
+        origin=source.origin,
+        tensors=len(tensors),
+        size=os.stat(output).st_size,
+        skipped=source.skipped,
+    )
+
+
+# -- the request ------------------------------------------------------------------------------
+
+
+def check_format(fmt: str | None, output: Path) -> str:
+    if fmt is None:
+        found = _SUFFIXES.get(output.suffix.lower())
+        if found is None:
+            raise UsageError(
+                f"cannot tell the format from {output.name!r}: pass --format safetensors or "
+                "--format pt (or name the file *.safetensors or *.pt)"
+            )
+        return found
+    if fmt not in FORMATS:
+        raise UsageError(f"invalid --format {fmt!r}: use safetensors or pt")
+    return fmt
+
+
+def check_output(output: Path, force: bool) -> Path:
+    """The absolute output path; UsageError for a folder, a missing folder, or an
+    existing file without ``force``."""
+    path = Path(os.path.abspath(os.path.expanduser(output)))
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a folder: give a file name, e.g. {path / 'model.safetensors'}")
+    if not os.path.isdir(path.parent):
+        raise UsageError(f"the folder {path.parent} does not exist: create it first")
+    if os.path.lexists(path) and not force:
+        raise UsageError(f"{path} exists: pass --force to replace it")
+    return path
+
+
+Writer = Callable[[dict[str, Any], Path, dict[str, str]], None]
+
+
+def _writer(fmt: str) -> Writer:
+    if fmt == "pt":
+        return _save_pt
+    try:
+        import safetensors.torch  # noqa: F401 - the check that it is installed
+    except ImportError:
+        raise UsageError(
+            "--format safetensors needs the safetensors package: "
+            "pip install 'accel[safetensors]' (or export with --format pt)"
+        ) from None
+    return _save_safetensors
+
+
+def _save_pt(tensors: dict[str, Any], path: Path, meta: dict[str, str]) -> None:
+    import torch
+
+    # A file object, not the path: torch names the archive inside after the file, and
+    # the temp file's name is not one it accepts.
+    with open(path, "wb") as fh:
+        torch.save(tensors, fh)
+
+
+def _save_safetensors(tensors: dict[str, Any], path: Path, meta: dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=meta)
+
+
+# -- the checkpoint ---------------------------------------------------------------------------
+
+
+def _verified(found: Found, progress: Progress) -> None:
+    report = verify(VerifyTargets((found,)), progress)
+    for checked in report.checks:
+        if checked.vanished:
+            raise UsageError(f"{found.path} was deleted while it was read; choose another step")
+        for problem in checked.problems:
+            raise IntegrityError(
+                f"{found.path / problem.file} {problem.problem}: checkpoint "
+                f"{found.manifest.series}/step {found.manifest.step} is corrupt; nothing exported"
+            )
+
+
+def _locate(found: Found, key: tuple[str, ...] | None, key_text: str | None) -> _Source:
+    """Where the model is: the sharded state first (FSDP saves it there), then the state."""
+    outlines: list[tuple[str, Any]] = []
+    if any(name.startswith(f"{SHARDED}/") for name in found.manifest.files):
+        outlines.append((SHARDED, _sharded_outline(found.path / SHARDED)))
+    if STATE_FILE in found.manifest.files:
+        outlines.append((STATE_FILE, read_outline(found.path / STATE_FILE)))
+    for origin, tree in outlines:
+        path = _model.find_model(tree, _is_ref, key)
+        if path is not None:
+            names, skipped = _model.flatten(_model.subtree(tree, path), _is_ref)
+            return _Source(origin, path, names, skipped)
+    where = f"checkpoint {found.manifest.series}/step {found.manifest.step}"
+    what = _model.top_level(outlines[-1][1]) if outlines else "it holds no state"
+    if key_text is not None:
+        raise UsageError(f"--key {key_text!r} names no tensors in {where}: {what}")
+    raise UsageError(
+        f"cannot tell which part of {where} is the model ({what}); "
+        "pass --key, e.g. --key model (see docs/commands/checkpoints.md)"
+    )
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, (TensorRef, _ShardRef))
+
+
+def _load(found: Found, source: _Source) -> dict[str, Any]:
+    if source.origin == SHARDED:
+        return _load_sharded(found.path / SHARDED, source.names)
+    import torch
+
+    from accel.store._serial import load_tensor_file
+
+    state = load_tensor_file(found.path / STATE_FILE, found.manifest.files[STATE_FILE])
+    tensors, _ = _model.flatten(_model.subtree(state, source.path), torch.is_tensor)
+    return tensors
+
+
+def _independent(tensors: dict[str, Any]) -> dict[str, Any]:
+    """Every tensor contiguous and alone in its memory: safetensors refuses shared
+    storage, and torch.save would write a whole shared buffer for a small view."""
+    seen: set[tuple[str, int]] = set()
+    out = {}
+    for name, tensor in tensors.items():
+        t = tensor.detach()
+        storage = t.untyped_storage()
+        where = (t.device.type, storage.data_ptr())
+        whole = t.is_contiguous() and t.storage_offset() == 0
+        if where in seen or not whole or storage.nbytes() != t.numel() * t.element_size():
+            t = t.clone().contiguous()
+            where = (t.device.type, t.untyped_storage().data_ptr())
+        if t.numel():
+            seen.add(where)
+        out[name] = t
+    return out
+
+
+def _write_atomically(output: Path, write: Callable[[Path], None], force: bool) -> None:
+    """``write(tmp)`` beside ``output``, fsync, then into place: replaced with ``force``,
+    else linked (a link never overwrites: a file that appeared meanwhile stays)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, dir=output.parent)
+    except OSError as exc:
+        raise storage_error(exc, "write", output) from None
+    tmp = Path(name)
+    try:
+        os.close(fd)
+        write(tmp)
+        os.chmod(tmp, file_mode())  # mkstemp made it 0600 (and a writer may replace it)
+        fsync_file(tmp)
+        _publish(tmp, output, force)
+        fsync_dir(output.parent)
+    except OSError as exc:
+        raise storage_error(exc, "write", output) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _publish(tmp: Path, output: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, output)
+        return
+    try:
+        os.link(tmp, output)
+    except FileExistsError:
+        raise UsageError(f"{output} exists: pass --force to replace it") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            raise
+        if os.path.lexists(output):  # a filesystem without hard links: check, then rename
+            raise UsageError(f"{output} exists: pass --force to replace it") from None
+        os.replace(tmp, output)
+
+
+# -- sharded state (DCP) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ShardRef:
+    """A tensor entry of DCP metadata: its flat name and its full (unsharded) shape."""
+
+    fqn: str
+    dtype: Any
+    shape: tuple[int, ...]
+
+
+def _sharded_outline(folder: Path) -> Any:
+    """The tree DCP saved, rebuilt from its metadata; tensor entries as :class:`_ShardRef`,
+    other values as their type name (never unpickled)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from accel.store import _sharded
+
+    _sharded.check_metadata(folder / ".metadata")  # only then may DCP unpickle it
+    metadata = FileSystemReader(str(folder)).read_metadata()
+    paths = metadata.planner_data or {}
+    tree: dict[Any, Any] = {}
+    for fqn, entry in metadata.state_dict_metadata.items():
+        path = tuple(paths.get(fqn) or (fqn,))
+        if isinstance(entry, TensorStorageMetadata):
+            leaf: Any = _ShardRef(fqn, entry.properties.dtype, tuple(entry.size))
+        else:
+            leaf = type(entry).__name__
+        _insert(tree, path, leaf)
+    return _as_lists(tree)
+
+
+def _insert(tree: dict[Any, Any], path: tuple[Any, ...], leaf: Any) -> None:
+    for part in path[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[path[-1]] = leaf
+
+
+def _as_lists(node: Any) -> Any:
+    """Folders whose keys are 0..n-1 were lists when saved."""
+    if not isinstance(node, dict):
+        return node
+    items = {k: _as_lists(v) for k, v in node.items()}
+    if items and all(type(k) is int for k in items) and sorted(items) == list(range(len(items))):
+        return [items[i] for i in range(len(items))]
+    return items
+
+
+def _load_sharded(folder: Path, names: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from accel.store import _sharded
+    from accel.store._dist import SINGLE
+
+    target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
+    _sharded.load(target, folder, SINGLE)
+    return {name: target[ref.fqn] for name, ref in names.items()}

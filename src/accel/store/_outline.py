@@ -1,0 +1,103 @@
+"""The outline of a tensor file: its tree with every tensor as a :class:`TensorRef`.
+
+Read from the header alone, through :mod:`accel.store._tensorfile`'s own parser, and
+without torch: ``accel checkpoints show`` names what a checkpoint holds (its top-level
+keys, the keys of ``extra``) and ``accel checkpoints export`` finds the model in it
+before loading a byte of tensor data. Nothing is verified here: the header of a file
+that fails its checksum may still be read; loading (:func:`accel.store._serial.
+load_tensor_file`) is what verifies.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel.errors import IntegrityError
+from accel.store._tensorfile import _MAX_HEADER, _bad, _parse_header
+
+__all__ = ["TensorRef", "read_outline"]
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor of the file, as its header describes it."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def read_outline(path: Path) -> Any:
+    """The tree of the tensor file at ``path``, tensors as :class:`TensorRef`.
+
+    :class:`IntegrityError` when it is no well-formed tensor file (a link included).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise IntegrityError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(16)
+        length = struct.unpack("<Q", head[8:16])[0] if len(head) == 16 else 0
+        head += fh.read(min(length, _MAX_HEADER, max(size - 16, 0)))
+    if size < 16 or len(head) < 16:
+        raise _bad(path, "it is too short to be a tensor file")
+    specs, tree, _ = _parse_header(memoryview(head), path, size)
+    refs = [_ref(spec, path) for spec in specs]
+    try:
+        return _Outline(refs, path).decode(tree)
+    except RecursionError:
+        raise _bad(path, "its tree is nested too deeply") from None
+
+
+def _ref(spec: Any, path: Path) -> TensorRef:
+    try:
+        return TensorRef(str(spec["dtype"]), tuple(int(n) for n in spec["shape"]))
+    except (KeyError, TypeError, ValueError):
+        raise _bad(path, "a tensor entry of its header is not valid") from None
+
+
+class _Outline:
+    """The tags of :mod:`accel.store._tensorfile`, decoded to plain Python."""
+
+    def __init__(self, refs: list[TensorRef], path: Path) -> None:
+        self.refs = refs
+        self.path = path
+
+    def decode(self, node: Any) -> Any:
+        if node is None or type(node) in (bool, int, float, str):
+            return node
+        if type(node) is list:
+            return [self.decode(v) for v in node]
+        if type(node) is dict and len(node) == 1:
+            ((tag, body),) = node.items()
+            try:
+                return self._tagged(tag, body)
+            except (ValueError, KeyError, TypeError, IndexError):
+                raise _bad(self.path, f"its tree has a malformed {tag!r} value") from None
+        raise _bad(self.path, "its tree holds an unknown value")
+
+    def _tagged(self, tag: str, body: Any) -> Any:
+        if tag in ("D", "O"):
+            return {self.decode(k): self.decode(v) for k, v in body}
+        if tag == "T":
+            return tuple(self.decode(v) for v in body)
+        if tag == "X":
+            if type(body) is not int or not 0 <= body < len(self.refs):
+                raise _bad(self.path, "its tree names a tensor it does not hold")
+            return self.refs[body]
+        if tag == "S":
+            return tuple(int(n) for n in body)
+        if tag in ("Y", "V"):
+            return str(body)
+        if tag == "B":
+            return bytes.fromhex(body)
+        if tag == "C":
+            return complex(float(body[0]), float(body[1]))
+        if tag == "F":
+            return float(body)
+        raise _bad(self.path, f"its tree has the unknown tag {tag!r}")
