@@ -2,16 +2,16 @@
 
 A checkpoint holds whatever tree was saved. The model is, in this order:
 
-1. ``--key PATH``: the subtree at that dotted path (``models.0``, ``model``,
+1. ``--model PATH``: the subtree at that dotted path (``models.0``, ``model``,
    ``net.encoder``); list items by index.
 2. ``Accelerator.save_state``: ``{"models": [state_dict, ...], ...}`` -- the one model
-   (several: choose with ``--key models.N``).
+   (several: choose with ``--model models.N``).
 3. ``ws.checkpoints.save({"model": sd, "optimizer": ...})``: the first of the keys
    ``model``, ``model_state_dict``, ``state_dict`` that holds tensors.
 4. ``ws.checkpoints.save(model.state_dict())``: the whole tree, when every leaf of it
    is a tensor.
 
-Anything else is refused with the top-level keys, so that ``--key`` can say. The
+Anything else is refused with the top-level keys, so that ``--model`` can say. The
 names of the exported tensors are the paths below the chosen subtree joined by
 ``.``, as ``state_dict()`` names them. Works on outlines (tensors described, not
 loaded) and on loaded trees alike: ``is_tensor`` says which leaves are tensors.
@@ -24,17 +24,17 @@ from typing import Any
 
 from accel.errors import UsageError
 
-__all__ = ["MODEL_KEYS", "Path_", "find_model", "flatten", "parse_key", "subtree"]
+__all__ = ["MODEL_KEYS", "Path_", "find_model", "flatten", "parse_path", "subtree"]
 
 Path_ = tuple[str | int, ...]
 IsTensor = Callable[[Any], bool]
 MODEL_KEYS = ("model", "model_state_dict", "state_dict")
 
 
-def parse_key(text: str) -> tuple[str, ...]:
+def parse_path(text: str) -> tuple[str, ...]:
     parts = tuple(text.split("."))
     if not text or any(not p for p in parts):
-        raise UsageError(f"invalid --key {text!r}: use a dotted path such as models.0 or model")
+        raise UsageError(f"invalid --model {text!r}: use a dotted path such as models.0 or model")
     return parts
 
 
@@ -45,10 +45,10 @@ def subtree(tree: Any, path: Path_) -> Any:
     return tree
 
 
-def resolve(tree: Any, key: tuple[str, ...]) -> Path_ | None:
-    """The path ``key`` names in ``tree`` (list items by their index), None if none."""
+def resolve(tree: Any, where: tuple[str, ...]) -> Path_ | None:
+    """The path ``where`` names in ``tree`` (list items by their index), None if none."""
     path: list[str | int] = []
-    for part in key:
+    for part in where:
         step = _child(tree, part)
         if step is None:
             return None
@@ -68,13 +68,15 @@ def _child(tree: Any, part: str) -> str | int | None:
     return index if isinstance(tree, dict) and index in tree else None
 
 
-def find_model(tree: Any, is_tensor: IsTensor, key: tuple[str, ...] | None = None) -> Path_ | None:
+def find_model(
+    tree: Any, is_tensor: IsTensor, where: tuple[str, ...] | None = None
+) -> Path_ | None:
     """The path of the model in ``tree`` (rules above); None when there is none.
 
-    UsageError when the choice is the user's: several models and no ``key``.
+    UsageError when the choice is the user's: several models and no ``where``.
     """
-    if key is not None:
-        path = resolve(tree, key)
+    if where is not None:
+        path = resolve(tree, where)
         return path if path is not None and _has_tensors(subtree(tree, path), is_tensor) else None
     if not isinstance(tree, dict):
         return None
@@ -83,7 +85,7 @@ def find_model(tree: Any, is_tensor: IsTensor, key: tuple[str, ...] | None = Non
         if len(models) > 1:
             raise UsageError(
                 f"the checkpoint holds {len(models)} models: choose one with "
-                f"--key models.0 ... --key models.{len(models) - 1}"
+                f"--model models.0 ... --model models.{len(models) - 1}"
             )
         if _has_tensors(models[0], is_tensor):
             return ("models", 0)
@@ -108,7 +110,7 @@ def flatten(tree: Any, is_tensor: IsTensor) -> tuple[dict[str, Any], tuple[str, 
         if not is_tensor(value):
             skipped.append(name)
         elif name in named:
-            raise UsageError(f"two tensors of the model are both named {name!r}; use --key")
+            raise UsageError(f"two tensors of the model are both named {name!r}; use --model")
         else:
             named[name] = value
     return named, tuple(skipped)
@@ -130,7 +132,7 @@ def _leaves(tree: Any, path: Path_) -> Any:
 
 
 def top_level(tree: Any) -> str:
-    """The top-level keys of ``tree``, for a message that says what ``--key`` may be."""
+    """The top-level keys of ``tree``, for a message that says what ``--model`` may be."""
     if isinstance(tree, dict) and tree:
         return "its top-level keys are " + ", ".join(repr(str(k)) for k in list(tree)[:12])
     return f"it holds a {type(tree).__name__}, not a dict of tensors"

@@ -118,7 +118,10 @@ def series_views(ws: Workspace, series: str | None = None) -> dict[str, SeriesVi
     name = None if series is None else check_series(series)
     if not ws.identify():
         return {}
-    names = [name] if name is not None else _series_names(ws)
+    names = _series_names(ws)
+    if name is not None:
+        # A series folder that is a link is not read through (listed as unknown).
+        names = [name] if name in names else []
     return {n: series_mod.view(ws.checkpoints_dir / n) for n in names}
 
 
@@ -149,12 +152,15 @@ def list_checkpoints(ws: Workspace, now: float, series: str | None = None) -> Ch
 
 
 def _leftovers(name: str, view: SeriesView) -> list[Leftover]:
-    out = [Leftover(name, p, DEBRIS, tree_size(p)) for p in view.debris]
-    out += [
-        Leftover(name, u.path, UNREADABLE, tree_size(u.path), u.reason) for u in view.unreadable
-    ]
-    out += [Leftover(name, p, UNKNOWN, tree_size(p)) for p in view.unknown]
+    out = [Leftover(name, p, DEBRIS, _size(p)) for p in view.debris]
+    out += [Leftover(name, u.path, UNREADABLE, _size(u.path), u.reason) for u in view.unreadable]
+    out += [Leftover(name, p, UNKNOWN, _size(p)) for p in view.unknown]
     return out
+
+
+def _size(path: Path) -> int:
+    """Bytes under ``path``; a link counts as nothing (what it points at is not ours)."""
+    return 0 if os.path.islink(path) else tree_size(path)
 
 
 def _strays(folder: Path) -> list[Leftover]:
@@ -171,7 +177,7 @@ def _strays(folder: Path) -> list[Leftover]:
         if is_dir and layout.SERIES_RE.fullmatch(entry.name):
             continue
         mine = is_dir and layout.DELETED_RE.fullmatch(entry.name) and layout.is_owned(path)
-        out.append(Leftover(None, path, DEBRIS if mine else UNKNOWN, tree_size(path)))
+        out.append(Leftover(None, path, DEBRIS if mine else UNKNOWN, _size(path)))
     return out
 
 

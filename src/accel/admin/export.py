@@ -59,7 +59,7 @@ class ExportRequest:
     format: str | None = None  # None: from the output's suffix
     step: int | None = None  # None: the latest
     series: str | None = None
-    key: str | None = None
+    model: str | None = None  # the dotted path of the model; None: found by the rules
     force: bool = False
 
 
@@ -102,11 +102,11 @@ class _Source:
 def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -> ExportResult:
     output = check_output(request.output, request.force)
     fmt = check_format(request.format, output)
-    key = None if request.key is None else _model.parse_key(request.key)
+    where = None if request.model is None else _model.parse_path(request.model)
     write = _writer(fmt)
     found = find_checkpoint(ws, request.step, request.series)
     _verified(found, progress)
-    source = _locate(found, key, request.key)
+    source = _locate(found, where, request.model)
     progress.stage("loading", None)
     tensors = _load(found, source)
     progress.stage(f"writing {output.name}", None)
@@ -203,7 +203,7 @@ def _verified(found: Found, progress: Progress) -> None:
             )
 
 
-def _locate(found: Found, key: tuple[str, ...] | None, key_text: str | None) -> _Source:
+def _locate(found: Found, where: tuple[str, ...] | None, asked: str | None) -> _Source:
     """Where the model is: the sharded state first (FSDP saves it there), then the state."""
     outlines: list[tuple[str, Any]] = []
     if any(name.startswith(f"{SHARDED}/") for name in found.manifest.files):
@@ -211,17 +211,17 @@ def _locate(found: Found, key: tuple[str, ...] | None, key_text: str | None) -> 
     if STATE_FILE in found.manifest.files:
         outlines.append((STATE_FILE, read_outline(found.path / STATE_FILE)))
     for origin, tree in outlines:
-        path = _model.find_model(tree, _is_ref, key)
+        path = _model.find_model(tree, _is_ref, where)
         if path is not None:
             names, skipped = _model.flatten(_model.subtree(tree, path), _is_ref)
             return _Source(origin, path, names, skipped)
-    where = f"checkpoint {found.manifest.series}/step {found.manifest.step}"
+    name = f"checkpoint {found.manifest.series}/step {found.manifest.step}"
     what = _model.top_level(outlines[-1][1]) if outlines else "it holds no state"
-    if key_text is not None:
-        raise UsageError(f"--key {key_text!r} names no tensors in {where}: {what}")
+    if asked is not None:
+        raise UsageError(f"--model {asked!r} names no tensors in {name}: {what}")
     raise UsageError(
-        f"cannot tell which part of {where} is the model ({what}); "
-        "pass --key, e.g. --key model (see docs/commands/checkpoints.md)"
+        f"cannot tell which part of {name} is the model ({what}); "
+        "pass --model, e.g. --model model (see docs/commands/checkpoints.md)"
     )
 
 

@@ -210,6 +210,9 @@ def _one_entry(ws: Workspace, key: str) -> CacheRow:
     path = ws.cache.entry_dir(key)
     if not ws.identify() or not os.path.lexists(path):
         raise UsageError(f"no cache entry {key!r}; `accel cache list` shows the keys")
+    real_root, real = os.path.realpath(ws.cache.root), os.path.realpath(path.parent)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise UsageError(f"{path.parent} is a link out of the cache; accel does not follow it")
     if os.path.islink(path) or not os.path.isdir(path):
         raise UsageError(f"{path} is not a cache entry accel made; it is left alone")
     row = read_entry(path, key)

@@ -107,15 +107,9 @@ class _Bar:
             self._bar.advance(self._task, amount)
 
 
-@contextlib.contextmanager
-def progress() -> Iterator[Any]:
-    """A progress bar on stderr when it is a terminal (stdout stays clean for --json);
-    a silent one otherwise."""
-    from accel.admin.progress import SILENT
-
-    if not sys.stderr.isatty():
-        yield SILENT
-        return
+def byte_bar(label: str) -> Any:
+    """A rich progress bar of bytes (done, rate, time left) on stderr; it vanishes when
+    it stops. Unstarted: use it as a context manager, or ``start()``/``stop()``."""
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -125,12 +119,25 @@ def progress() -> Iterator[Any]:
         TransferSpeedColumn,
     )
 
-    columns = (
-        TextColumn("{task.description}"),
+    return Progress(
+        TextColumn(label),
         BarColumn(),
-        DownloadColumn(),
+        DownloadColumn(binary_units=True),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=True,
     )
-    with Progress(*columns, console=console(stderr=True), transient=True) as bar:
+
+
+@contextlib.contextmanager
+def progress() -> Iterator[Any]:
+    """A progress bar on stderr when it is a terminal (stdout stays clean for --json);
+    a silent one otherwise."""
+    from accel.admin.progress import SILENT
+
+    if not sys.stderr.isatty():
+        yield SILENT
+        return
+    with byte_bar("{task.description}") as bar:
         yield _Bar(bar)

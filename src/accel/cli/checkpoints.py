@@ -191,8 +191,8 @@ def export(
         help="safetensors or pt (default: from FILE's suffix).",
     ),
     series: str | None = _SERIES,
-    key: str | None = typer.Option(
-        None, "--key", "-k", metavar="PATH", help="Where the model is, e.g. models.0 or model."
+    model: str | None = typer.Option(
+        None, "--model", "-m", metavar="PATH", help="Where the model is, e.g. models.1 or net."
     ),
     force: bool = typer.Option(False, "--force", help="Replace FILE if it exists."),
     as_json: bool = _JSON,
@@ -201,7 +201,7 @@ def export(
     from accel.admin.export import ExportRequest, export
     from accel.units import format_size
 
-    request = ExportRequest(output, fmt, _step(step), series, key, force)
+    request = ExportRequest(output, fmt, _step(step), series, model, force)
     with _output.progress() as bar:
         result = export(_app.workspace(ctx), request, bar)
     if as_json:

@@ -174,24 +174,7 @@ class _ProgressBar:
     def begin(self, total_bytes: int, total_files: int) -> None:
         if not total_files:
             return
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn(f"{self._label} {total_files} files"),
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=_output.console(stderr=True),
-            transient=True,
-        )
+        self._progress = _output.byte_bar(f"{self._label} {total_files} files")
         self._progress.start()
         self._task = self._progress.add_task(self._label, total=total_bytes)
 

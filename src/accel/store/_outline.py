@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import IntegrityError
-from accel.store._tensorfile import _MAX_HEADER, _bad, _parse_header
+from accel.store._tensorfile import _MAX_HEADER, _bad, _Decoder, _parse_header
 
 __all__ = ["TensorRef", "read_outline"]
 
@@ -61,43 +61,22 @@ def _ref(spec: Any, path: Path) -> TensorRef:
         raise _bad(path, "a tensor entry of its header is not valid") from None
 
 
-class _Outline:
-    """The tags of :mod:`accel.store._tensorfile`, decoded to plain Python."""
+class _Outline(_Decoder):
+    """The file format's own decoder, with tensors left as :class:`TensorRef` and torch's
+    scalar types (``torch.Size``, dtypes, devices) as plain values, so torch is not needed."""
 
     def __init__(self, refs: list[TensorRef], path: Path) -> None:
-        self.refs = refs
-        self.path = path
+        super().__init__(refs, path, None)
 
-    def decode(self, node: Any) -> Any:
-        if node is None or type(node) in (bool, int, float, str):
-            return node
-        if type(node) is list:
-            return [self.decode(v) for v in node]
-        if type(node) is dict and len(node) == 1:
-            ((tag, body),) = node.items()
-            try:
-                return self._tagged(tag, body)
-            except (ValueError, KeyError, TypeError, IndexError):
-                raise _bad(self.path, f"its tree has a malformed {tag!r} value") from None
-        raise _bad(self.path, "its tree holds an unknown value")
-
-    def _tagged(self, tag: str, body: Any) -> Any:
-        if tag in ("D", "O"):
-            return {self.decode(k): self.decode(v) for k, v in body}
-        if tag == "T":
-            return tuple(self.decode(v) for v in body)
-        if tag == "X":
-            if type(body) is not int or not 0 <= body < len(self.refs):
-                raise _bad(self.path, "its tree names a tensor it does not hold")
-            return self.refs[body]
+    def _scalar(self, tag: str, body: Any) -> Any:
         if tag == "S":
             return tuple(int(n) for n in body)
         if tag in ("Y", "V"):
             return str(body)
+        if tag == "F" and body in ("nan", "inf", "-inf"):
+            return float(body)
         if tag == "B":
             return bytes.fromhex(body)
         if tag == "C":
             return complex(float(body[0]), float(body[1]))
-        if tag == "F":
-            return float(body)
         raise _bad(self.path, f"its tree has the unknown tag {tag!r}")
