@@ -511,3 +511,62 @@ def test_list_show_verify_and_rm_do_not_import_torch(saved: dict[str, Any]) -> N
         ("checkpoints", "rm", "10", "--dry-run"),
     )
     assert result.returncode == 0, result.stderr
+
+
+KILLED_EXPORT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from accel import _faults
+    from accel.admin.export import ExportRequest, export
+    from accel.workspace import Workspace
+
+    def hook(name):
+        print(name, flush=True)
+        if name == sys.argv[2]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    _faults.set_hook(hook)
+    request = ExportRequest(Path(sys.argv[1]), step=20, series="default", force=True)
+    export(Workspace.discover(), request)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_export_killed_at_every_step_leaves_the_old_file_or_the_new_one(
+    saved: dict[str, Any], project: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    def export_killed_at(output: Path, point: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", KILLED_EXPORT, str(output), point],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    expected = saved["state"]
+    whole = export_killed_at(tmp_path / "whole.safetensors", "none")
+    assert whole.returncode == 0, whole.stderr
+    points = whole.stdout.split()
+    assert points == ["export.temp-created", "export.written", "export.published"]
+    for point in points:
+        for existed in (False, True):
+            out = tmp_path / point / "m.safetensors"
+            out.parent.mkdir(exist_ok=True)
+            if existed:
+                out.write_bytes(b"the old file")
+            killed = export_killed_at(out, point)
+            assert killed.returncode == -signal.SIGKILL, killed.stderr
+            if not out.exists():
+                assert not existed and point != "export.published"
+            elif out.read_bytes() == b"the old file":
+                assert point != "export.published"
+            else:  # the new file, whole
+                loaded = load_file(str(out))
+                assert all(same_bits(loaded[k], expected[k]) for k in expected), point
+            out.unlink(missing_ok=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel import _faults
 from accel.admin import _model
 from accel.admin.catalog import find_checkpoint
 from accel.admin.progress import SILENT, Progress
@@ -270,10 +271,13 @@ def _write_atomically(output: Path, write: Callable[[Path], None], force: bool) 
     tmp = Path(name)
     try:
         os.close(fd)
+        _faults.point("export.temp-created")
         write(tmp)
         os.chmod(tmp, file_mode())  # mkstemp made it 0600 (and a writer may replace it)
         fsync_file(tmp)
+        _faults.point("export.written")
         _publish(tmp, output, force)
+        _faults.point("export.published")
         fsync_dir(output.parent)
     except OSError as exc:
         raise storage_error(exc, "write", output) from None
