@@ -1,5 +1,5 @@
-"""The checkpoints of a workspace as ``accel checkpoints list`` and ``show`` report them,
-and which one a ``STEP`` (with or without ``--series``) names.
+"""The checkpoints of a workspace as ``accel checkpoints list`` reports them, and which
+one a ``STEP`` (with or without ``--series``) names.
 
 Every series folder is read by :func:`accel.store.series.view`, so what is listed as a
 checkpoint is exactly what the store would load, and what it refuses is listed as
@@ -20,8 +20,7 @@ from accel.clean._live import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.fsutil import tree_size
 from accel.store import series as series_mod
-from accel.store._outline import read_outline
-from accel.store.checkpoints import STATE_FILE, check_series, check_step
+from accel.store.checkpoints import check_series, check_step
 from accel.store.manifest import Manifest
 from accel.store.series import Found, SeriesView
 
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from accel.workspace import Workspace
 
 __all__ = [
-    "CheckpointDetail",
     "CheckpointListing",
     "CheckpointRow",
     "Leftover",
@@ -37,7 +35,6 @@ __all__ = [
     "list_checkpoints",
     "parse_step",
     "series_views",
-    "show_checkpoint",
 ]
 
 DEBRIS = "debris"
@@ -246,60 +243,3 @@ def _what_exists(views: dict[str, SeriesView]) -> str:
 def _steps(found: Sequence[Found]) -> str:
     steps = [str(f.manifest.step) for f in found]
     return ", ".join(steps if len(steps) <= 6 else [*steps[:2], "...", *steps[-3:]])
-
-
-# -- one checkpoint in detail ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckpointDetail:
-    """A checkpoint's manifest and, from the header of its state file, what it holds:
-    ``state_keys`` (its top-level keys), ``extra_keys`` (the keys of ``extra``, what
-    ``Accelerator.save_state(extra=...)`` saved) and ``models``."""
-
-    path: Path
-    manifest: Manifest
-    state_keys: tuple[str, ...] | None = None
-    extra_keys: tuple[str, ...] | None = None
-    models: int | None = None
-    state_problem: str | None = None
-
-    @property
-    def sharded(self) -> bool:
-        return any(name.startswith("sharded/") for name in self.manifest.files)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            **self.manifest.to_json(),
-            "size": self.manifest.size,
-            "sharded": self.sharded,
-            "state_keys": _list(self.state_keys),
-            "extra_keys": _list(self.extra_keys),
-            "models": self.models,
-            "state_problem": self.state_problem,
-        }
-
-
-def _list(keys: tuple[str, ...] | None) -> list[str] | None:
-    return None if keys is None else list(keys)
-
-
-def show_checkpoint(ws: Workspace, step: int, series: str | None) -> CheckpointDetail:
-    found = find_checkpoint(ws, step, series)
-    if STATE_FILE not in found.manifest.files:
-        return CheckpointDetail(found.path, found.manifest)
-    try:
-        state = read_outline(found.path / STATE_FILE)
-    except IntegrityError as exc:
-        return CheckpointDetail(found.path, found.manifest, state_problem=str(exc))
-    if not isinstance(state, dict):
-        return CheckpointDetail(found.path, found.manifest, state_keys=())
-    extra, models = state.get("extra"), state.get("models")
-    return CheckpointDetail(
-        found.path,
-        found.manifest,
-        state_keys=tuple(str(k) for k in state),
-        extra_keys=tuple(str(k) for k in extra) if isinstance(extra, dict) else None,
-        models=len(models) if isinstance(models, (list, tuple)) else None,
-    )

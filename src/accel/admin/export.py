@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel import _faults
-from accel.admin import _model
+from accel.admin import _dcp, _model
 from accel.admin.catalog import find_checkpoint
 from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
@@ -208,7 +208,7 @@ def _locate(found: Found, where: tuple[str, ...] | None, asked: str | None) -> _
     """Where the model is: the sharded state first (FSDP saves it there), then the state."""
     outlines: list[tuple[str, Any]] = []
     if any(name.startswith(f"{SHARDED}/") for name in found.manifest.files):
-        outlines.append((SHARDED, _sharded_outline(found.path / SHARDED)))
+        outlines.append((SHARDED, _dcp.outline(found.path / SHARDED)))
     if STATE_FILE in found.manifest.files:
         outlines.append((STATE_FILE, read_outline(found.path / STATE_FILE)))
     for origin, tree in outlines:
@@ -227,12 +227,12 @@ def _locate(found: Found, where: tuple[str, ...] | None, asked: str | None) -> _
 
 
 def _is_ref(value: Any) -> bool:
-    return isinstance(value, (TensorRef, _ShardRef))
+    return isinstance(value, (TensorRef, _dcp.ShardRef))
 
 
 def _load(found: Found, source: _Source) -> dict[str, Any]:
     if source.origin == SHARDED:
-        return _load_sharded(found.path / SHARDED, source.names)
+        return _dcp.load(found.path / SHARDED, source.names)
     import torch
 
     from accel.store._serial import load_tensor_file
@@ -300,64 +300,3 @@ def _publish(tmp: Path, output: Path, force: bool) -> None:
         if os.path.lexists(output):  # a filesystem without hard links: check, then rename
             raise UsageError(f"{output} exists: pass --force to replace it") from None
         os.replace(tmp, output)
-
-
-# -- sharded state (DCP) ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _ShardRef:
-    """A tensor entry of DCP metadata: its flat name and its full (unsharded) shape."""
-
-    fqn: str
-    dtype: Any
-    shape: tuple[int, ...]
-
-
-def _sharded_outline(folder: Path) -> Any:
-    """The tree DCP saved, rebuilt from its metadata; tensor entries as :class:`_ShardRef`,
-    other values as their type name (never unpickled)."""
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from accel.store import _sharded
-
-    _sharded.check_metadata(folder / ".metadata")  # only then may DCP unpickle it
-    metadata = FileSystemReader(str(folder)).read_metadata()
-    paths = metadata.planner_data or {}
-    tree: dict[Any, Any] = {}
-    for fqn, entry in metadata.state_dict_metadata.items():
-        path = tuple(paths.get(fqn) or (fqn,))
-        if isinstance(entry, TensorStorageMetadata):
-            leaf: Any = _ShardRef(fqn, entry.properties.dtype, tuple(entry.size))
-        else:
-            leaf = type(entry).__name__
-        _insert(tree, path, leaf)
-    return _as_lists(tree)
-
-
-def _insert(tree: dict[Any, Any], path: tuple[Any, ...], leaf: Any) -> None:
-    for part in path[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[path[-1]] = leaf
-
-
-def _as_lists(node: Any) -> Any:
-    """Folders whose keys are 0..n-1 were lists when saved."""
-    if not isinstance(node, dict):
-        return node
-    items = {k: _as_lists(v) for k, v in node.items()}
-    if items and all(type(k) is int for k in items) and sorted(items) == list(range(len(items))):
-        return [items[i] for i in range(len(items))]
-    return items
-
-
-def _load_sharded(folder: Path, names: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from accel.store import _sharded
-    from accel.store._dist import SINGLE
-
-    target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
-    _sharded.load(target, folder, SINGLE)
-    return {name: target[ref.fqn] for name, ref in names.items()}

@@ -15,7 +15,8 @@ import typer
 from accel.cli import _app, _output, _removal
 
 if TYPE_CHECKING:
-    from accel.admin.catalog import CheckpointDetail, CheckpointListing
+    from accel.admin.catalog import CheckpointListing
+    from accel.admin.detail import CheckpointDetail
     from accel.admin.verify import VerifyReport
 
 app = typer.Typer(
@@ -93,7 +94,7 @@ def show(
     as_json: bool = _JSON,
 ) -> int:
     """One checkpoint's manifest: files, sizes, checksums, created, run, what it holds."""
-    from accel.admin.catalog import show_checkpoint
+    from accel.admin.detail import show_checkpoint
 
     detail = show_checkpoint(_app.workspace(ctx), _required_step(step), series)
     if as_json:

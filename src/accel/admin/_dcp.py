@@ -1,0 +1,78 @@
+"""A sharded checkpoint's state (``sharded/``, written by ``torch.distributed.checkpoint``)
+for ``accel checkpoints export``: its tree rebuilt from DCP's metadata, and the chosen
+entries consolidated into full tensors in this process.
+
+The metadata is checked by accel's restricted unpickler (:func:`accel.store._sharded.
+check_metadata`) before DCP reads it; the tensors are filled by DCP's own loader through
+:func:`accel.store._sharded.load`, which refuses any value that is not plain data. No
+process group is needed: one process reads every rank's shard files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ShardRef", "load", "outline"]
+
+METADATA = ".metadata"
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """A tensor entry of DCP metadata: its flat name and its full (unsharded) shape."""
+
+    fqn: str
+    dtype: Any
+    shape: tuple[int, ...]
+
+
+def outline(folder: Path) -> Any:
+    """The tree DCP saved, rebuilt from its metadata; tensor entries as :class:`ShardRef`,
+    other values as their type name (never unpickled)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from accel.store import _sharded
+
+    _sharded.check_metadata(folder / METADATA)  # only then may DCP unpickle it
+    metadata = FileSystemReader(str(folder)).read_metadata()
+    paths = metadata.planner_data or {}
+    tree: dict[Any, Any] = {}
+    for fqn, entry in metadata.state_dict_metadata.items():
+        path = tuple(paths.get(fqn) or (fqn,))
+        if isinstance(entry, TensorStorageMetadata):
+            leaf: Any = ShardRef(fqn, entry.properties.dtype, tuple(entry.size))
+        else:
+            leaf = type(entry).__name__
+        _insert(tree, path, leaf)
+    return _as_lists(tree)
+
+
+def _insert(tree: dict[Any, Any], path: tuple[Any, ...], leaf: Any) -> None:
+    for part in path[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[path[-1]] = leaf
+
+
+def _as_lists(node: Any) -> Any:
+    """Folders whose keys are 0..n-1 were lists when saved."""
+    if not isinstance(node, dict):
+        return node
+    items = {k: _as_lists(v) for k, v in node.items()}
+    if items and all(type(k) is int for k in items) and sorted(items) == list(range(len(items))):
+        return [items[i] for i in range(len(items))]
+    return items
+
+
+def load(folder: Path, names: dict[str, Any]) -> dict[str, Any]:
+    """The tensors ``names`` maps to :class:`ShardRef`, full size, by those names."""
+    import torch
+
+    from accel.store import _sharded
+    from accel.store._dist import SINGLE
+
+    target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
+    _sharded.load(target, folder, SINGLE)
+    return {name: target[ref.fqn] for name, ref in names.items()}

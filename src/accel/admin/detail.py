@@ -1,0 +1,74 @@
+"""One checkpoint as ``accel checkpoints show`` reports it: its manifest, and what its
+state holds, read from the header of its state file alone (no tensor is loaded, torch
+is not imported)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.admin.catalog import find_checkpoint
+from accel.errors import IntegrityError
+from accel.store._outline import read_outline
+from accel.store.checkpoints import STATE_FILE
+from accel.store.manifest import Manifest
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
+
+__all__ = ["CheckpointDetail", "show_checkpoint"]
+
+
+@dataclass(frozen=True)
+class CheckpointDetail:
+    """A checkpoint's manifest and, from the header of its state file, what it holds:
+    ``state_keys`` (its top-level keys), ``extra_keys`` (the keys of ``extra``, what
+    ``Accelerator.save_state(extra=...)`` saved) and ``models``."""
+
+    path: Path
+    manifest: Manifest
+    state_keys: tuple[str, ...] | None = None
+    extra_keys: tuple[str, ...] | None = None
+    models: int | None = None
+    state_problem: str | None = None
+
+    @property
+    def sharded(self) -> bool:
+        return any(name.startswith("sharded/") for name in self.manifest.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            **self.manifest.to_json(),
+            "size": self.manifest.size,
+            "sharded": self.sharded,
+            "state_keys": _list(self.state_keys),
+            "extra_keys": _list(self.extra_keys),
+            "models": self.models,
+            "state_problem": self.state_problem,
+        }
+
+
+def _list(keys: tuple[str, ...] | None) -> list[str] | None:
+    return None if keys is None else list(keys)
+
+
+def show_checkpoint(ws: Workspace, step: int, series: str | None) -> CheckpointDetail:
+    found = find_checkpoint(ws, step, series)
+    if STATE_FILE not in found.manifest.files:
+        return CheckpointDetail(found.path, found.manifest)
+    try:
+        state = read_outline(found.path / STATE_FILE)
+    except IntegrityError as exc:
+        return CheckpointDetail(found.path, found.manifest, state_problem=str(exc))
+    if not isinstance(state, dict):
+        return CheckpointDetail(found.path, found.manifest, state_keys=())
+    extra, models = state.get("extra"), state.get("models")
+    return CheckpointDetail(
+        found.path,
+        found.manifest,
+        state_keys=tuple(str(k) for k in state),
+        extra_keys=tuple(str(k) for k in extra) if isinstance(extra, dict) else None,
+        models=len(models) if isinstance(models, (list, tuple)) else None,
+    )
