@@ -278,7 +278,12 @@ class Accelerator:
         if self.scaler is not None:
             for optimizer in self._optimizers:
                 self.scaler.unscale_(optimizer)
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        if self._sharder is None:
+            return norm
+        from accel._fsdp.state import plain
+
+        return plain(norm)  # FSDP: a DTensor, the same total on every rank
 
     def wait_for_everyone(self) -> None:
         if self.world_size > 1:

@@ -4,8 +4,9 @@ accel uses only public API for FSDP: ``torch.distributed.fsdp.fully_shard`` /
 ``FSDPModule``, ``torch.distributed.device_mesh.init_device_mesh``,
 ``torch.distributed.tensor.DTensor`` and ``torch.distributed.checkpoint.state_dict``;
 their import paths and the arguments accel passes are the same in every release of the
-range (read from 2.6.0, 2.11.0, 2.13.0 and 2.15.0; 2.6 is the first with a public
-``fully_shard``). Two things differ on the CPU (gloo), both fixed upstream in 2.7:
+range (2.6 is the first with a public ``fully_shard``; run on 2.6.0, 2.13.0 and 2.15.0,
+and 2.11.0 by hand). Two things differ on the CPU (gloo), both fixed upstream in 2.7
+(read in 2.7.1's source: ``torch/cpu/__init__.py``, ``_fsdp_collectives.py``):
 
 ==========================================  =========================  ================
                                             2.6                        2.7 - 2.15

@@ -28,12 +28,12 @@ def is_sharded(model: Any) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def _owner(optimizer: Any, models: Sequence[Any]) -> int | None:
-    """The index of the sharded model whose parameters ``optimizer`` steps, if any."""
+def _owner(optimizer: Any, models: Sequence[Any]) -> Any:
+    """The sharded model whose parameters ``optimizer`` steps, if any."""
     mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for index, model in enumerate(models):
+    for model in models:
         if is_sharded(model) and any(id(p) in mine for p in model.parameters()):
-            return index
+            return model
     return None
 
 
@@ -53,11 +53,9 @@ def _sharded_state(name: str, models: Sequence[Any], optimizers: Sequence[Any]) 
     if kind == "model":
         return get_model_state_dict(models[int(index)])
     optimizer = optimizers[int(index)]
-    owner = _owner(optimizer, models)
-    assert owner is not None  # listed by sharded_names
     # With no state yet (a fresh run loading a checkpoint), torch creates it with a
     # zero-learning-rate step so that there is a structure to load into.
-    return get_optimizer_state_dict(models[owner], optimizer)
+    return get_optimizer_state_dict(_owner(optimizer, models), optimizer)
 
 
 def save_parts(models: Sequence[Any], optimizers: Sequence[Any]) -> Parts:
@@ -84,7 +82,7 @@ def load_parts(
     names = sharded_names(models, optimizers)
     if sorted(names) != sorted(saved):
         raise UsageError(
-            f"the checkpoint of step {step} holds {_described(saved)} but this run shards "
+            f"the checkpoint of step {step} holds {_described(saved)} but this run has "
             f"{_described(names)}; load it with the FSDP setting of the run that saved it "
             "(launch.fsdp / --fsdp)"
         )
@@ -98,13 +96,19 @@ def load_parts(
             set_model_state_dict(models[int(index)], state)
         else:
             optimizer = optimizers[int(index)]
-            owner = models[_owner(optimizer, models) or 0]
-            set_optimizer_state_dict(owner, optimizer, state)
+            set_optimizer_state_dict(_owner(optimizer, models), optimizer, state)
     return frozenset(names)
 
 
 def _described(names: Sequence[str]) -> str:
     return "FSDP-sharded " + ", ".join(sorted(names)) if names else "no FSDP-sharded state"
+
+
+def plain(tensor: Any) -> Any:
+    """A DTensor as the whole tensor it stands for (e.g. a gradient norm); else as is."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def full_state_dict(model: Any, rank: int) -> dict[str, Any]:
