@@ -23,7 +23,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ranks(workspace: Path, mode: str, *, fsdp: bool) -> list[subprocess.CompletedProcess[str]]:
+def _ranks(
+    workspace: Path, mode: str, *, fsdp: bool, precision: str = "no"
+) -> list[subprocess.CompletedProcess[str]]:
     """Two ranks with the torchrun environment (no launcher): FSDP from the variable
     Hugging Face's launcher and accel's set, ACCELERATE_USE_FSDP."""
     port = str(_free_port())
@@ -33,6 +35,7 @@ def _ranks(workspace: Path, mode: str, *, fsdp: bool) -> list[subprocess.Complet
         env.update(
             ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1",
             ACCELERATE_USE_FSDP="true" if fsdp else "false",
+            ACCELERATE_MIXED_PRECISION=precision,
             RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
@@ -72,6 +75,22 @@ def test_prepare_shards_moves_optimizers_and_restores_state(tmp_path: Path) -> N
 @pytest.mark.timeout(240)
 def test_fp16_overflow_in_one_shard_skips_the_step_on_every_rank(tmp_path: Path) -> None:
     _ok(_ranks(tmp_path / ".accelerate", "fp16", fsdp=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("precision", ["no", "fp16"])
+def test_a_fresh_process_loads_the_sharded_model_and_optimizer(
+    tmp_path: Path, precision: str
+) -> None:
+    """The optimizer has no state yet: torch's way of making one steps the optimizer,
+    which fp16's scaler or an LR scheduler must not see."""
+    workspace = tmp_path / ".accelerate"
+    saved = _ranks(workspace, "save", fsdp=True, precision=precision)
+    _ok(saved)
+    loaded = _ranks(workspace, "load", fsdp=True, precision=precision)
+    _ok(loaded)
+    assert saved[0].stdout.startswith("digest") and loaded[0].stdout == saved[0].stdout
 
 
 @pytest.mark.slow

@@ -146,7 +146,7 @@ def test_config_file_is_the_config_for_this_launch(
         (["--fsdp_auto_wrap_policy", "LAMBDA"], "invalid value for --fsdp-wrap: expected one"),
         (["--fsdp-layer-classes", "a.b"], "invalid value for --fsdp-layer-classes"),
         (["--fsdp_min_num_params", "many"], "invalid value for --fsdp-min-params"),
-        (["--fsdp-reshard-after-forward", "FULL_SHARD"], "--fsdp-reshard-after-forward"),
+        (["--fsdp-reshard-after-forward", "FULL_SHARD"], "invalid value for --fsdp-reshard-after"),
         (["--config_file", "missing.yaml"], "missing.yaml: no such file"),
         (["--monitor_interval", "-1"], "--monitor-interval"),
     ],

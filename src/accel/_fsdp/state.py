@@ -37,9 +37,18 @@ def _owner(optimizer: Any, models: Sequence[Any]) -> Any:
     return None
 
 
-def sharded_names(models: Sequence[Any], optimizers: Sequence[Any]) -> list[str]:
+def sharded_names(
+    models: Sequence[Any], optimizers: Sequence[Any], *, fresh: bool = True
+) -> list[str]:
+    """The sharded models and the optimizers that step them; without ``fresh``, only
+    optimizers that have state (a fresh one is saved as it is: asking torch for its
+    sharded state would make it take a step)."""
     names = [f"model.{i}" for i, m in enumerate(models) if is_sharded(m)]
-    names += [f"optimizer.{j}" for j, o in enumerate(optimizers) if _owner(o, models) is not None]
+    names += [
+        f"optimizer.{j}"
+        for j, o in enumerate(optimizers)
+        if _owner(o, models) is not None and (fresh or o.state)
+    ]
     return names
 
 
@@ -53,15 +62,43 @@ def _sharded_state(name: str, models: Sequence[Any], optimizers: Sequence[Any]) 
     if kind == "model":
         return get_model_state_dict(models[int(index)])
     optimizer = optimizers[int(index)]
-    # With no state yet (a fresh run loading a checkpoint), torch creates it with a
-    # zero-learning-rate step so that there is a structure to load into.
+    _init_state(optimizer)  # a no-op but when loading into a fresh optimizer
     return get_optimizer_state_dict(_owner(optimizer, models), optimizer)
+
+
+def _init_state(optimizer: Any) -> None:
+    """Give a fresh optimizer the state a checkpoint loads into: one step of zero
+    gradients at a zero learning rate, which changes no parameter.
+
+    torch's state_dict helpers do the same, but through ``optimizer.step``: the fp16
+    scaler's step (which refuses their ``closure=None``), LR schedulers' step counters
+    and anything else wrapped around it would see a step. The class's own step does not.
+    """
+    import torch
+
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if optimizer.state or any(p.grad is not None for p in params):
+        return
+    for param in params:
+        if param.requires_grad:
+            param.grad = torch.zeros_like(param)
+    rates = [group.get("lr") for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        if "lr" in group:
+            group["lr"] = torch.tensor(0.0) if isinstance(group["lr"], torch.Tensor) else 0.0
+    try:
+        type(optimizer).step(optimizer)
+    finally:
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            if "lr" in group:
+                group["lr"] = rate
+        optimizer.zero_grad(set_to_none=True)
 
 
 def save_parts(models: Sequence[Any], optimizers: Sequence[Any]) -> Parts:
     """(model states, optimizer states, sharded state or None): ``{}`` stands in the
     first two for what the sharded state holds. A collective when something is sharded."""
-    names = sharded_names(models, optimizers)
+    names = sharded_names(models, optimizers, fresh=False)
     sharded = {name: _sharded_state(name, models, optimizers) for name in names}
     model_states = [{} if f"model.{i}" in sharded else m.state_dict() for i, m in enumerate(models)]
     optim_states = [
@@ -80,15 +117,18 @@ def load_parts(
     )
 
     names = sharded_names(models, optimizers)
-    if sorted(names) != sorted(saved):
+    models_differ = {n for n in names if n.startswith("model.")} != {
+        n for n in saved if n.startswith("model.")
+    }
+    if models_differ or not set(saved) <= set(names):
         raise UsageError(
             f"the checkpoint of step {step} holds {_described(saved)} but this run has "
             f"{_described(names)}; load it with the FSDP setting of the run that saved it "
             "(launch.fsdp / --fsdp)"
         )
-    if not names:
+    if not saved:
         return frozenset()
-    target = {name: _sharded_state(name, models, optimizers) for name in names}
+    target = {name: _sharded_state(name, models, optimizers) for name in saved}
     checkpoints.load_sharded(target, step)
     for name, state in target.items():
         kind, index = name.split(".")
@@ -97,7 +137,7 @@ def load_parts(
         else:
             optimizer = optimizers[int(index)]
             set_optimizer_state_dict(_owner(optimizer, models), optimizer, state)
-    return frozenset(names)
+    return frozenset(saved)
 
 
 def _described(names: Sequence[str]) -> str:

@@ -109,7 +109,7 @@ def _classes(section: Mapping[str, Any], source: str) -> list[str]:
 def _checked(value: Any, key: str, source: str, hf_key: str) -> Any:
     f = schema.BY_KEY[key]
     try:
-        return schema.parse_text(f, value) if isinstance(value, str) else schema.coerce(f, value)
+        return schema.read_value(f, value)
     except ValueError as exc:
         raise ConfigError(f"{source}: fsdp_config.{hf_key}: {exc}") from None
 

@@ -271,7 +271,7 @@ def _accelerate_env(
 def _checked(value: Any, key: str, source: str, hf_key: str | None = None) -> Any:
     f = schema.BY_KEY[key]
     try:
-        return schema.parse_text(f, value) if isinstance(value, str) else schema.coerce(f, value)
+        return schema.read_value(f, value)
     except ValueError as exc:
         raise ConfigError(f"{source}: {hf_key or key}: {exc}") from None
 

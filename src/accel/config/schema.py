@@ -354,6 +354,11 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
+def read_value(f: Field, value: Any) -> Any:
+    """A value typed on a command line or in a file: text is parsed, the rest checked."""
+    return parse_text(f, value) if isinstance(value, str) else coerce(f, value)
+
+
 def parse_text(f: Field, text: str) -> Any:
     """Read a value for ``f`` from a flag or an environment variable (always a string)."""
     stripped = text.strip()

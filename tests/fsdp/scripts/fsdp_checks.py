@@ -6,8 +6,11 @@ usage: fsdp_checks.py MODE   (FSDP is on when the test sets ACCELERATE_USE_FSDP=
            order, step the sharded parameters; clip_grad_norm_; get_state_dict;
            save_state / load_state restore model and optimizer; async saves refused
   fp16     an overflow in one rank's shard skips the step on every rank
-  save     train a step and save_state(1)
-  load     load_state() of what `save` left: prints the refusal when there is one
+  save     train a step and save_state(1); rank 0 prints the weights' digest
+  load     load_state() into a fresh process (its optimizer has no state yet): rank 0
+           prints the weights' digest, or the refusal (exit 3)
+
+Precision comes from ACCELERATE_MIXED_PRECISION, as under a launcher.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def check_prepare(acc: accel.Accelerator) -> None:
         assert all(isinstance(p, DTensor) for p in params)
         assert [id(p) for p in o.param_groups[0]["params"]] == [id(p) for p in params]
 
+    acc.save_state(0)  # a fresh optimizer is saved as it is: it must not take a step
+    assert not opt.state and not other_opt.state
     full = acc.get_state_dict(model)  # a collective: every rank calls it
     if acc.is_main_process:
         assert full.keys() == initial.keys()
@@ -88,6 +93,9 @@ def check_prepare(acc: accel.Accelerator) -> None:
     assert all(torch.equal(a, b) for a, b in zip(saved, local(model) + local(other), strict=True))
     for p, m in zip(model.parameters(), momentum, strict=True):
         assert torch.equal(opt.state[p]["momentum_buffer"].to_local(), m)
+    assert acc.load_state(0) == 0 and not opt.state  # back to the untrained start
+    full = acc.get_state_dict(model)
+    assert all(torch.equal(full[k], initial[k]) for k in full)
 
 
 def check_fp16(acc: accel.Accelerator) -> None:
@@ -109,18 +117,33 @@ def check_fp16(acc: accel.Accelerator) -> None:
     assert all(not torch.equal(a, b) for a, b in zip(before, local(model), strict=True))
 
 
+def digest(acc: accel.Accelerator, model: Any, opt: Any) -> None:
+    """Rank 0 prints every weight and the optimizer state, to compare two processes."""
+    full = acc.get_state_dict(model)
+    states = [opt.state[p] for p in model.parameters()]
+    moments = [
+        v.full_tensor() if hasattr(v, "full_tensor") else v
+        for state in states
+        for _, v in sorted(state.items())
+    ]
+    if acc.is_main_process:
+        print("digest", [t.tolist() for t in full.values()], [m.tolist() for m in moments])
+
+
 def save_and_load(acc: accel.Accelerator, mode: str) -> None:
     model, opt = acc.prepare(*model_and_optimizer(seed=0))
     if mode == "save":
         step(acc, model, opt)
         acc.save_state(1)
+        digest(acc, model, opt)
         return
     try:
-        acc.load_state()
+        assert acc.load_state() == 1
     except UsageError as exc:
         if acc.is_main_process:
             print(f"refused: {exc}", flush=True)
         raise SystemExit(3) from None
+    digest(acc, model, opt)
 
 
 def main(mode: str) -> None:
