@@ -34,9 +34,11 @@ class Sharder:
 
         if isinstance(model, FSDPModule):
             return model
+        _sync_from_rank0(model)
+        if not any(True for _ in model.parameters()):
+            return model  # nothing to shard (torch refuses the state of such a module)
         if self.device.type == "cpu":
             compat.prepare_cpu_streams()
-        _sync_from_rank0(model)
         before = dict(model.named_parameters())
         reshard = compat.reshard_after_forward(
             self.settings.reshard_after_forward, self.device.type

@@ -63,6 +63,8 @@ def check_prepare(acc: accel.Accelerator) -> None:
         assert all(isinstance(p, DTensor) for p in params)
         assert [id(p) for p in o.param_groups[0]["params"]] == [id(p) for p in params]
 
+    relu = acc.prepare(torch.nn.ReLU())  # nothing to shard: left as it is, saved as it is
+    assert type(relu) is torch.nn.ReLU
     acc.save_state(0)  # a fresh optimizer is saved as it is: it must not take a step
     assert not opt.state and not other_opt.state
     full = acc.get_state_dict(model)  # a collective: every rank calls it
