@@ -13,10 +13,15 @@ Precision comes from the ``mixed_precision`` argument, else
 every prepared optimizer's ``step()`` unscales, skips a step whose gradients overflowed
 and updates the scale, as Hugging Face Accelerate's prepared optimizers do.
 
+FSDP comes from ``fsdp``, else ``ACCELERATE_USE_FSDP`` (set by ``accel launch``), else
+``launch.fsdp``: ``prepare()`` then shards models with FSDP2 instead of wrapping them in
+DDP (see :mod:`accel._fsdp`).
+
 Checkpoints go through the workspace's store (``ws.checkpoints``): ``save_state``
 commits every prepared model, optimizer, scheduler and data loader plus each rank's
 RNG states; ``load_state`` restores the latest committed one, so a restarted run
-continues exactly where the checkpoint left it (bit for bit on CPU).
+continues exactly where the checkpoint left it (bit for bit on CPU). Sharded models
+and their optimizers go through ``torch.distributed.checkpoint`` inside the same commit.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from accel.workspace import Workspace
 if TYPE_CHECKING:
     import torch
 
+    from accel._fsdp.settings import FsdpSettings
+    from accel._fsdp.shard import Sharder
     from accel.metrics_tb import TensorBoardLogger
     from accel.store.cache import CacheEntryInfo
 
@@ -69,6 +76,7 @@ class Accelerator:
         seed: int = 0,
         workspace: Workspace | None = None,
         log_all_ranks: bool = False,
+        fsdp: bool | None = None,
     ) -> None:
         env = dict(os.environ)
         self.workspace = workspace or Workspace.discover()
@@ -80,8 +88,10 @@ class Accelerator:
         self.log_all_ranks = log_all_ranks
         self.mixed_precision = self._precision(mixed_precision, env)
         self.device = self._pick_device(cpu, env)
+        self.fsdp = self._fsdp_settings(fsdp, env)
         self.scaler = self._make_scaler()
         self._owns_group = self._init_group()
+        self._sharder: Sharder | None = None
         self._models: list[Any] = []
         self._optimizers: list[Any] = []
         self._schedulers: list[Any] = []
@@ -112,6 +122,11 @@ class Accelerator:
             return torch.device("cpu")
         torch.cuda.set_device(self.local_rank)
         return torch.device("cuda", self.local_rank)
+
+    def _fsdp_settings(self, fsdp: bool | None, env: dict[str, str]) -> FsdpSettings | None:
+        from accel._fsdp.settings import resolve
+
+        return resolve(fsdp, env, self.workspace.config)
 
     def _make_scaler(self) -> Any:
         """A ``GradScaler`` for fp16 (bf16 has fp32's range: it needs none); else None."""
@@ -185,6 +200,8 @@ class Accelerator:
         if isinstance(obj, torch.nn.Module):
             return self._prepare_model(obj)
         if isinstance(obj, torch.optim.Optimizer):
+            if self._sharder is not None:
+                self._sharder.adopt(obj)
             if self.scaler is not None:
                 _scale_steps(obj, self.scaler)
             self._optimizers.append(obj)
@@ -203,7 +220,9 @@ class Accelerator:
 
     def _prepare_model(self, model: Any) -> Any:
         model = model.to(self.device)
-        if self.world_size > 1:
+        if self.world_size > 1 and self.fsdp is not None:
+            model = self._shard(model, self.fsdp)
+        elif self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -211,9 +230,29 @@ class Accelerator:
         self._models.append(model)
         return model
 
+    def _shard(self, model: Any, settings: FsdpSettings) -> Any:
+        if self._sharder is None:
+            from accel._fsdp.shard import Sharder
+
+            self._sharder = Sharder(settings, self.device, self.world_size)
+        return self._sharder.shard(model, self._optimizers)
+
     @staticmethod
     def unwrap_model(model: Any) -> Any:
         return getattr(model, "module", model)
+
+    def get_state_dict(self, model: Any) -> dict[str, Any]:
+        """The full state dict of ``model`` on the main process, ``{}`` on the others.
+
+        Under FSDP a collective (every rank calls it; the shards are gathered to rank 0,
+        on the CPU); otherwise the unwrapped model's own ``state_dict()``.
+        """
+        model = self.unwrap_model(model)
+        if self._sharder is None:
+            return dict(model.state_dict()) if self.is_main_process else {}
+        from accel._fsdp.state import full_state_dict
+
+        return full_state_dict(model, self.rank)
 
     # -- training helpers ---------------------------------------------------------------
 
@@ -239,7 +278,12 @@ class Accelerator:
         if self.scaler is not None:
             for optimizer in self._optimizers:
                 self.scaler.unscale_(optimizer)
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        if self._sharder is None:
+            return norm
+        from accel._fsdp.state import plain
+
+        return plain(norm)  # FSDP: a DTensor, the same total on every rank
 
     def wait_for_everyone(self) -> None:
         if self.world_size > 1:
@@ -314,18 +358,35 @@ class Accelerator:
         async_save: bool | None = None,
     ) -> Any:
         """Checkpoint every prepared object, the RNG states and ``step`` (a collective)."""
+        models, optimizers, sharded = self._state_dicts()
         state = {
             "step": step,
-            "models": [self.unwrap_model(m).state_dict() for m in self._models],
-            "optimizers": [o.state_dict() for o in self._optimizers],
+            "models": models,
+            "optimizers": optimizers,
+            "sharded": sorted(sharded or ()),
             "schedulers": [s.state_dict() for s in self._schedulers],
             "loaders": [{"epoch": loader.epoch} for loader in self._loaders],
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "extra": extra,
         }
         return self.checkpoints.save(
-            state, step, tag=tag, async_save=async_save, rank_state={"rng": _rng_state()}
+            state,
+            step,
+            tag=tag,
+            async_save=async_save,
+            rank_state={"rng": _rng_state()},
+            sharded=sharded,
         )
+
+    def _state_dicts(self) -> tuple[list[Any], list[Any], dict[str, Any] | None]:
+        """Models' and optimizers' states; what FSDP shards goes into the third part."""
+        models = [self.unwrap_model(m) for m in self._models]
+        if self._sharder is None:
+            optimizers = [o.state_dict() for o in self._optimizers]
+            return [m.state_dict() for m in models], optimizers, None
+        from accel._fsdp.state import save_parts
+
+        return save_parts(models, self._optimizers)
 
     def load_state(self, step: int | None = None) -> int | None:
         """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none."""
@@ -333,13 +394,17 @@ class Accelerator:
         if found is None:
             return None
         state = self.checkpoints.load(found, map_location="cpu")
+        models = [self.unwrap_model(m) for m in self._models]
+        restored = self._load_sharded(found, state.get("sharded") or [], models)
         for kind, objs in (
-            ("models", [self.unwrap_model(m) for m in self._models]),
+            ("models", models),
             ("optimizers", self._optimizers),
             ("schedulers", self._schedulers),
         ):
-            for obj, sd in zip(objs, _matching(state, kind, objs, found), strict=True):
-                obj.load_state_dict(sd)
+            saved = _matching(state, kind, objs, found)
+            for index, (obj, sd) in enumerate(zip(objs, saved, strict=True)):
+                if f"{kind[:-1]}.{index}" not in restored:
+                    obj.load_state_dict(sd)
         for loader, sd in zip(
             self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
         ):
@@ -351,6 +416,14 @@ class Accelerator:
         if rank_state is not None:
             _set_rng_state(rank_state["rng"])
         return int(state["step"])
+
+    def _load_sharded(self, step: int, saved: list[str], models: list[Any]) -> frozenset[str]:
+        """Restore what FSDP shards (a collective); the names of the objects restored."""
+        if self._sharder is None and not saved:
+            return frozenset()
+        from accel._fsdp.state import load_parts
+
+        return load_parts(self.checkpoints, step, saved, models, self._optimizers)
 
     def _agreed_step(self, step: int | None) -> int | None:
         """Every rank loads the step rank 0 found, even if a save lands meanwhile."""

@@ -150,7 +150,18 @@ EXPECTED: dict[str, tuple[dict[str, Any], list[str]] | str] = {
     "multi_hpu.yaml": "distributed_type MULTI_HPU: accel launches CPU and CUDA workers only",
     "multi_neuron.yaml": "distributed_type MULTI_NEURON: accel launches CPU and CUDA workers only",
     "deepspeed.yaml": "distributed_type DEEPSPEED: DeepSpeed training is not supported",
-    "fsdp.yaml": "distributed_type FSDP: FSDP training is not supported by accel yet",
+    "fsdp.yaml": (
+        {
+            "launch.num_processes": 4,
+            **ONE,
+            **GPU,
+            "launch.fsdp": True,
+            "launch.fsdp_wrap": "transformer",
+            "launch.fsdp_layer_classes": ["LlamaDecoderLayer"],
+            "launch.fsdp_reshard_after_forward": True,
+        },
+        ["fsdp_config.fsdp_cpu_ram_efficient_loading: not used"],
+    ),
     "megatron_lm.yaml": "distributed_type MEGATRON_LM: Megatron-LM training is not supported",
     "xla_tpu.yaml": "distributed_type XLA: TPU (XLA) training is not supported",
     "sagemaker.yaml": "compute_environment AMAZON_SAGEMAKER: accel launches on this machine only",
@@ -221,8 +232,11 @@ def test_each_corpus_file(name: str) -> None:
         assert message.startswith(f"{name}: ") and expected in message
         assert "\n" not in message
         return
-    result = map_hf_config(load(name), name)
+    data = load(name)
+    result = map_hf_config(data, name)
     values, notes = expected
+    if data["distributed_type"] != "FSDP":  # every other type says: no FSDP
+        values = {**values, "launch.fsdp": False}
     assert result.values == values
     assert len(result.notes) == len(notes)
     for note, start in zip(result.notes, notes, strict=True):
@@ -335,18 +349,92 @@ def test_import_into_the_project_file(project: Path) -> None:
     assert "rdzv_endpoint" not in ws.config_file.read_text()
 
 
-@pytest.mark.timeout(60)
-def test_cli_refuses_fsdp_in_one_line_and_writes_nothing(
-    project: Path, accel_exe: list[str]
+FSDP2 = load("fsdp.yaml")
+
+
+def fsdp_with(**fsdp_config: Any) -> dict[str, Any]:
+    return {**FSDP2, "fsdp_config": {**FSDP2["fsdp_config"], **fsdp_config}}
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "value"),
+    [
+        ({"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP"}, "launch.fsdp_wrap", "size"),
+        ({"fsdp_auto_wrap_policy": "NO_WRAP"}, "launch.fsdp_wrap", "none"),
+        ({"fsdp_auto_wrap_policy": None}, "launch.fsdp_wrap", "none"),  # Accelerate's default
+        ({"fsdp_min_num_params": 2000}, "launch.fsdp_min_params", 2000),
+        ({"fsdp_reshard_after_forward": False}, "launch.fsdp_reshard_after_forward", False),
+        (
+            {"fsdp_transformer_layer_cls_to_wrap": "BertLayer,BertEmbeddings"},
+            "launch.fsdp_layer_classes",
+            ["BertLayer", "BertEmbeddings"],
+        ),
+        ({"fsdp_transformer_layer_cls_to_wrap": None}, "launch.fsdp_layer_classes", []),
+    ],
+)
+def test_fsdp2_settings_accel_honours(change: dict[str, Any], key: str, value: Any) -> None:
+    assert map_hf_config(fsdp_with(**change)).values[key] == value
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"fsdp_version": 1}, "fsdp_config.fsdp_version 1: accel shards with FSDP2"),
+        ({"fsdp_version": None}, "fsdp_config.fsdp_version 1: accel shards with FSDP2"),
+        ({"fsdp_offload_params": True}, "fsdp_config.fsdp_offload_params: CPU offload"),
+        ({"fsdp_activation_checkpointing": True}, "fsdp_activation_checkpointing: FSDP act"),
+        ({"fsdp_ignored_modules": "Head"}, "fsdp_config.fsdp_ignored_modules: modules"),
+        ({"fsdp_auto_wrap_policy": "LAMBDA"}, "fsdp_auto_wrap_policy: expected one of"),
+        ({"fsdp_reshard_after_forward": "FULL_SHARD"}, "fsdp_reshard_after_forward: expected"),
+        ({"fsdp_transformer_layer_cls_to_wrap": "a.B"}, "fsdp_transformer_layer_cls_to_wrap:"),
+        ({"fsdp_min_num_params": -1}, "fsdp_config.fsdp_min_num_params: expected an integer"),
+    ],
+)
+def test_fsdp_settings_accel_cannot_honour_are_refused(
+    change: dict[str, Any], message: str
 ) -> None:
+    data = fsdp_with(**change)
+    if change.get("fsdp_version", 2) is None:
+        del data["fsdp_config"]["fsdp_version"]  # absent: Accelerate runs FSDP1
+    with pytest.raises(ConfigError, match=message) as caught:
+        map_hf_config(data, "f.yaml")
+    assert str(caught.value).startswith("f.yaml: fsdp_config.") and "\n" not in str(caught.value)
+
+
+def test_fsdp_settings_that_change_nothing_are_notes() -> None:
+    data = fsdp_with(
+        fsdp_sharding_strategy="FULL_SHARD",
+        fsdp_use_orig_params=True,
+        fsdp_state_dict_type="FULL_STATE_DICT",
+        fsdp_cpu_ram_efficient_loading=False,
+        fsdp_sync_module_states=True,
+        fsdp_mystery=1,
+    )
+    assert map_hf_config(data).notes == [
+        "fsdp_config.fsdp_state_dict_type FULL_STATE_DICT: accel's checkpoints stay sharded "
+        "(torch.distributed.checkpoint); export the whole model with acc.get_state_dict(model)",
+        "fsdp_config.fsdp_sharding_strategy: ignored with FSDP2, as Accelerate ignores it",
+        "fsdp_config.fsdp_use_orig_params: ignored with FSDP2, as Accelerate ignores it",
+        "fsdp_config.fsdp_mystery: not an FSDP key accel knows; ignored",
+    ]
+
+
+@pytest.mark.timeout(60)
+def test_cli_refuses_fsdp1_in_one_line_and_writes_nothing(
+    project: Path, accel_exe: list[str], tmp_path: Path
+) -> None:
+    fsdp1 = tmp_path / "fsdp1.yaml"
+    fsdp1.write_text(
+        (CORPUS / "fsdp.yaml").read_text().replace("fsdp_version: 2", "fsdp_version: 1")
+    )
     done = subprocess.run(
-        [*accel_exe, "config", "import", str(CORPUS / "fsdp.yaml")],
+        [*accel_exe, "config", "import", str(fsdp1)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "FSDP training is not supported" in done.stderr
+    assert done.stderr.count("\n") == 1 and "accel shards with FSDP2" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (project / ".accelerate").exists()
     ok = subprocess.run(
@@ -358,3 +446,21 @@ def test_cli_refuses_fsdp_in_one_line_and_writes_nothing(
     assert ok.returncode == 0 and ok.stderr == ""
     assert "launch.rdzv_endpoint unset" in ok.stdout
     assert "launch.num_processes = 1" in ok.stdout
+
+
+@pytest.mark.timeout(60)
+def test_cli_imports_an_fsdp2_config(project: Path, accel_exe: list[str]) -> None:
+    done = subprocess.run(
+        [*accel_exe, "config", "import", str(CORPUS / "fsdp.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fsdp_cpu_ram_efficient_loading: not used" in done.stderr  # a warning line
+    cfg = Workspace.discover().config
+    assert cfg["launch.fsdp"] is True and cfg["launch.fsdp_wrap"] == "transformer"
+    assert cfg["launch.fsdp_layer_classes"] == ["LlamaDecoderLayer"]
+    # Importing a DDP config turns FSDP off again.
+    config_project.import_hf(Workspace.discover(), CORPUS / "multi_gpu_2.yaml")
+    assert Workspace.discover().config["launch.fsdp"] is False

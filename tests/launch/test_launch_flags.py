@@ -141,7 +141,12 @@ def test_config_file_is_the_config_for_this_launch(
         (["--num_processes", "5000"], "5000 workers per node: expected an integer from 1 to"),
         (["--standalone", "--nnodes", "2"], "--standalone runs on one node"),
         (["--master_port", "70000", "--nnodes", "2"], "--master-addr/--master-port"),
-        (["--config_file", str(HF_CONFIGS / "fsdp.yaml")], "FSDP training is not supported"),
+        (["--fsdp_version", "1"], "accel shards with FSDP2 (fully_shard) only"),
+        (["--fsdp", "--no-fsdp"], "give --fsdp or --no-fsdp, not both"),
+        (["--fsdp_auto_wrap_policy", "LAMBDA"], "invalid value for --fsdp-wrap: expected one"),
+        (["--fsdp-layer-classes", "a.b"], "invalid value for --fsdp-layer-classes"),
+        (["--fsdp_min_num_params", "many"], "invalid value for --fsdp-min-params"),
+        (["--fsdp-reshard-after-forward", "FULL_SHARD"], "invalid value for --fsdp-reshard-after"),
         (["--config_file", "missing.yaml"], "missing.yaml: no such file"),
         (["--monitor_interval", "-1"], "--monitor-interval"),
     ],
@@ -151,6 +156,58 @@ def test_what_accel_cannot_honour_is_refused(
 ) -> None:
     assert words in refused(capsys, *args)
     assert not (project / ".accelerate").exists()
+
+
+def fsdp_env(p: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in p["worker_env"].items() if "FSDP" in k}
+
+
+def test_fsdp_flags_in_accels_and_accelerates_spelling(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    assert fsdp_env(plan(capsys, SCRIPT)) == {"ACCELERATE_USE_FSDP": "false"}
+    on = {
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_VERSION": "2",
+        "FSDP_AUTO_WRAP_POLICY": "SIZE_BASED_WRAP",
+        "FSDP_MIN_NUM_PARAMS": "5000",
+        "FSDP_RESHARD_AFTER_FORWARD": "false",
+    }
+    accels = plan(
+        capsys,
+        *("--fsdp", "--fsdp-wrap", "size", "--fsdp-min-params", "5000"),
+        *("--fsdp-reshard-after-forward", "false", SCRIPT),
+    )
+    assert fsdp_env(accels) == on
+    assert accels["config"]["launch"]["fsdp_wrap"] == "size"
+    accelerates = plan(
+        capsys,
+        *("--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "SIZE_BASED_WRAP"),
+        *("--fsdp_min_num_params", "5000", "--fsdp_reshard_after_forward", "false", SCRIPT),
+    )
+    assert fsdp_env(accelerates) == on
+    layers = plan(capsys, "--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "A,B", SCRIPT)
+    assert fsdp_env(layers)["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "A,B"
+    assert fsdp_env(layers)["FSDP_AUTO_WRAP_POLICY"] == "TRANSFORMER_BASED_WRAP"
+    # A flag wins over the project file, which the workers would otherwise read.
+    (project / ".accelerate" / "config").mkdir(parents=True)
+    (project / ".accelerate" / "config" / "accelerate_config.yaml").write_text(
+        "launch:\n  fsdp: true\n"
+    )
+    assert fsdp_env(plan(capsys, SCRIPT))["ACCELERATE_USE_FSDP"] == "true"
+    assert fsdp_env(plan(capsys, "--no-fsdp", SCRIPT)) == {"ACCELERATE_USE_FSDP": "false"}
+
+
+def test_an_accelerate_fsdp_config_file_shards(capsys: pytest.CaptureFixture[str]) -> None:
+    p = plan(capsys, "--config_file", str(HF_CONFIGS / "fsdp.yaml"), SCRIPT)
+    assert fsdp_env(p) == {
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_VERSION": "2",
+        "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
+        "FSDP_TRANSFORMER_CLS_TO_WRAP": "LlamaDecoderLayer",
+        "FSDP_MIN_NUM_PARAMS": "100000000",
+        "FSDP_RESHARD_AFTER_FORWARD": "true",
+    }
 
 
 def test_no_python_checks_the_program(capsys: pytest.CaptureFixture[str], project: Path) -> None:

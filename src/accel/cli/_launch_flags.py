@@ -13,6 +13,9 @@ launch`` command line means under ``accel launch`` what it meant before:
   ``--standalone``), so two jobs on one machine never meet in one store.
 - ``--config_file`` reads a Hugging Face config as ``accel config import`` does, for
   this launch only; flags on the command line still win.
+- ``--use_fsdp`` is ``--fsdp``; ``--fsdp_auto_wrap_policy`` takes Accelerate's names
+  (``TRANSFORMER_BASED_WRAP``, ...) as well as accel's; ``--fsdp_version`` other than 2
+  is refused (accel shards with FSDP2 only).
 - ``--log_dir`` and ``--redirects`` are refused with a pointer to where accel keeps
   the logs.
 """
@@ -42,6 +45,11 @@ _FLAG_KEYS = {
     "grace": "launch.stop_grace_period",
     "hang_timeout": "launch.hang_timeout",
     "hang_action": "launch.hang_action",
+    "fsdp": "launch.fsdp",
+    "fsdp_wrap": "launch.fsdp_wrap",
+    "fsdp_layer_classes": "launch.fsdp_layer_classes",
+    "fsdp_min_params": "launch.fsdp_min_params",
+    "fsdp_reshard_after_forward": "launch.fsdp_reshard_after_forward",
 }
 
 
@@ -85,6 +93,12 @@ def _refuse(params: Mapping[str, Any]) -> None:
                 "stderr apart, in .accelerate/logs/runs/<run-id>/rank-N.log and on the "
                 "console; read them with `accel logs`"
             )
+    version = params.get("fsdp_version")
+    if version is not None and str(version).strip() != "2":
+        raise UsageError(
+            f"--fsdp-version {version}: accel shards with FSDP2 (fully_shard) only; "
+            "give --fsdp-version 2 or drop the flag"
+        )
     interval = params.get("monitor_interval")
     if interval is not None and interval < 0:
         raise UsageError(f"invalid value for --monitor-interval: expected >= 0, got {interval}")
@@ -96,16 +110,50 @@ def _refuse(params: Mapping[str, Any]) -> None:
         )
 
 
+# Accelerate's names of accel's options: the same option, accel's spelling wins.
+_HF_ALIASES = {
+    "use_fsdp": "fsdp",
+    "fsdp_auto_wrap_policy": "fsdp_wrap",
+    "fsdp_transformer_layer_cls_to_wrap": "fsdp_layer_classes",
+    "fsdp_min_num_params": "fsdp_min_params",
+}
+
+
 def _explicit(params: Mapping[str, Any]) -> dict[str, Any]:
+    params = {**params}
+    for alias, name in _HF_ALIASES.items():
+        if not params.get(name) and params.get(alias):
+            params[name] = params[alias]
     flags = {key: params.get(name) for name, key in _FLAG_KEYS.items()}
+    flags["launch.fsdp"] = _fsdp(params)
     if flags["launch.num_processes"] is not None:
         flags["launch.num_processes"] = _per_node(str(flags["launch.num_processes"]))
     if flags["launch.num_machines"] is not None:
         flags["launch.num_machines"] = _fixed_nnodes(str(flags["launch.num_machines"]))
     if flags["launch.dynamo_backend"] is not None:
         flags["launch.dynamo_backend"] = str(flags["launch.dynamo_backend"]).lower()
+    if flags["launch.fsdp_wrap"] is not None:
+        flags["launch.fsdp_wrap"] = _wrap(str(flags["launch.fsdp_wrap"]))
     flags["launch.use_cpu"] = True if params.get("cpu") else None
     return {key: value for key, value in flags.items() if value is not None}
+
+
+def _fsdp(params: Mapping[str, Any]) -> bool | None:
+    """``--fsdp`` (or Accelerate's ``--use_fsdp``) on, ``--no-fsdp`` off, else unset."""
+    on, off = bool(params.get("fsdp")), bool(params.get("no_fsdp"))
+    if on and off:
+        raise UsageError("give --fsdp or --no-fsdp, not both")
+    return True if on else False if off else None
+
+
+def _wrap(text: str) -> str:
+    """``--fsdp-wrap`` in accel's words, or Accelerate's (TRANSFORMER_BASED_WRAP, ...)."""
+    from accel.config.hf_fsdp import wrap_name
+
+    try:
+        return wrap_name(text)
+    except ValueError as exc:
+        raise UsageError(f"invalid value for --fsdp-wrap: {exc}") from None
 
 
 def _per_node(text: str) -> Any:

@@ -84,6 +84,34 @@ def launch(
     run_name: str | None = typer.Option(
         None, "--run-name", help="Series name for checkpoints. (config launch.run_name)"
     ),
+    fsdp: bool = typer.Option(
+        False,
+        "--fsdp",
+        help="Shard models with FSDP2 in Accelerator.prepare(); --no-fsdp: don't. "
+        "(config launch.fsdp)",
+    ),
+    no_fsdp: bool = typer.Option(False, "--no-fsdp", hidden=True),
+    fsdp_wrap: str | None = typer.Option(
+        None,
+        "--fsdp-wrap",
+        help="What FSDP shards before the root: transformer, size or none. "
+        "(config launch.fsdp_wrap)",
+    ),
+    fsdp_layer_classes: str | None = typer.Option(
+        None,
+        "--fsdp-layer-classes",
+        help="Layer classes to shard, e.g. Block,Attention. (config launch.fsdp_layer_classes)",
+    ),
+    fsdp_min_params: str | None = typer.Option(
+        None,
+        "--fsdp-min-params",
+        help="Parameters of a module sharded by --fsdp-wrap size. (config launch.fsdp_min_params)",
+    ),
+    fsdp_reshard_after_forward: str | None = typer.Option(
+        None,
+        "--fsdp-reshard-after-forward",
+        help="true or false. (config launch.fsdp_reshard_after_forward)",
+    ),
     grace: str | None = typer.Option(
         None,
         "--stop-grace-period",
@@ -180,6 +208,19 @@ def launch(
         help="Accepted for torchrun; accel checks the workers every 0.1 s.",
         rich_help_panel=_COMPAT,
     ),
+    use_fsdp: bool = typer.Option(
+        False, "--use-fsdp", help="Accelerate: --fsdp.", rich_help_panel=_COMPAT
+    ),
+    fsdp_version: str | None = typer.Option(
+        None,
+        "--fsdp-version",
+        help="Accelerate: 2 (accel shards with FSDP2 only).",
+        rich_help_panel=_COMPAT,
+    ),
+    # Accelerate's spellings of the --fsdp-* options (hidden: the same options).
+    fsdp_auto_wrap_policy: str | None = typer.Option(None, hidden=True),
+    fsdp_transformer_layer_cls_to_wrap: str | None = typer.Option(None, hidden=True),
+    fsdp_min_num_params: str | None = typer.Option(None, hidden=True),
     log_dir: str | None = typer.Option(None, "--log-dir", hidden=True),
     redirects: str | None = typer.Option(None, "--redirects", "-r", hidden=True),
 ) -> int:

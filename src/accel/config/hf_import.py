@@ -10,9 +10,11 @@ The import keeps what ``accelerate launch`` would do with the file:
   machines keep ``main_process_ip:main_process_port``.
 - ``debug`` and the ``dynamo_config`` details become the worker variables Accelerate
   sets (``ACCELERATE_DEBUG_MODE``, ``ACCELERATE_DYNAMO_*``) in ``launch.env``.
-- A config accel cannot run the way Accelerate would (FSDP, DeepSpeed, Megatron-LM,
-  TPU, SageMaker, accelerators other than CUDA, fp8) is refused with a
-  :class:`ConfigError`, never imported as something else.
+- ``distributed_type: FSDP`` with ``fsdp_version: 2`` becomes ``launch.fsdp`` and its
+  details (:mod:`accel.config.hf_fsdp`); every other type sets ``launch.fsdp: false``.
+- A config accel cannot run the way Accelerate would (FSDP1 and the FSDP options accel
+  lacks, DeepSpeed, Megatron-LM, TPU, SageMaker, accelerators other than CUDA, fp8) is
+  refused with a :class:`ConfigError`, never imported as something else.
 - Keys Accelerate writes with their defaults, and TPU-only keys, import silently; any
   other value accel does not use is reported in ``notes``.
 """
@@ -24,12 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accel.config import schema
+from accel.config.hf_fsdp import fsdp_values
 from accel.errors import ConfigError
 
 HF_DEFAULT_PORT = 29500  # what `accelerate launch` uses when main_process_port is unset
-_DDP_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")
+_DDP_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")  # FSDP: DDP's launch, sharded models
 _REFUSED_TYPES = {
-    "FSDP": "FSDP training is not supported by accel yet",
     "DEEPSPEED": "DeepSpeed training is not supported by accel",
     "MEGATRON_LM": "Megatron-LM training is not supported by accel",
     "XLA": "TPU (XLA) training is not supported by accel",
@@ -113,6 +115,7 @@ def map_hf_config(data: Mapping[str, Any], source: str = "the config") -> Import
     notes: list[str] = []
     values.update(_job_shape(data, source, notes))
     values.update(_devices(data, source))
+    values.update(fsdp_values(data, source, notes))
     env = _accelerate_env(data, values, source, notes)
     if env:
         values["launch.env"] = env
@@ -268,7 +271,7 @@ def _accelerate_env(
 def _checked(value: Any, key: str, source: str, hf_key: str | None = None) -> Any:
     f = schema.BY_KEY[key]
     try:
-        return schema.parse_text(f, value) if isinstance(value, str) else schema.coerce(f, value)
+        return schema.read_value(f, value)
     except ValueError as exc:
         raise ConfigError(f"{source}: {hf_key or key}: {exc}") from None
 
@@ -280,6 +283,8 @@ def _leftovers(data: Mapping[str, Any]) -> list[str]:
     for key, value in data.items():
         if key in _HANDLED or key in _IRRELEVANT or (key in _SECTIONS and not value):
             continue
+        if key == "fsdp_config" and kind == "FSDP":
+            continue  # read by accel.config.hf_fsdp
         if key == "mpirun_config":
             notes.append(
                 "mpirun_config: not used: accel does not start the other machines; run "

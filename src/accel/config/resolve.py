@@ -175,7 +175,7 @@ def flag_value(key: str, value: Any) -> Any:
     """Validate a command-line value for ``key`` (strings are parsed like env values)."""
     f = schema.field(key)
     try:
-        return schema.parse_text(f, value) if isinstance(value, str) else schema.coerce(f, value)
+        return schema.read_value(f, value)
     except ValueError as exc:
         flag = "--" + key.split(".", 1)[1].replace("_", "-")
         raise UsageError(f"invalid value for {flag}: {exc}") from None

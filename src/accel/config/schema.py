@@ -26,12 +26,14 @@ SCHEMA_VERSION = 1
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+_IDENTIFIER_RE = _ENV_NAME_RE  # a Python class name
 _ENDPOINT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:([0-9]{1,5}))?", re.ASCII)
 HOUR, DAY = 3600.0, 86400.0
 MAX_TEXT = 4096  # a string value: a path, an id, a backend name
 MAX_ENV_VALUE = 131071  # the kernel refuses a longer environment string (MAX_ARG_STRLEN)
 MAX_ENV_VARS = 1000
 MAX_GPU_INDEX = 1023
+MAX_NAMES = 1000
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,41 @@ FIELDS: tuple[Field, ...] = (
         "torch.compile backend exported as ACCELERATE_DYNAMO_BACKEND (`no` = off).",
     ),
     Field(
+        "launch.fsdp",
+        "bool",
+        False,
+        "Shard models with FSDP2 (fully_shard) in Accelerator.prepare(); exported as "
+        "ACCELERATE_USE_FSDP.",
+    ),
+    Field(
+        "launch.fsdp_wrap",
+        "enum",
+        "transformer",
+        "Modules FSDP shards one by one before the root: `transformer` (each layer of "
+        "fsdp_layer_classes), `size` (fsdp_min_params), `none` (the root only).",
+        choices=("transformer", "size", "none"),
+    ),
+    Field(
+        "launch.fsdp_layer_classes",
+        "names",
+        [],
+        "Class names of the layers fsdp_wrap `transformer` shards; empty: the model's "
+        "_no_split_modules, else every module of an nn.ModuleList.",
+    ),
+    Field(
+        "launch.fsdp_min_params",
+        "int",
+        100_000_000,
+        "fsdp_wrap `size`: shard each module holding this many parameters (0: the root only).",
+        maximum=10**15,
+    ),
+    Field(
+        "launch.fsdp_reshard_after_forward",
+        "bool",
+        True,
+        "Free the gathered parameters after forward (less memory, one more all-gather).",
+    ),
+    Field(
         "launch.stop_grace_period",
         "duration",
         10.0,
@@ -271,7 +308,7 @@ _EXPECTED = {
     "size": SIZE_HELP,
     "duration": DURATION_HELP,
     "path": "a folder path",
-    "names": "a list of names",
+    "names": "a list of names (Python identifiers)",
 }
 
 
@@ -315,6 +352,11 @@ def _shown(value: Any) -> str:
     """``value`` for an error message, cut short: a 400-digit number is not one line."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+
+
+def read_value(f: Field, value: Any) -> Any:
+    """A value typed on a command line or in a file: text is parsed, the rest checked."""
+    return parse_text(f, value) if isinstance(value, str) else coerce(f, value)
 
 
 def parse_text(f: Field, text: str) -> Any:
@@ -436,10 +478,15 @@ def _coerce_names(f: Field, value: Any) -> list[str]:
     if isinstance(value, str):
         value = [p.strip() for p in value.strip().strip("[]").split(",") if p.strip()]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"expected {f.expected}, got {value!r}")
-    unknown = [v for v in value if f.choices and v not in f.choices]
+        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+    if len(value) > MAX_NAMES:
+        raise ValueError(f"expected {f.expected} (at most {MAX_NAMES}), got {len(value)}")
+    if f.choices:
+        unknown = [v for v in value if v not in f.choices]
+    else:  # free names (class names): identifiers, so they can name nothing else
+        unknown = [v for v in value if not _IDENTIFIER_RE.fullmatch(v) or len(v) > 255]
     if unknown:
-        raise ValueError(f"expected {f.expected}, got {unknown[0]!r}")
+        raise ValueError(f"expected {f.expected}, got {_shown(unknown[0])}")
     return list(dict.fromkeys(value))
 
 
@@ -515,7 +562,15 @@ def _json_type(f: Field) -> dict[str, Any]:
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
         "size": {"type": ["string", "integer"]},
         "duration": {"type": ["string", "number"]},
-        "names": {"type": "array", "items": {"enum": list(f.choices)}, "uniqueItems": True},
+        "names": {
+            "type": "array",
+            "items": (
+                {"enum": list(f.choices)}
+                if f.choices
+                else {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
+            ),
+            "uniqueItems": True,
+        },
     }
     base = dict(kinds.get(f.kind, {"type": "string"}))
     if f.kind == "int" and f.maximum is not None:

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from accel._fsdp.settings import worker_env as fsdp_env
 from accel.config.resolve import ResolvedConfig
 from accel.devices import gpu_mismatch, workers_for
 from accel.errors import UsageError
@@ -322,6 +323,7 @@ def _accelerate_env(config: ResolvedConfig, gpu_count: int) -> dict[str, str]:
         "ACCELERATE_MIXED_PRECISION": str(config["launch.mixed_precision"]),
         "ACCELERATE_USE_CPU": "true" if use_cpu else "false",
     }
+    out.update(fsdp_env(config))
     backend = str(config["launch.dynamo_backend"])
     if backend.lower() != "no":
         out["ACCELERATE_DYNAMO_BACKEND"] = backend.upper()

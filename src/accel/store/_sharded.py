@@ -73,8 +73,11 @@ def check_metadata(path: Path) -> None:
 
 @contextlib.contextmanager
 def _quiet(ctx: DistContext) -> Iterator[None]:
-    """A single process is what we asked for: DCP need not warn that it assumed one."""
+    """DCP's warnings that say nothing to the user: a single process is what we asked
+    for (DCP need not warn that it assumed one), and torch's own deprecations."""
     with warnings.catch_warnings():
+        # torch 2.6's DCP calls its own deprecated tensor.storage() on every save.
+        warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
         if ctx.world_size == 1:
             # 2.7+: "... is disabled ..."; 2.6: "... is unavailable or uninitialized ..."
             warnings.filterwarnings(

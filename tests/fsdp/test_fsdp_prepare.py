@@ -1,0 +1,144 @@
+"""prepare() under FSDP on 2 real gloo ranks, and with one process (nothing to shard)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import accel
+from accel.errors import UsageError
+
+CHECKS = Path(__file__).resolve().parent / "scripts" / "fsdp_checks.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ranks(
+    workspace: Path, mode: str, *, fsdp: bool, precision: str = "no"
+) -> list[subprocess.CompletedProcess[str]]:
+    """Two ranks with the torchrun environment (no launcher): FSDP from the variable
+    Hugging Face's launcher and accel's set, ACCELERATE_USE_FSDP."""
+    port = str(_free_port())
+    procs = []
+    for rank in range(2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL", "FSDP_"))}
+        env.update(
+            ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1",
+            ACCELERATE_USE_FSDP="true" if fsdp else "false",
+            ACCELERATE_MIXED_PRECISION=precision,
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+        )  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(CHECKS), mode],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        return [subprocess.CompletedProcess(p.args, *_wait(p)) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()  # a no-op for those that exited
+            p.wait()
+
+
+def _wait(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def _ok(done: list[subprocess.CompletedProcess[str]]) -> None:
+    assert [d.returncode for d in done] == [0, 0], "\n".join(d.stderr[-3000:] for d in done)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_prepare_shards_moves_optimizers_and_restores_state(tmp_path: Path) -> None:
+    _ok(_ranks(tmp_path / ".accelerate", "prepare", fsdp=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_fp16_overflow_in_one_shard_skips_the_step_on_every_rank(tmp_path: Path) -> None:
+    _ok(_ranks(tmp_path / ".accelerate", "fp16", fsdp=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("precision", ["no", "fp16"])
+def test_a_fresh_process_loads_the_sharded_model_and_optimizer(
+    tmp_path: Path, precision: str
+) -> None:
+    """The optimizer has no state yet: torch's way of making one steps the optimizer,
+    which fp16's scaler or an LR scheduler must not see."""
+    workspace = tmp_path / ".accelerate"
+    saved = _ranks(workspace, "save", fsdp=True, precision=precision)
+    _ok(saved)
+    loaded = _ranks(workspace, "load", fsdp=True, precision=precision)
+    _ok(loaded)
+    assert saved[0].stdout.startswith("digest") and loaded[0].stdout == saved[0].stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("saved_with", "words"),
+    [
+        (True, "holds FSDP-sharded model.0, optimizer.0 but this run has no FSDP-sharded"),
+        (False, "holds no FSDP-sharded state but this run has FSDP-sharded model.0, optimizer"),
+    ],
+)
+def test_a_checkpoint_loads_only_under_the_fsdp_setting_that_saved_it(
+    tmp_path: Path, saved_with: bool, words: str
+) -> None:
+    workspace = tmp_path / ".accelerate"
+    _ok(_ranks(workspace, "save", fsdp=saved_with))
+    done = _ranks(workspace, "load", fsdp=not saved_with)
+    assert [d.returncode for d in done] == [3, 3], "\n".join(d.stderr[-3000:] for d in done)
+    assert words in done[0].stdout and "(launch.fsdp / --fsdp)" in done[0].stdout
+
+
+def test_one_process_has_nothing_to_shard(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    acc = accel.Accelerator()
+    assert acc.fsdp is not None
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    prepared, opt = acc.prepare(model, opt)
+    assert prepared is model and type(model) is torch.nn.Linear
+    assert acc.get_state_dict(model).keys() == {"weight", "bias"}
+    acc.save_state(1)
+    saved = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    assert acc.load_state() == 1 and torch.equal(model.weight, saved)
+    acc.end()
+
+
+def test_get_state_dict_of_a_plain_model(project: Path) -> None:
+    acc = accel.Accelerator()
+    model = acc.prepare(torch.nn.Linear(3, 2))
+    state = acc.get_state_dict(model)
+    assert state.keys() == {"weight", "bias"} and torch.equal(state["weight"], model.weight)
+    acc.end()
+
+
+def test_fsdp1_under_accelerate_launch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    with pytest.raises(UsageError, match="accel shards with FSDP2"):
+        accel.Accelerator()
