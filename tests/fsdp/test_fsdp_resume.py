@@ -100,6 +100,25 @@ def test_the_model_is_sharded_and_exported_whole(clean: tuple[Path, Path]) -> No
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_accel_checkpoints_export_consolidates_the_sharded_model(
+    clean: tuple[Path, Path],
+) -> None:
+    from safetensors.torch import load_file
+
+    project, out = clean
+    target = project.parent / "model.safetensors"
+    done = _accel(
+        project, project.parent / "home", "checkpoints", "export", "20", "-o", str(target)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    exported = load_file(str(target))
+    final = torch.load(out / "final.pt", weights_only=True)  # the last step is step 20
+    assert sorted(exported) == sorted(final)
+    assert all(torch.equal(exported[k], final[k]) for k in final)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("crash", ["step:13", "shards:15", "commit:15"])
 def test_a_crash_and_restart_resumes_bit_for_bit(clean: tuple[Path, Path], crash: str) -> None:
     project, straight = clean

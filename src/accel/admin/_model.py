@@ -5,7 +5,9 @@ A checkpoint holds whatever tree was saved. The model is, in this order:
 1. ``--model PATH``: the subtree at that dotted path (``models.0``, ``model``,
    ``net.encoder``); list items by index.
 2. ``Accelerator.save_state``: ``{"models": [state_dict, ...], ...}`` -- the one model
-   (several: choose with ``--model models.N``).
+   (several: choose with ``--model models.N``); under FSDP the models are in the sharded
+   state as ``model.N`` entries (:mod:`accel._fsdp.state` names them), and
+   ``--model models.N`` names those too.
 3. ``ws.checkpoints.save({"model": sd, "optimizer": ...})``: the first of the keys
    ``model``, ``model_state_dict``, ``state_dict`` that holds tensors.
 4. ``ws.checkpoints.save(model.state_dict())``: the whole tree, when every leaf of it
@@ -19,6 +21,7 @@ loaded) and on loaded trees alike: ``is_tensor`` says which leaves are tensors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +32,7 @@ __all__ = ["MODEL_KEYS", "Path_", "find_model", "flatten", "parse_path", "subtre
 Path_ = tuple[str | int, ...]
 IsTensor = Callable[[Any], bool]
 MODEL_KEYS = ("model", "model_state_dict", "state_dict")
+_SHARDED_MODEL = re.compile(r"model\.[0-9]+")
 
 
 def parse_path(text: str) -> tuple[str, ...]:
@@ -76,7 +80,7 @@ def find_model(
     UsageError when the choice is the user's: several models and no ``where``.
     """
     if where is not None:
-        path = resolve(tree, where)
+        path = _sharded_model(tree, where) or resolve(tree, where)
         return path if path is not None and _has_tensors(subtree(tree, path), is_tensor) else None
     if not isinstance(tree, dict):
         return None
@@ -89,6 +93,14 @@ def find_model(
             )
         if _has_tensors(models[0], is_tensor):
             return ("models", 0)
+    sharded = [k for k in tree if isinstance(k, str) and _SHARDED_MODEL.fullmatch(k)]
+    if len(sharded) > 1:
+        raise UsageError(
+            f"the checkpoint holds {len(sharded)} sharded models: choose one with "
+            f"--model models.0 ... --model models.{len(sharded) - 1}"
+        )
+    if sharded and _has_tensors(tree[sharded[0]], is_tensor):
+        return (sharded[0],)
     for name in MODEL_KEYS:
         if isinstance(tree.get(name), dict) and _has_tensors(tree[name], is_tensor):
             return (name,)
@@ -96,6 +108,14 @@ def find_model(
     if leaves and all(is_tensor(v) for _, v in leaves):
         return ()
     return None
+
+
+def _sharded_model(tree: Any, where: tuple[str, ...]) -> Path_ | None:
+    """``models.N`` in a sharded state, where FSDP models are the ``model.N`` entries."""
+    if len(where) != 2 or where[0] != "models" or not isinstance(tree, dict):
+        return None
+    name = f"model.{where[1]}"
+    return (name,) if name in tree else None
 
 
 def flatten(tree: Any, is_tensor: IsTensor) -> tuple[dict[str, Any], tuple[str, ...]]:
