@@ -307,39 +307,51 @@ def _gpu_count(config: Any) -> int:
 
 def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     from accel import runs
+    from accel.launch import blame
 
     if outcome.status == runs.SUCCEEDED:
         restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
         _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
         return 0
-    if outcome.status == "hung":
-        raise JobFailed(
-            f"run {outcome.run_id} hung and was stopped (--hang-action kill); "
-            f"the stacks are above and in the rank logs in {outcome.run_dir}",
-            outcome.exit_code,
-        )
     if outcome.status == runs.INTERRUPTED:
         raise InterruptedRun(
             f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code
         )
-    root = outcome.root
-    if root is None:
+    verdict, root = outcome.verdict, outcome.root
+    headline = blame.headline(verdict)
+    if outcome.status == "hung":
+        who = f": {headline}" if headline else ""
+        raise JobFailed(
+            f"run {outcome.run_id} hung and was stopped (--hang-action kill){who}; "
+            f"the stacks are above and in the rank logs in {outcome.run_dir}",
+            outcome.exit_code,
+        )
+    if root is None or headline is None:
         raise JobFailed(f"run {outcome.run_id} failed; see {outcome.run_dir}", outcome.exit_code)
-    shown = plan.console == "tee" and (
-        plan.console_ranks is None or root.rank in plan.console_ranks
-    )
-    if not shown:  # the rank's own lines never reached the console: show them now
+    if outcome.diverged is not None:
+        raise JobFailed(
+            f"run {outcome.run_id} stopped: {outcome.diverged.message} (logs.on_nonfinite: stop)",
+            outcome.exit_code,
+        )
+    crashed = root.type is None and root.traceback  # a fatal signal's stack: never printed
+    if crashed or not _shown(plan, root.rank):  # show what the console did not
         for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
             _output.info(f"[rank{root.rank}] {line}")
-    if outcome.collateral_ranks:
-        stopped = ", ".join(str(r) for r in outcome.collateral_ranks)
-        _output.info(f"accel: rank(s) {stopped} were stopped as collateral")
-    why = f" ({root.explanation})" if root.type else ""
+    for other in verdict.with_fate(blame.ALSO_FAILED):
+        _output.info(
+            f"accel: rank {other.rank} also failed, after rank {root.rank}: {other.summary}"
+        )
+    stopped = verdict.ranks(blame.STOPPED)
+    if stopped:
+        ranks = ", ".join(str(r) for r in stopped)
+        _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
     raise JobFailed(
-        f"rank {root.rank} failed first: {root.summary}{why}; "
-        f"its log: {outcome.run_dir / f'rank-{root.rank}.log'}",
-        outcome.exit_code,
+        f"{headline}; its log: {outcome.run_dir / f'rank-{root.rank}.log'}", outcome.exit_code
     )
+
+
+def _shown(plan: LaunchPlan, rank: int) -> bool:
+    return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
 
 
 def _show_plan(plan: LaunchPlan, as_json: bool) -> None:

@@ -54,6 +54,8 @@ def _row(r: RunRecord) -> list[Any]:
     started = (r.started_at or "")[:19].replace("T", " ")
     duration = format_duration(r.duration) if r.duration is not None else ""
     status = r.status + (f" (rank {r.failed_rank})" if r.failed_rank is not None else "")
+    if r.raw.get("nonfinite"):
+        status += ", diverged"
     return [r.id, r.name, status, started, duration, r.exit_code, r.world_size, r.restarts]
 
 

@@ -53,12 +53,29 @@ def summary_lines(view: RunView) -> list[str]:
         f"  started   {_time(r.started_at)}"
         + (f"   ended {_time(r.ended_at)}" if r.ended_at else ""),
     ]
-    if view.error_summary:
-        lines.append(f"  failed    rank {r.failed_rank}: {_escape(view.error_summary)}")
+    summary = view.error_summary
+    if summary:
+        who = "" if summary.startswith("rank ") else f"rank {r.failed_rank}: "
+        lines.append(f"  failed    {_escape(who + summary)}")
+    for attempt, why in view.restarts:
+        lines.append(f"  restarted after attempt {attempt}: {_escape(why)}")
     for hang in view.hangs[-1:]:
         lines.append(f"  hung      {_escape(str(hang.get('message', 'no activity')))}")
+    for bad in view.nonfinite:
+        lines.append(f"  [yellow]diverged[/yellow]  {_escape(_nonfinite_text(bad))}")
     lines.extend(_config_lines(view))
     return lines
+
+
+def _nonfinite_text(entry: Any) -> str:
+    from accel.launch.divergence import NonFinite
+
+    try:
+        return NonFinite(
+            str(entry["metric"]), int(entry["rank"]), entry.get("step"), str(entry["value"])
+        ).message
+    except (KeyError, TypeError, ValueError):
+        return str(dict(entry))
 
 
 def _config_lines(view: RunView) -> list[str]:

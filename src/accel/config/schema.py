@@ -199,6 +199,19 @@ FIELDS: tuple[Field, ...] = (
         "Write checkpoints in the background after a snapshot to CPU memory.",
     ),
     Field(
+        "checkpoints.collective_timeout",
+        "duration",
+        300.0,
+        "How long a rank waits for the others inside save_state/load_state before failing.",
+    ),
+    Field(
+        "checkpoints.arrival_timeout",
+        "duration",
+        60.0,
+        "How long save_state/load_state wait for every rank to call them before failing "
+        "(a rank that never calls them: `if is_main_process: save_state()`).",
+    ),
+    Field(
         "cache.max_size",
         "size",
         None,
@@ -238,6 +251,14 @@ FIELDS: tuple[Field, ...] = (
         "How often the launcher samples CPU, memory and GPU use into resources.jsonl.",
         minimum=0.1,
         maximum=DAY,
+    ),
+    Field(
+        "logs.on_nonfinite",
+        "enum",
+        "warn",
+        "When a logged metric becomes NaN or infinite: `warn` once per metric, or `stop` "
+        "the run (exit 1).",
+        choices=("warn", "stop"),
     ),
     Field(
         "store.lock_timeout",
