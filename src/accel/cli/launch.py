@@ -214,14 +214,13 @@ def launch(
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan
 
-    _output.info(f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}")
     console = WorkerConsole(plan.world_size)
 
     def notify(message: str) -> None:
         console.end_line()
         _output.info(message)
 
-    outcome = run_plan(plan, ws, sink=console, notify=notify)
+    outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
     console.end_line()
     _size_budget(ws, outcome)
     code = _report(plan, outcome)

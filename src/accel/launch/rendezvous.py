@@ -12,8 +12,8 @@ While the nodes wait for each other, :class:`WaitReporter` prints how many are s
 missing every ``report`` seconds.
 
 Both intervals come from the environment so tests stay fast:
-``ACCEL_RDZV_CONNECT_TIMEOUT`` (default 60 s) and ``ACCEL_RDZV_REPORT_INTERVAL``
-(default 30 s).
+``ACCEL_RDZV_CONNECT_TIMEOUT`` (default 50 s: with start-up, the answer comes within
+a minute) and ``ACCEL_RDZV_REPORT_INTERVAL`` (default 30 s).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from accel.errors import JobFailed, UsageError
 
 CONNECT_TIMEOUT_ENV = "ACCEL_RDZV_CONNECT_TIMEOUT"
 REPORT_INTERVAL_ENV = "ACCEL_RDZV_REPORT_INTERVAL"
-CONNECT_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 50.0
 REPORT_INTERVAL = 30.0
 
 Notify = Callable[[str], None]

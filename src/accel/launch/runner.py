@@ -96,6 +96,9 @@ def launch(
     if plan.nnodes > 1:
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
     ws.ensure()
+    (notify or (lambda _: None))(
+        f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}"
+    )
     guard = Guard(plan.run_id).start()  # forked before torch is imported: cheap and safe
     try:
         with contextlib.ExitStack() as stack:
