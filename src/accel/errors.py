@@ -40,7 +40,14 @@ class UsageError(AccelError):
 
 
 class ConfigError(AccelError):
-    """The configuration is invalid (file, line and key are in the message)."""
+    """The configuration is invalid (file, line and key are in the message).
+
+    ``key``: the dotted key at fault, when one is (so a fix can name it).
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class WorkspaceError(AccelError):

@@ -282,3 +282,60 @@ def iter_live(ws: Workspace) -> Iterator[RunRecord]:
     """Records of the live runs only."""
     for run_id in sorted(live_run_ids(ws), reverse=True):
         yield read_run(ws, run_id)
+
+
+# -- self-healing ------------------------------------------------------------------------
+
+
+def mark_crashed(ws: Workspace) -> list[str]:
+    """Rewrite as ``crashed`` every run.json that says ``running`` with no live launcher.
+
+    Called by the commands that look at runs (``runs``, ``status``, ``env``, ``clean``):
+    the first to notice heals the record, so run.json stops contradicting the lock.
+    Holds the run's lock while rewriting, so a launcher can never be live meanwhile.
+    Best effort: an unwritable workspace is left as it is. Returns the ids marked.
+    """
+    marked = []
+    for run_id in _run_ids(ws):
+        with contextlib.suppress(OSError, ValueError):
+            if _stored_status(run_dir(ws, run_id)) == RUNNING and _heal(ws, run_id):
+                marked.append(run_id)
+    return marked
+
+
+def _stored_status(folder: Path) -> Any:
+    import json
+
+    data = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    return data.get("status") if isinstance(data, dict) else None
+
+
+def _heal(ws: Workspace, run_id: str) -> bool:
+    import json
+
+    from accel.fsutil import atomic_write_json, tree_usage
+
+    folder = run_dir(ws, run_id)
+    try:
+        fd = os.open(run_lock_path(ws, run_id), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None  # no lock file: no launcher can hold it
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while live
+        data = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("status") != RUNNING:
+            return False  # the launcher finished it meanwhile
+        newest = tree_usage(folder).newest
+        ended = datetime.fromtimestamp(newest, timezone.utc).astimezone() if newest else None
+        data.update(
+            status=CRASHED,
+            ended_at=data.get("ended_at")
+            or (ended.isoformat(timespec="seconds") if ended else None),
+            crashed="the launcher died without finishing the record (SIGKILL, power loss)",
+        )
+        atomic_write_json(folder / RUN_FILE, data, durable=False)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)

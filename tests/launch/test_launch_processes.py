@@ -218,6 +218,9 @@ def test_sigkill_of_the_launcher_leaves_nothing(start_accel: StartAccel, project
         env={**os.environ, "PATH": os.environ["PATH"]},
     )
     assert json.loads(listed.stdout)[0]["status"] == "crashed"
+    assert run_json(project)["status"] == "crashed"  # healed in run.json by `accel runs`
+    check = subprocess.run(["accel", "env", "--check"], cwd=project, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
 
 
 @pytest.mark.timeout(90)

@@ -27,3 +27,33 @@ def options(ctx: typer.Context) -> GlobalOptions:
 def workspace(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> Workspace:
     """The workspace for this command (found, not created)."""
     return Workspace.discover(path=options(ctx).workspace, env=os.environ, flags=flags)
+
+
+def read_workspace(ctx: typer.Context) -> Workspace:
+    """For commands that only read (runs, logs, stack): a broken config is a warning."""
+    from accel.cli import _output
+
+    ws = workspace(ctx)
+    error = ws.salvage_config()
+    if error is not None:
+        _output.warn(f"{error} (read-only: going on without the config)")
+    return ws
+
+
+def heal_runs(ws: Workspace) -> None:
+    """Runs whose launcher died are marked crashed by the first command that notices."""
+    from accel.cli import _output
+    from accel.errors import AccelError
+    from accel.runs import mark_crashed
+
+    try:
+        ws.salvage_config()  # the command itself reports a broken config
+        if ws.refusal() is not None or not ws.identify():
+            return  # not accel's folder (or not one yet): never written to
+        healed = mark_crashed(ws)
+    except AccelError:
+        return  # e.g. a layout newer than this accel: do not touch it
+    for run_id in healed:
+        _output.info(
+            f"accel: run {run_id} was left running by a launcher that is gone: marked crashed"
+        )

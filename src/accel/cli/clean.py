@@ -49,6 +49,7 @@ def clean(
 
     ws = _app.workspace(ctx)
     ws.identify()  # a folder accel did not make is refused before anything is planned
+    _app.heal_runs(ws)
     if auto:
         return _auto(ws, (older_than, keep_last, max_size, only), dry_run, as_json)
     policy = policy_for(

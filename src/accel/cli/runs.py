@@ -32,7 +32,9 @@ def runs(
         return
     from accel.runs import list_runs
 
-    found = list_runs(_app.workspace(ctx))
+    ws = _app.read_workspace(ctx)
+    _app.heal_runs(ws)
+    found = list_runs(ws)
     if limit:
         found = found[:limit]
     if as_json:
@@ -89,7 +91,7 @@ def logs(
 
     keep = line_filter(grep) if grep else None
     cutoff = parse_since(since) if since else None
-    ws = _app.workspace(ctx)
+    ws = _app.read_workspace(ctx)
     record = runs_mod.read_run(ws, runs_mod.resolve_run_id(ws, run))
     wanted = set(rank or ())
     files = _select(record, wanted)

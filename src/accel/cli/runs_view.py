@@ -26,7 +26,9 @@ def show(
     """Summary, per-rank status, resource peaks and metrics (last, best, trend) of a run."""
     from accel.runview import load_view
 
-    view = load_view(_app.workspace(ctx), run)
+    ws = _app.read_workspace(ctx)
+    _app.heal_runs(ws)
+    view = load_view(ws, run)
     if as_json:
         _output.print_json(view.to_json())
         return
@@ -217,7 +219,7 @@ def plot(
     from accel.runview import plot as plotting
     from accel.telemetry import RESOURCES_FILE, read_samples
 
-    ws = _app.workspace(ctx)
+    ws = _app.read_workspace(ctx)
     ids = list(dict.fromkeys(resolve_run_id(ws, ref) for ref in (run or ["latest"])))
     runs = []
     for run_id in ids:

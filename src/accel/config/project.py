@@ -14,6 +14,7 @@ from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
 from accel.config.yamlio import load_yaml_file
 from accel.errors import ConfigError
+from accel.fsutil import atomic_write
 from accel.locking import locked
 from accel.workspace import Workspace
 
@@ -51,12 +52,32 @@ def set_value(ws: Workspace, key: str, text: str) -> Any:
 
 
 def unset_value(ws: Workspace, key: str) -> bool:
-    f = schema.field(key)
-    with _editing(ws) as (current, values):
-        if f.key not in values:
+    """Remove ``key`` from the project file; False when it was not set there.
+
+    A file that is invalid because of that very key (an unknown key, a bad value) is
+    repaired this way: the one line goes, nothing else is touched.
+    """
+    try:
+        with _editing(ws) as (current, values):
+            f = schema.field(key)
+            if f.key not in values:
+                return False
+            del values[f.key]
+            rewrite(ws.config_file, current, unset_in_text(current, f.key), values)
+        return True
+    except ConfigError as exc:
+        if exc.key != key:
+            raise
+        return _remove_broken_key(ws, key)
+
+
+def _remove_broken_key(ws: Workspace, key: str) -> bool:
+    with locked(ws.lock_path("config"), ws):
+        current = ws.config_file.read_text(encoding="utf-8")
+        edited = unset_in_text(current, key)
+        if edited == current:
             return False
-        del values[f.key]
-        rewrite(ws.config_file, current, unset_in_text(current, f.key), values)
+        atomic_write(ws.config_file, edited)
     return True
 
 

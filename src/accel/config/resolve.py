@@ -103,11 +103,13 @@ def validate_document(loaded: LoadedYaml, source: str) -> tuple[dict[str, Any], 
             key = f"{section}.{name}"
             kline = loaded.lines.get(key, line)
             if key not in schema.BY_KEY:
-                raise ConfigError(f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}")
+                raise ConfigError(
+                    f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}", key=key
+                )
             try:
                 values[key] = schema.coerce(schema.BY_KEY[key], raw)
             except ValueError as exc:
-                raise ConfigError(f"{source}:{kline}: {key}: {exc}") from None
+                raise ConfigError(f"{source}:{kline}: {key}: {exc}", key=key) from None
     lines = {k: loaded.lines[k] for k in values if k in loaded.lines}
     return values, lines
 
