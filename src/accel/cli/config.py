@@ -25,26 +25,52 @@ def config(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing project file."),
 ) -> None:
-    """Without a subcommand: a short questionnaire that writes the project file."""
+    """Without a subcommand: a short questionnaire that edits the project file."""
     if ctx.invoked_subcommand is not None:
         return
     from accel.config import project
 
     ws = _app.workspace(ctx)
-    if default:
-        values: dict[str, Any] = {}
-    elif sys.stdin.isatty() and sys.stdout.isatty():
-        from accel.cli._questionnaire import ask
-
-        values = ask()
-    else:
-        _output.error("not a terminal: run `accel config --default` to write the defaults")
-        raise typer.Exit(2)
-    if default and not force and ws.config_file.exists():
+    if not default:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            _output.error("not a terminal: run `accel config --default` to write the defaults")
+            raise typer.Exit(2)
+        _questionnaire(ws)
+        return
+    if not force and ws.config_file.exists():
         ws.ensure().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
         return
-    _output.out(f"wrote {project.write(ws, values)}")
+    _output.out(f"wrote {project.write(ws, {})}")
+
+
+def _questionnaire(ws: Any) -> None:
+    """Ask, starting from the current values; show the diff; write only when confirmed."""
+    from rich.prompt import Confirm
+
+    from accel.cli._questionnaire import ask, changes
+    from accel.config import project
+    from accel.config.edit import unified_diff
+
+    config = ws.config  # a broken file stops here, with its line: fix it first
+    answers = ask(config.values)
+    fresh = not ws.config_file.exists()
+    before, after = project.plan_edit(ws, changes(answers, config, fresh))
+    diff = unified_diff(before, after, ws.config_file)
+    if not diff:
+        _output.out(f"no changes: {ws.config_file} is left as it is")
+        return
+    for line in diff:
+        style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
+        _output.out(f"[{style}]{_escape(line)}[/{style}]" if style else _escape(line))
+    if not Confirm.ask(f"Write {ws.config_file}?", default=True):
+        _output.out("nothing written")
+        return
+    _output.out(f"wrote {project.write_edit(ws, before, after)}")
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
 
 
 @app.command()

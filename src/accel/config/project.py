@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from accel.config import schema
-from accel.config.edit import dump, render_value, rewrite, set_in_text, unset_in_text
+from accel.config.edit import (
+    checked,
+    dump,
+    render_value,
+    rewrite,
+    set_in_text,
+    unset_in_text,
+)
 from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
 from accel.config.yamlio import load_yaml_file
@@ -39,6 +46,32 @@ def write(ws: Workspace, values: dict[str, Any]) -> Path:
     with locked(ws.lock_path("config"), ws):
         rewrite(ws.config_file, "", dump(values), values)
     return ws.config_file
+
+
+def plan_edit(ws: Workspace, values: dict[str, Any]) -> tuple[str, str]:
+    """(the project file now, the file with ``values`` set): comments, key order and every
+    other key kept. Nothing is written (see :func:`write_edit`)."""
+    path = ws.config_file
+    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    current: dict[str, Any] = {}
+    if before.strip():
+        current, _ = validate_document(load_yaml_file(path), str(path))
+    edited = before if before.strip() else dump({})
+    for key, value in values.items():
+        edited = set_in_text(edited, key, render_value(schema.BY_KEY[key], value))
+    return before, checked(path, edited, {**current, **values})
+
+
+def write_edit(ws: Workspace, before: str, after: str) -> Path:
+    """Write what :func:`plan_edit` planned, unless the file changed since it was read."""
+    ws.ensure().ensure_gitignore()
+    with locked(ws.lock_path("config"), ws):
+        path = ws.config_file
+        now = path.read_text(encoding="utf-8") if path.exists() else ""
+        if now != before:
+            raise ConfigError(f"{path} changed while you answered; nothing written, run again")
+        atomic_write(path, after)
+    return path
 
 
 def set_value(ws: Workspace, key: str, text: str) -> Any:
