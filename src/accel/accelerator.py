@@ -314,6 +314,8 @@ class Accelerator:
         async_save: bool | None = None,
     ) -> Any:
         """Checkpoint every prepared object, the RNG states and ``step`` (a collective)."""
+        from accel.store._arrival import named
+
         state = {
             "step": step,
             "models": [self.unwrap_model(m).state_dict() for m in self._models],
@@ -323,9 +325,10 @@ class Accelerator:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "extra": extra,
         }
-        return self.checkpoints.save(
-            state, step, tag=tag, async_save=async_save, rank_state={"rng": _rng_state()}
-        )
+        with named("save_state"):
+            return self.checkpoints.save(
+                state, step, tag=tag, async_save=async_save, rank_state={"rng": _rng_state()}
+            )
 
     def load_state(self, step: int | None = None) -> int | None:
         """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none."""
@@ -354,6 +357,9 @@ class Accelerator:
 
     def _agreed_step(self, step: int | None) -> int | None:
         """Every rank loads the step rank 0 found, even if a save lands meanwhile."""
+        from accel.store._arrival import arrive
+
+        arrive("load_state", float(self.workspace.config["checkpoints.arrival_timeout"]))
         if step is None:
             latest = self.checkpoints.latest() if self.is_main_process else None
             step = None if latest is None else latest.step
