@@ -219,8 +219,13 @@ def resolve_run_id(ws: Workspace, ref: str | None) -> str:
     matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
     if len(matches) == 1:
         return matches[0]
-    hint = "it matches several runs" if matches else "see `accel runs` for the run ids"
-    raise UsageError(f"unknown run {ref!r}: {hint}")
+    if matches:
+        shown = ", ".join(matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise UsageError(
+            f"run {ref!r} is ambiguous: it matches {len(matches)} runs ({shown}); "
+            "give more of the id"
+        )
+    raise UsageError(f"unknown run {ref!r}: see `accel runs` for the run ids")
 
 
 def _run_ids(ws: Workspace) -> list[str]:

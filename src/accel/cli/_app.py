@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import typer
@@ -15,6 +15,7 @@ from accel.workspace import Workspace
 @dataclass
 class GlobalOptions:
     workspace: str | None = None
+    argv: list[str] = field(default_factory=list)  # the command line, as main() got it
 
 
 def options(ctx: typer.Context) -> GlobalOptions:
@@ -22,6 +23,16 @@ def options(ctx: typer.Context) -> GlobalOptions:
     if not isinstance(root.obj, GlobalOptions):
         root.obj = GlobalOptions()
     return root.obj
+
+
+def word_after(ctx: typer.Context, flag: str) -> str | None:
+    """The word that follows ``flag`` on the command line (an optional value), if any."""
+    argv = options(ctx).argv
+    if flag in argv:
+        index = argv.index(flag) + 1
+        if index < len(argv) and not argv[index].startswith("-"):
+            return argv[index]
+    return None
 
 
 def workspace(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> Workspace:

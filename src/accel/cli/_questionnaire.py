@@ -63,6 +63,6 @@ def _ask_one(prompt: Any, key: str, question: str, default: Any) -> Any:
         if answer is None and default is None:
             return None
         try:
-            return flag_value(key, answer or "")
+            return flag_value(key, answer or "", named=key)
         except UsageError as exc:
             print(f"  {exc}")

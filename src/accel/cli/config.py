@@ -92,7 +92,7 @@ def show(
         return
     columns = ["key", "value"] + (["origin"] if origin else [])
     rows = [
-        [key, _show_value(value)] + ([str(cfg.origins[key])] if origin else [])
+        [key, _show_value(value, key)] + ([str(cfg.origins[key])] if origin else [])
         for key, value in shown.items()
     ]
     _output.table(None, columns, rows)
@@ -106,26 +106,31 @@ def _shown(key: str, value: Any) -> str:
     """One value for people: secrets (``launch.env`` tokens, URL passwords) as ***."""
     from accel._redact import redact_mapping
 
-    return _show_value(redact_mapping({key: value})[key])
+    return _show_value(redact_mapping({key: value})[key], key)
 
 
-def _show_value(value: Any) -> str:
-    import json
+def _show_value(value: Any, key: str = "") -> str:
+    """As the config file writes it: ``10s``, ``10MiB``, ``false``, ``null``."""
+    from accel.config.schema import display
 
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return display(key, value)
 
 
 @app.command()
-def get(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.")) -> None:
-    """Print one effective value (secrets shown as ***; the file holds the real ones)."""
+def get(
+    ctx: typer.Context,
+    key: str = typer.Argument(..., help="A dotted key, or a section for all its keys."),
+) -> None:
+    """Print one effective value, or each key of a section (secrets shown as ***)."""
     from accel.config import schema
 
+    config = _app.workspace(ctx).config
+    if key in schema.SECTIONS:
+        rows = [[f.key, _shown(f.key, config[f.key])] for f in schema.FIELDS if f.section == key]
+        _output.table(None, ["key", "value"], rows)
+        return
     f = schema.field(key)
-    print(_shown(f.key, _app.workspace(ctx).config[f.key]))
+    print(_shown(f.key, config[f.key]))
 
 
 @app.command("set")

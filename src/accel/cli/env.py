@@ -118,7 +118,7 @@ def _print_human(report: EnvReport) -> None:
 
 
 def _config_rows(report: EnvReport) -> list[tuple[str, str, str]]:
-    import json
+    from accel.config.schema import display
 
     if not report.config.valid:
         return [("(invalid)", report.config.error or "", report.config.file)]
@@ -126,8 +126,7 @@ def _config_rows(report: EnvReport) -> list[tuple[str, str, str]]:
     for section, values in report.config.values.items():
         for name, value in values.items():
             key = f"{section}.{name}"
-            shown = json.dumps(value) if not isinstance(value, str) else value
-            rows.append((key, shown, report.config.origins.get(key, "")))
+            rows.append((key, display(key, value), report.config.origins.get(key, "")))
     return rows
 
 

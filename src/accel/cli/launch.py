@@ -268,8 +268,11 @@ def _exit_now(code: int) -> None:
     stdout = sys.stdout
     if stdout is not sys.__stdout__ or stdout is None or os.environ.get("ACCEL_NO_FAST_EXIT"):
         return
-    stdout.flush()
-    sys.stderr.flush()
+    for stream in (stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # the reader went away: the run's code still stands
+            _output.gone(stream)
     os._exit(code)
 
 
@@ -389,5 +392,12 @@ def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
         ["variable", "value"],
         sorted(worker_env.items()),
     )
-    rows = [[f"{s}.{k}", v] for s, body in config.items() for k, v in body.items()]
+    from accel.config.schema import display
+
+    rows = [
+        [f"{s}.{k}", display(f"{s}.{k}", v)]
+        for s, body in config.items()
+        if isinstance(body, dict)
+        for k, v in body.items()
+    ]
     _output.table("config", ["key", "value"], rows)

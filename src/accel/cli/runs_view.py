@@ -88,15 +88,16 @@ def _config_lines(view: RunView) -> list[str]:
     head = "  config    "
     out = []
     for change in view.config_diff:
-        out.append(f"{head}{change.key}: {_value(change.run)} (now {_value(change.current)})")
+        run, now = _value(change.key, change.run), _value(change.key, change.current)
+        out.append(f"{head}{change.key}: {run} (now {now})")
         head = " " * len(head)
     return [_escape(line) for line in out]
 
 
-def _value(value: Any) -> str:
-    import json
+def _value(key: str, value: Any) -> str:
+    from accel.config.schema import display
 
-    return value if value == "(unset)" else json.dumps(value, default=str)
+    return value if value == "(unset)" else display(key, value)
 
 
 def _time(stamp: str | None) -> str:

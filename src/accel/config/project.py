@@ -76,7 +76,7 @@ def write_edit(ws: Workspace, before: str, after: str) -> Path:
 
 def set_value(ws: Workspace, key: str, text: str) -> Any:
     f = schema.field(key)
-    value = flag_value(f.key, text)
+    value = flag_value(f.key, text, named=f.key)
     with _editing(ws) as (current, values):
         values[f.key] = value
         edited = set_in_text(current, f.key, render_value(f, value, text))

@@ -173,11 +173,14 @@ def resolve(
     return ResolvedConfig(values, origins)
 
 
-def flag_value(key: str, value: Any) -> Any:
-    """Validate a command-line value for ``key`` (strings are parsed like env values)."""
+def flag_value(key: str, value: Any, *, named: str | None = None) -> Any:
+    """Validate a command-line value for ``key`` (strings are parsed like env values).
+
+    The error names ``named`` (``config set`` passes the key itself), else the flag.
+    """
     f = schema.field(key)
     try:
         return schema.parse_text(f, value) if isinstance(value, str) else schema.coerce(f, value)
     except ValueError as exc:
-        flag = "--" + key.split(".", 1)[1].replace("_", "-")
-        raise UsageError(f"invalid value for {flag}: {exc}") from None
+        name = named or "--" + key.split(".", 1)[1].replace("_", "-")
+        raise UsageError(f"invalid value for {name}: {exc}") from None

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.errors import UsageError
-from accel.units import DURATION_HELP, SIZE_HELP, parse_duration, parse_size
+from accel.units import (
+    DURATION_HELP,
+    SIZE_HELP,
+    duration_text,
+    parse_duration,
+    parse_size,
+    size_text,
+)
 
 SCHEMA_VERSION = 1
 
@@ -301,6 +308,12 @@ def field(key: str) -> Field:
     try:
         return BY_KEY[key]
     except KeyError:
+        if key in SECTIONS:
+            example = next(f.key for f in FIELDS if f.section == key)
+            raise UsageError(
+                f"{key!r} is a section, not a key: name one of its keys, e.g. {example!r} "
+                "(`accel config show` lists them)"
+            ) from None
         raise UsageError(f"unknown config key {key!r}{suggest(key)}") from None
 
 
@@ -503,6 +516,22 @@ _COERCE = {
     "path": _coerce_str,
     "names": _coerce_names,
 }
+
+
+def display(key: str, value: Any) -> str:
+    """A value as a person would write it in the config: ``10s``, ``10MiB``, ``false``, ``null``."""
+    import json
+
+    f = BY_KEY.get(key)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if f is not None and f.kind == "duration" and isinstance(value, (int, float)):
+        return duration_text(float(value))
+    if f is not None and f.kind == "size" and isinstance(value, int):
+        return size_text(value)
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 def defaults() -> dict[str, Any]:
