@@ -76,7 +76,8 @@ def _install_crash_dump(path: str) -> None:
     """
     global _crash_file
     try:
-        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives with the process
+        flags = os.O_WRONLY | os.O_TRUNC | os.O_CREAT | os.O_CLOEXEC
+        handle = open(os.open(path, flags, 0o640), "w", encoding="utf-8")  # noqa: SIM115
         faulthandler.enable(file=handle, all_threads=True)
     except (OSError, ValueError, RuntimeError, AttributeError):
         return

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from accel import runs
 from accel._redact import secret_values
 from accel.errors import JobFailed
-from accel.fsutil import PRIVATE_MODE, atomic_write_json
+from accel.fsutil import PRIVATE_MODE, atomic_write_json, open_private_append
 from accel.launch import record, rendezvous
 from accel.launch.blame import (
     BY_DIVERGENCE,
@@ -469,7 +469,7 @@ def _native_stderr_to(path: Path) -> Iterator[None]:
         with contextlib.suppress(Exception):
             stream.flush()
     saved = os.dup(2)
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    log = open_private_append(path)
     os.dup2(log, 2)
     os.close(log)
     console, previous = None, sys.stderr
