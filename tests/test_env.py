@@ -220,6 +220,21 @@ def _age(path: Path) -> None:
         os.utime(p, (old, old))
 
 
+def _check_with_problem(
+    kind: str,
+    project: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[int, str]:
+    """``accel env --check`` (exit code, stdout) with the problem ``kind`` set up."""
+    extra = _problem_setups(project, tmp_path)[kind]()  # type: ignore[operator]
+    for name, value in extra.items():
+        monkeypatch.setenv(name, value)
+    code, out, _ = env_in_process(capsys, "--check")
+    return code, out
+
+
 def test_check_passes_on_a_healthy_workspace(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -248,10 +263,7 @@ def test_check_fails_for_each_problem(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    extra = _problem_setups(project, tmp_path)[kind]()  # type: ignore[operator]
-    for name, value in extra.items():
-        monkeypatch.setenv(name, value)
-    code, out, _ = env_in_process(capsys, "--check")
+    code, out = _check_with_problem(kind, project, tmp_path, capsys, monkeypatch)
     assert code == 1, out
     lines = out.splitlines()
     expected = kind.split("-")[0]
@@ -280,10 +292,7 @@ def test_check_prints_the_exact_command_that_fixes_the_problem(
 ) -> None:
     from accel.cli.main import main
 
-    extra = _problem_setups(project, tmp_path)[kind]()  # type: ignore[operator]
-    for name, value in extra.items():
-        monkeypatch.setenv(name, value)
-    code, out, _ = env_in_process(capsys, "--check")
+    code, out = _check_with_problem(kind, project, tmp_path, capsys, monkeypatch)
     assert code == 1 and f"  fix: {FIXES[kind]}" in out.splitlines(), out
     fix = FIXES[kind].split()
     if fix[0] == "accel":

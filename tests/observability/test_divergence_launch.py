@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from run_helpers import accel as _accel
+from run_helpers import only_run as _record
+
 SCRIPT = str(Path(__file__).parent / "scripts" / "diverge.py")
-
-
-def _accel(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "accel"
-    return subprocess.run(
-        [str(exe), *args], cwd=project, capture_output=True, text=True, timeout=120
-    )
-
-
-def _record(project: Path) -> dict[str, object]:
-    (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()
-    data: dict[str, object] = json.loads((folder / "run.json").read_text())
-    return data
 
 
 @pytest.mark.slow

@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from run_helpers import accel
+from run_helpers import only_run as _record
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def _launch(project: Path, *args: str, arrival: str = "3s") -> subprocess.CompletedProcess[str]:
-    exe = str(Path(sys.executable).parent / "accel")
-    env = {**os.environ, "ACCEL_CHECKPOINTS_ARRIVAL_TIMEOUT": arrival}
-    return subprocess.run(
-        [exe, "launch", "--stop-grace-period", "2s", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        env=env,
-    )
-
-
-def _record(project: Path) -> dict[str, object]:
-    (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()
-    data: dict[str, object] = json.loads((folder / "run.json").read_text())
-    return data
+    env = {"ACCEL_CHECKPOINTS_ARRIVAL_TIMEOUT": arrival}
+    return accel(project, "launch", "--stop-grace-period", "2s", *args, env=env)
 
 
 @pytest.mark.slow
