@@ -16,6 +16,7 @@ from accel.launch.blame import (
     RankFailure,
     Stop,
     blame,
+    describe_stuck,
     headline,
     in_collective,
     recorded_verdict,
@@ -153,6 +154,14 @@ def test_after_a_hang_the_rank_outside_a_collective_is_stuck() -> None:
     assert said == (
         "rank 1 is stuck in stuck_in_sleep (train.py), not in a collective; rank(s) 0 waited for it"
     )
+
+
+def test_the_hang_message_names_the_suspect_only_when_one_stands_out() -> None:
+    clue = HangClue(stacks={0: BARRIER, 1: SLEEP}, quiet={0: 30.0, 1: 12.0})
+    assert describe_stuck(clue) == (
+        "rank 1 is stuck in stuck_in_sleep (train.py), not in a collective"
+    )
+    assert describe_stuck(HangClue(stacks={0: SLEEP, 1: SLEEP}, quiet={0: 3.0, 1: 3.0})) is None
 
 
 def test_when_the_stacks_do_not_tell_the_rank_quiet_the_longest_is_stuck() -> None:

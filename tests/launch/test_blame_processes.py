@@ -124,8 +124,13 @@ def test_a_hang_names_the_rank_in_sleep_not_the_rank_in_the_barrier(
         "rank(s) 0 waited for it" in done.stderr
     )
     assert "out of memory" not in done.stderr
+    (detected,) = [line for line in done.stderr.splitlines() if "looks hung" in line]
+    assert detected.endswith(
+        "; rank 1 is stuck in stuck_in_sleep (blame_patterns.py), not in a collective"
+    )
     record = run_json(out.parent)
     assert record["status"] == "hung" and record["failed_rank"] == 1
+    assert record["hangs"][0]["stuck"] == [1]
     assert record["stuck_ranks"] == [1] and record["stopped_ranks"] == [0]
     fates = {f["rank"]: f for f in record["attempts"][-1]["failures"]}
     assert fates[0]["explanation"] == "stopped by accel (SIGKILL) after the hang"

@@ -332,6 +332,14 @@ def stuck_ranks(hang: HangClue | None) -> set[int]:
     return {r for r, q in hang.quiet.items() if q >= longest - 0.5}
 
 
+def describe_stuck(hang: HangClue) -> str | None:
+    """Who a hang is blamed on, for the moment it is detected: ``rank 1 is stuck in ...``."""
+    ranks = sorted(stuck_ranks(hang))
+    if not ranks or len(ranks) == len(hang.stacks or hang.quiet):
+        return None  # every rank alike: nobody to single out
+    return "; ".join(f"rank {r} is {_stuck_message(r, hang)}" for r in ranks)
+
+
 def stuck_frame(stack: str) -> str | None:
     """The innermost function of the main thread ("in stuck_in_sleep"), for messages."""
     threads = _threads(stack)

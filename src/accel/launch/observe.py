@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accel.hang import METRICS_FILE, HangEvent, HangWatch, write_workers
-from accel.launch.blame import BY_HANG, HangClue, Stop
+from accel.launch.blame import BY_HANG, HangClue, Stop, describe_stuck, stuck_ranks
 from accel.launch.divergence import STOP, WARN, MetricsTail, NonFinite, first_nonfinite
 from accel.launch.plan import LaunchPlan
 from accel.telemetry import RESOURCES_FILE, ResourceSampler, read_samples, summarize
@@ -121,7 +121,10 @@ class RunObserver:
         verdict = event.verdict
         self._hung = True
         stopping = self.action == "kill" and not ended
-        self.notify(f"accel: run {self.plan.run_id} looks hung: {verdict.message}")
+        clue = HangClue(stacks=dict(event.stacks), quiet=dict(verdict.quiet))
+        suspect = describe_stuck(clue)
+        who = f"; {suspect}" if suspect else ""
+        self.notify(f"accel: run {self.plan.run_id} looks hung: {verdict.message}{who}")
         for rank, text in event.stacks.items():
             self.notify(f"[rank{rank}] ===== stack of rank {rank} =====")
             for line in text.splitlines():
@@ -134,6 +137,7 @@ class RunObserver:
             "quiet": {str(r): q for r, q in verdict.quiet.items()},
             "action": self.action,
             "message": verdict.message,
+            "stuck": sorted(stuck_ranks(clue)) if suspect else [],
         }
         self.hangs.append(entry)
         if stopping:
