@@ -49,8 +49,8 @@ def test_config_set_names_the_key_and_get_of_a_section_lists_it(
     code, _, err = _cli(capsys, "config", "set", "launch.num_processes", "two")
     assert code == 2
     assert err.strip() == (
-        "error: invalid value for launch.num_processes: expected an integer or 'auto' >= 1, "
-        "got 'two'"
+        "error: invalid value for launch.num_processes: expected an integer from 1 to 1024 "
+        "or 'auto', got 'two'"
     )
     code, out, err = _cli(capsys, "config", "get", "launch")
     assert code == 0 and "did you mean" not in err
