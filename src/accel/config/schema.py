@@ -210,6 +210,7 @@ FIELDS: tuple[Field, ...] = (
         "duration",
         300.0,
         "How long a rank waits for the others inside save_state/load_state before failing.",
+        maximum=DAY,
     ),
     Field(
         "checkpoints.arrival_timeout",
@@ -217,6 +218,7 @@ FIELDS: tuple[Field, ...] = (
         60.0,
         "How long save_state/load_state wait for every rank to call them before failing "
         "(a rank that never calls them: `if is_main_process: save_state()`).",
+        maximum=DAY,
     ),
     Field(
         "cache.max_size",
