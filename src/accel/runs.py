@@ -302,23 +302,16 @@ def mark_crashed(ws: Workspace) -> list[str]:
     """
     marked = []
     for run_id in _run_ids(ws):
-        with contextlib.suppress(OSError, ValueError):
-            if _stored_status(run_dir(ws, run_id)) == RUNNING and _heal(ws, run_id):
+        with contextlib.suppress(OSError):
+            if (read_record(run_dir(ws, run_id)) or {}).get("status") == RUNNING and _heal(
+                ws, run_id
+            ):
                 marked.append(run_id)
     return marked
 
 
-def _stored_status(folder: Path) -> Any:
-    import json
-
-    data = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
-    return data.get("status") if isinstance(data, dict) else None
-
-
 def _heal(ws: Workspace, run_id: str) -> bool:
-    import json
-
-    from accel.fsutil import atomic_write_json, tree_usage
+    from accel.fsutil import PRIVATE_MODE, atomic_write_json, tree_usage
 
     folder = run_dir(ws, run_id)
     try:
@@ -328,8 +321,8 @@ def _heal(ws: Workspace, run_id: str) -> bool:
     try:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while live
-        data = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("status") != RUNNING:
+        data = read_record(folder) or {}
+        if data.get("status") != RUNNING:
             return False  # the launcher finished it meanwhile
         newest = tree_usage(folder).newest
         ended = datetime.fromtimestamp(newest, timezone.utc).astimezone() if newest else None
@@ -339,7 +332,9 @@ def _heal(ws: Workspace, run_id: str) -> bool:
             or (ended.isoformat(timespec="seconds") if ended else None),
             crashed="the launcher died without finishing the record (SIGKILL, power loss)",
         )
-        atomic_write_json(folder / RUN_FILE, data, durable=False)
+        # Rewritten as the launcher writes it: private, and secrets of older records hidden.
+        path = folder / RUN_FILE
+        atomic_write_json(path, redact_mapping(data), durable=False, perms=PRIVATE_MODE)
         return True
     finally:
         if fd is not None:

@@ -68,6 +68,27 @@ def test_a_killed_rank_is_blamed_not_the_peer_whose_collective_it_broke() -> Non
     assert said is not None and said.startswith("rank 1 failed first: killed (SIGKILL)")
 
 
+def test_a_dead_peer_error_yields_to_the_death_it_reports_even_if_seen_first() -> None:
+    # Under load the launcher may see rank 1's exit after rank 0 recorded the error it
+    # caused: the error's words say which is the consequence.
+    reset = RankFailure(
+        0,
+        0,
+        1000,
+        1,
+        0,
+        100.0,
+        "RuntimeError",
+        "pair.cc:553] Connection closed by peer",
+        raised_at=10.00,
+    )
+    verdict = blame([reset, end(1, -signal.SIGKILL, 10.05)])
+    assert fates(verdict) == {0: ALSO_FAILED, 1: FAILED}
+    # A peer on another node died long before: then the reset is all this node saw.
+    alone = blame([reset, end(1, -signal.SIGKILL, 30.0)])
+    assert alone.first is not None and alone.first.rank == 0
+
+
 def test_ranks_accel_stopped_are_stopped_whatever_they_exited_with() -> None:
     verdict = blame(
         [

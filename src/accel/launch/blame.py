@@ -6,7 +6,9 @@ message) comes from :func:`blame`, from the same recorded events:
 - a rank *failed* on its own when it raised, exited non-zero or died of a signal
   **before** accel began stopping the workers; the earliest of them is the failing
   rank (``failed``), the later ones ``also failed`` (their error is usually the
-  consequence: a peer's connection reset);
+  consequence: a peer's connection reset). An error that only reports a dead peer
+  ("Connection closed by peer") yields to a rank that failed of its own cause within
+  a few seconds after it;
 - a rank that ended after accel began stopping the workers was ``stopped`` by accel,
   whatever its exit code (SIGTERM, or SIGKILL after the grace period);
 - after a hang, the ranks whose main-thread stack is not inside a collective are
@@ -208,7 +210,7 @@ def blame(
     ends = sorted(failures, key=lambda f: f.rank)
     own = [f for f in ends if _own_failure(f, stop)]
     own_ranks = {f.rank for f in own}
-    first = min(own, key=lambda f: (f.failed_at, f.rank)) if own else None
+    first = min(own, key=_order) if own else None
     culprits: set[int] = set()
     if first is None and stop is not None:
         culprits = set(stop.culprits) or (stuck_ranks(hang) if stop.reason == BY_HANG else set())
@@ -268,6 +270,28 @@ def headline(verdict: Verdict) -> str | None:
 
 def _ranks(ranks: Iterable[int]) -> str:
     return ", ".join(str(r) for r in ranks)
+
+
+# Errors that report a peer's end rather than a cause of their own. A rank raising one is
+# the first to fail only if no other rank failed on its own within SYMPTOM_WINDOW after:
+# the dead peer's exit can be seen a little late when the launcher is starved of CPU.
+_PEER_SYMPTOM = re.compile(
+    r"connection (closed|reset) by peer|broken pipe|remote process exited"
+    r"|communicator was aborted|failed to recv, got 0 bytes|peer closed",
+    re.IGNORECASE,
+)
+SYMPTOM_WINDOW = 5.0
+
+
+def peer_symptom(f: RankFailure) -> bool:
+    """Whether ``f``'s error is what a rank sees when a peer dies under it."""
+    if f.type == "DistNetworkError":
+        return True
+    return bool(f.message and _PEER_SYMPTOM.search(f.message))
+
+
+def _order(f: RankFailure) -> tuple[float, int]:
+    return f.failed_at + (SYMPTOM_WINDOW if peer_symptom(f) else 0.0), f.rank
 
 
 def _own_failure(f: RankFailure, stop: Stop | None) -> bool:
