@@ -302,10 +302,9 @@ def mark_crashed(ws: Workspace) -> list[str]:
     """
     marked = []
     for run_id in _run_ids(ws):
+        stored = (read_record(run_dir(ws, run_id)) or {}).get("status")
         with contextlib.suppress(OSError):
-            if (read_record(run_dir(ws, run_id)) or {}).get("status") == RUNNING and _heal(
-                ws, run_id
-            ):
+            if stored == RUNNING and _heal(ws, run_id):
                 marked.append(run_id)
     return marked
 

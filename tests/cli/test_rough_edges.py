@@ -95,12 +95,16 @@ def test_launch_into_head_exits_with_the_runs_code(project: Path, accel_exe: lis
 def _clean_prompt(accel_exe: list[str], project: Path, answer: bytes | None) -> int:
     """Answer the clean prompt with ``answer``, or with SIGINT (Ctrl-C) when None."""
     ws = Workspace(project / ".accelerate").ensure()
-    (ws.tmp_dir / "debris").write_bytes(b"x")
-    old = time.time() - 3 * 3600
-    os.utime(ws.tmp_dir / "debris", (old, old))
+    old_run = ws.runs_dir / "20200101-000000-aaaaaa"  # a run accel recorded, 3 days old
+    old_run.mkdir(parents=True)
+    (old_run / "run.json").write_text(json.dumps({"id": old_run.name, "status": "succeeded"}))
+    old = time.time() - 3 * 86400
+    for path in (old_run / "run.json", old_run):
+        os.utime(path, (old, old))
     main_fd, sub_fd = pty.openpty()
     proc = subprocess.Popen(
-        [*accel_exe, "clean"], cwd=project, stdin=sub_fd, stdout=sub_fd, stderr=sub_fd,
+        [*accel_exe, "clean", "--older-than", "1d"], cwd=project, stdin=sub_fd, stdout=sub_fd,
+        stderr=sub_fd,
         env={**os.environ, "TERM": "dumb"},
     )  # fmt: skip
     os.close(sub_fd)
@@ -125,7 +129,7 @@ def test_end_of_input_at_the_clean_prompt_declines_with_exit_1(
     project: Path, accel_exe: list[str]
 ) -> None:
     assert _clean_prompt(accel_exe, project, b"\x04") == 1  # Ctrl-D: end of input
-    assert (project / ".accelerate" / "tmp" / "debris").exists()
+    assert (project / ".accelerate" / "logs" / "runs" / "20200101-000000-aaaaaa").exists()
 
 
 @pytest.mark.timeout(60)
