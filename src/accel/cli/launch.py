@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import typer
 
@@ -214,7 +214,7 @@ def launch(
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan
 
-    console = WorkerConsole(plan.world_size)
+    console = WorkerConsole(plan.world_size, stderr=cast(TextIO, _CurrentStderr()))
 
     def notify(message: str) -> None:
         console.end_line()
@@ -226,6 +226,15 @@ def launch(
     code = _report(plan, outcome)
     _exit_now(code)
     return code
+
+
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write. During a run the runner sends file
+    descriptor 2 to ``launcher.log`` (torch's C++ traces) and points ``sys.stderr`` at
+    the console: workers' stderr must follow it there."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stderr, name)
 
 
 def _size_budget(ws: Any, outcome: RunOutcome) -> None:
