@@ -25,3 +25,20 @@ def test_configuration_page_documents_every_key_and_its_env_twin() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     for f in schema.FIELDS:
         assert f"`{f.key}`" in text and f"`{f.env_var}`" in text, f.key
+
+
+def test_every_link_and_docs_path_in_the_docs_exists() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)#\s:]+\.md)(?:#[^)]*)?\)", text):
+            assert (page.parent / target).exists(), f"{page.name} links {target}"
+        for target in re.findall(r"\bdocs/[\w/.-]+\.md\b", text):
+            assert (ROOT / target).exists(), f"{page.name} names {target}"
+
+
+def test_the_sync_page_names_the_files_a_checkpoint_holds() -> None:
+    from accel.store.checkpoints import MANIFEST, STATE_FILE
+
+    text = (ROOT / "docs" / "sync.md").read_text()
+    assert STATE_FILE in text and MANIFEST in text and "state.pt" not in text

@@ -179,12 +179,6 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
     def gpus() -> dict[str, str]:
         return {"ACCEL_LAUNCH_GPU_IDS": "63"}
 
-    def stale_lock() -> dict[str, str]:
-        folder = make_ws(project).runs_dir / "20200101-000000-dead00"
-        folder.mkdir()
-        (folder / "run.json").write_text('{"status": "running"}')
-        return {}
-
     def torn_checkpoint() -> dict[str, str]:
         step = make_ws(project).checkpoints_dir / "main" / "step-000000000007"
         make_owned_dir(step, parents=True)  # as a save leaves it: marker, no manifest
@@ -213,7 +207,6 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
         "workspace_unwritable": unwritable,
         "layout": newer_layout,
         "gpus": gpus,
-        "stale_lock": stale_lock,
         "debris": torn_checkpoint,
         "debris-tmp": temp_debris,
         "unreadable": unreadable_checkpoint,
@@ -225,6 +218,21 @@ def _age(path: Path) -> None:
     old = time.time() - 3 * 3600
     for p in [path, *path.rglob("*")]:
         os.utime(p, (old, old))
+
+
+def _check_with_problem(
+    kind: str,
+    project: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[int, str]:
+    """``accel env --check`` (exit code, stdout) with the problem ``kind`` set up."""
+    extra = _problem_setups(project, tmp_path)[kind]()  # type: ignore[operator]
+    for name, value in extra.items():
+        monkeypatch.setenv(name, value)
+    code, out, _ = env_in_process(capsys, "--check")
+    return code, out
 
 
 def test_check_passes_on_a_healthy_workspace(
@@ -242,7 +250,6 @@ def test_check_passes_on_a_healthy_workspace(
         "workspace_unwritable",
         "layout",
         "gpus",
-        "stale_lock",
         "debris",
         "debris-tmp",
         "unreadable",
@@ -256,17 +263,73 @@ def test_check_fails_for_each_problem(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    extra = _problem_setups(project, tmp_path)[kind]()  # type: ignore[operator]
-    for name, value in extra.items():
-        monkeypatch.setenv(name, value)
-    code, out, _ = env_in_process(capsys, "--check")
+    code, out = _check_with_problem(kind, project, tmp_path, capsys, monkeypatch)
     assert code == 1, out
     lines = out.splitlines()
     expected = kind.split("-")[0]
     assert any(line.startswith(f"problem: {expected}: ") for line in lines), lines
-    assert all(line.startswith("problem: ") for line in lines)
+    assert all(line.startswith(("problem: ", "  fix: ")) for line in lines), lines
     data = json.loads(env_in_process(capsys, "--check", "--json")[1])
     assert data["healthy"] is False and expected in {p["kind"] for p in data["problems"]}
+
+
+FIXES = {
+    "config": {"accel config unset launch.num_processes"},
+    # GPU 63 on a machine without GPUs: CPU mode; with some: the variable that asks for 63
+    "gpus": {"accel config set launch.use_cpu true", "unset ACCEL_LAUNCH_GPU_IDS"},
+    "debris": {"accel clean --yes"},
+    "debris-tmp": {"accel clean --yes"},
+    "layout": {"pip install -U accel"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FIXES))
+def test_check_prints_the_exact_command_that_fixes_the_problem(
+    project: Path,
+    tmp_path: Path,
+    kind: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel.cli.main import main
+
+    code, out = _check_with_problem(kind, project, tmp_path, capsys, monkeypatch)
+    fixes = [
+        line.removeprefix("  fix: ") for line in out.splitlines() if line.startswith("  fix: ")
+    ]
+    assert code == 1 and len(fixes) == 1 and fixes[0] in FIXES[kind], out
+    fix = fixes[0].split()
+    if fix[0] == "accel":
+        assert main(fix[1:]) == 0
+    elif fix[0] == "unset":
+        monkeypatch.delenv(fix[1])
+    else:
+        return  # upgrading accel is not for a test to do
+    capsys.readouterr()
+    code, out, _ = env_in_process(capsys, "--check")
+    assert (code, out.strip()) == (0, "ok: the environment and the workspace are healthy")
+
+
+def test_a_run_left_running_by_a_dead_launcher_is_healed_never_a_problem(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel.runs import read_run, run_lock
+
+    ws = make_ws(project)
+    for run_id in ("20200101-000000-dead00", "20200101-000000-live00"):
+        (ws.runs_dir / run_id).mkdir()
+        (ws.runs_dir / run_id / "run.json").write_text('{"status": "running"}')
+    with run_lock(ws, "20200101-000000-live00"):  # a live launcher holds this one
+        code, out, err = env_in_process(capsys, "--check")
+        assert (code, out.strip()) == (0, "ok: the environment and the workspace are healthy")
+        assert "run 20200101-000000-dead00 was left running" in err and "live00" not in err
+        dead = json.loads((ws.runs_dir / "20200101-000000-dead00" / "run.json").read_text())
+        assert dead["status"] == "crashed" and dead["ended_at"]
+        assert read_run(ws, "20200101-000000-live00").status == "running"
+        live = json.loads((ws.runs_dir / "20200101-000000-live00" / "run.json").read_text())
+        assert live["status"] == "running"
+        _, _, again = env_in_process(capsys, "--check")
+        assert "marked crashed" not in again  # healed once
 
 
 @pytest.mark.timeout(120)
@@ -279,7 +342,8 @@ def test_check_fails_when_torch_is_missing(
     assert result.returncode == 1, result
     assert result.stdout.splitlines() == [
         "problem: torch: torch cannot be imported (ImportError: No module named torch "
-        "(simulated)); pip install torch"
+        "(simulated)); pip install torch",
+        "  fix: pip install torch",
     ]
     report = run_env(accel_exe, "--markdown", env=env)
     assert report.returncode == 0 and "torch**: missing" in report.stdout

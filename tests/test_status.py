@@ -108,11 +108,15 @@ def test_a_tree_on_a_terminal(
     assert "│   ├── cache: " in text and "live runs: 0" in text
 
 
-def test_an_invalid_config_exits_2(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_invalid_config_is_a_warning_and_the_workspace_is_still_shown(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ws = populate(project)
     ws.config_file.write_text("cache:\n  max_size: 10QB\n")
     code, out = status(capsys, "--json")
-    assert code == 2 and json.loads(out)["config_valid"] is False
+    data = json.loads(out)
+    assert code == 0 and data["config_valid"] is False and "10QB" in data["config_error"]
+    assert data["sizes"]["cache"] > 0 and data["largest"]
 
 
 @pytest.mark.timeout(60)

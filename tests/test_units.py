@@ -101,3 +101,39 @@ def test_formatting_for_people() -> None:
     assert format_duration(5) == "5.0s"
     assert format_duration(93784) == "1d 2h"
     assert format_duration(3600) == "1h"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (10.0, "10s"),
+        (0, "0s"),
+        (0.5, "0.5s"),
+        (60, "1m"),
+        (5400, "1h30m"),
+        (90.5, "1m30.5s"),
+        (7 * 86400 + 3600, "1w1h"),
+        (300.0, "5m"),
+    ],
+)
+def test_duration_text_is_exact_and_reads_back(seconds: float, text: str) -> None:
+    from accel.units import duration_text
+
+    assert duration_text(seconds) == text and parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (10 * 1024**2, "10MiB"),
+        (0, "0B"),
+        (1000, "1KB"),
+        (1536, "1536B"),
+        (20 * 1000**3, "20GB"),
+        (3 * 1024**4, "3TiB"),
+    ],
+)
+def test_size_text_is_exact_and_reads_back(size: int, text: str) -> None:
+    from accel.units import size_text
+
+    assert size_text(size) == text and parse_size(text) == size

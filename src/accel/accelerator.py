@@ -358,6 +358,12 @@ class Accelerator:
         async_save: bool | None = None,
     ) -> Any:
         """Checkpoint every prepared object, the RNG states and ``step`` (a collective)."""
+        from accel.store._arrival import arrive, named
+
+        if self._sharder is not None:
+            # Gathering FSDP's state is collective work: meet before it, not after.
+            with named("save_state"):
+                arrive("save_state", float(self.workspace.config["checkpoints.arrival_timeout"]))
         models, optimizers, sharded = self._state_dicts()
         state = {
             "step": step,
@@ -369,14 +375,15 @@ class Accelerator:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "extra": extra,
         }
-        return self.checkpoints.save(
-            state,
-            step,
-            tag=tag,
-            async_save=async_save,
-            rank_state={"rng": _rng_state()},
-            sharded=sharded,
-        )
+        with named("save_state"):
+            return self.checkpoints.save(
+                state,
+                step,
+                tag=tag,
+                async_save=async_save,
+                rank_state={"rng": _rng_state()},
+                sharded=sharded,
+            )
 
     def _state_dicts(self) -> tuple[list[Any], list[Any], dict[str, Any] | None]:
         """Models' and optimizers' states; what FSDP shards goes into the third part."""
@@ -427,6 +434,9 @@ class Accelerator:
 
     def _agreed_step(self, step: int | None) -> int | None:
         """Every rank loads the step rank 0 found, even if a save lands meanwhile."""
+        from accel.store._arrival import arrive
+
+        arrive("load_state", float(self.workspace.config["checkpoints.arrival_timeout"]))
         if step is None:
             latest = self.checkpoints.latest() if self.is_main_process else None
             step = None if latest is None else latest.step

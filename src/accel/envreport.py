@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform as _platform
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -25,7 +26,7 @@ from accel._redact import redact_env, redact_mapping, redact_text
 from accel._version import __version__
 from accel.devices import DeviceInfo, gpu_mismatch, workers_for
 from accel.devices import probe as probe_devices
-from accel.errors import AccelError
+from accel.errors import AccelError, ConfigError
 from accel.workspace import LAYOUT_VERSION, Workspace
 
 ENV_PREFIXES = (
@@ -69,10 +70,14 @@ def relevant_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing ``accel env --check`` fails for; ``kind`` is a stable identifier."""
+    """One thing ``accel env --check`` fails for; ``kind`` is a stable identifier.
+
+    ``fix``: the command that fixes it (None when only an edit by hand can).
+    """
 
     kind: str
     message: str
+    fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class ConfigInfo:
     error: str | None
     values: Mapping[str, Any]
     origins: Mapping[str, str]
+    fix: str | None = None  # the command that repairs the error, when one does
 
 
 @dataclass(frozen=True)
@@ -253,6 +259,8 @@ def config_info(ws: Workspace) -> ConfigInfo:
     exists = ws.config_file.exists()
     try:
         config = ws.config
+    except ConfigError as exc:
+        return ConfigInfo(file, exists, False, redact_text(str(exc)), {}, {}, config_fix(ws, exc))
     except AccelError as exc:
         return ConfigInfo(file, exists, False, redact_text(str(exc)), {}, {})
     except Exception as exc:  # noqa: BLE001 - e.g. an unreadable user file
@@ -260,6 +268,17 @@ def config_info(ws: Workspace) -> ConfigInfo:
     values = redact_mapping(config.nested())
     origins = {k: str(o) for k, o in config.origins.items()}
     return ConfigInfo(file, exists, True, None, values, origins)
+
+
+def config_fix(ws: Workspace, exc: ConfigError) -> str | None:
+    """The command that repairs a config error: unset the bad key, or the bad variable."""
+    text = str(exc)
+    variable = re.match(r"environment variable ([A-Z0-9_]+):", text)
+    if variable:
+        return f"unset {variable.group(1)}"
+    if exc.key and text.startswith(f"{ws.config_file}:"):
+        return f"accel config unset {exc.key}"
+    return None  # a YAML error, or the user file: an edit by hand, at the line named
 
 
 def workspace_info(ws: Workspace) -> WorkspaceInfo:
@@ -310,18 +329,22 @@ def problems(ws: Workspace, report: EnvReport) -> list[Problem]:
     """Everything that makes the environment or the workspace unhealthy, one per line."""
     found: list[Problem] = []
     if report.config.error is not None:
-        found.append(Problem("config", report.config.error))
+        found.append(Problem("config", report.config.error, report.config.fix))
     found += _workspace_problems(ws, report.workspace)
     if report.workspace.exists and report.workspace.writable:
         found += _storage_problems(ws)
     if report.torch.error is not None:
         found.append(
-            Problem("torch", f"torch cannot be imported ({report.torch.error}); pip install torch")
+            Problem(
+                "torch",
+                f"torch cannot be imported ({report.torch.error}); pip install torch",
+                "pip install torch",
+            )
         )
     found += _gpu_problems(report)
     foreign = any(p.kind == "not_a_workspace" for p in found)
     if report.workspace.exists and report.config.valid and not _newer(report.workspace):
-        found += [] if foreign else _stale_locks(ws) + _debris(ws)
+        found += [] if foreign else _debris(ws)  # a dead launcher's run is healed
     return found
 
 
@@ -334,7 +357,9 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
     try:
         ws.check_layout()
     except AccelError as exc:
-        found.append(Problem("layout", str(exc)))
+        newer = "newer than this accel" in str(exc)
+        fix = "pip install -U accel" if newer else f"rm {ws.layout_file}"
+        found.append(Problem("layout", str(exc), fix))
     else:
         found += _identity_problems(ws)
     if not info.writable:
@@ -344,6 +369,7 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
                 "workspace_unwritable",
                 f"the workspace {info.path} cannot be {verb}; fix its permissions or "
                 "choose another with --workspace or ACCEL_WORKSPACE",
+                f"chmod -R u+w {info.path}" if info.exists else None,
             )
         )
     return found
@@ -359,14 +385,16 @@ def _storage_problems(ws: Workspace) -> list[Problem]:
     for folder in _layout_folders(ws):
         if folder.exists() and not folder.is_dir():
             what = f"{folder} is a file where a folder belongs; move it away"
-            found.append(Problem("workspace_layout", what))
+            found.append(Problem("workspace_layout", what, f"mv {folder} {folder}.moved"))
         elif folder.is_dir() and not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
             what = f"{folder} cannot be read or written; fix its permissions"
-            found.append(Problem("workspace_unwritable", what))
+            found.append(Problem("workspace_unwritable", what, f"chmod u+rwx {folder}"))
     free = _free_bytes(ws.path)
     if free is not None and free < MIN_FREE:
         where = f"the disk of {ws.path} has {free} bytes free"
-        found.append(Problem("disk_full", f"{where}; free space (`accel clean`)"))
+        found.append(
+            Problem("disk_full", f"{where}; free space (`accel clean`)", "accel clean --yes")
+        )
     return found
 
 
@@ -405,6 +433,7 @@ def _gpu_problems(report: EnvReport) -> list[Problem]:
                 f"{found} GPU(s) visible but torch {report.torch.version} is a CPU build: "
                 "workers would train on the CPU; install a CUDA build of torch, or set "
                 "launch.use_cpu: true",
+                "accel config set launch.use_cpu true",
             )
         ]
     ids = launch.get("gpu_ids")
@@ -421,22 +450,21 @@ def _gpu_problems(report: EnvReport) -> list[Problem]:
         Problem(
             "gpus",
             f"launch.num_processes {configured}, launch.gpu_ids {shown}: {problem}",
+            _gpu_fix(report.config.origins, gpu_ids, problem),
         )
     ]
 
 
-def _stale_locks(ws: Workspace) -> list[Problem]:
-    from accel.runs import list_runs
-
-    return [
-        Problem(
-            "stale_lock",
-            f"run {run.id} is recorded as running but no launcher holds its lock "
-            f"(it was killed); its record in {run.path} is stale",
-        )
-        for run in list_runs(ws)
-        if run.raw.get("status") == "running" and not run.live
-    ]
+def _gpu_fix(origins: Mapping[str, str], gpu_ids: list[int] | None, problem: str) -> str:
+    """The command that undoes the setting at fault, where it was made (a variable beats
+    the file): the GPU list, else the worker count, else CPU mode."""
+    if "use_cpu" in problem:
+        return "accel config set launch.use_cpu true"
+    key, value = ("launch.gpu_ids", "all") if gpu_ids else ("launch.num_processes", "auto")
+    variable = re.match(r"env \((\w+)\)", origins.get(key, ""))
+    if variable:
+        return f"unset {variable.group(1)}"
+    return f"accel config set {key} {value}"
 
 
 def _debris(ws: Workspace) -> list[Problem]:
@@ -451,6 +479,7 @@ def _debris(ws: Workspace) -> list[Problem]:
             "debris",
             f"{_debris_kind(item.category)} {item.path} was left by a crash; "
             "`accel clean` removes it",
+            "accel clean --yes",
         )
         for item in found.items
         if item.kind == "debris" and protection(item, found, policy, None) is None

@@ -12,6 +12,7 @@ import os
 
 __all__ = [
     "AccelError",
+    "CollectiveMismatch",
     "ConfigError",
     "IntegrityError",
     "InterruptedRun",
@@ -40,7 +41,14 @@ class UsageError(AccelError):
 
 
 class ConfigError(AccelError):
-    """The configuration is invalid (file, line and key are in the message)."""
+    """The configuration is invalid (file, line and key are in the message).
+
+    ``key``: the dotted key at fault, when one is (so a fix can name it).
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class WorkspaceError(AccelError):
@@ -116,3 +124,12 @@ def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
     reason = exc.strerror or os.strerror(exc.errno)
     hint = _HINTS.get(exc.errno, "check that the disk is writable and healthy, then retry")
     return StorageError(f"cannot {action} {where}: {reason}; {hint}", exc.errno, str(where))
+
+
+class CollectiveMismatch(UsageError):
+    """A collective (``save_state``, ``load_state``) that not every rank called in time.
+
+    Raised in every rank that waited, naming the ranks that arrived.
+    """
+
+    exit_code = EXIT_FAILED

@@ -219,8 +219,13 @@ def resolve_run_id(ws: Workspace, ref: str | None) -> str:
     matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
     if len(matches) == 1:
         return matches[0]
-    hint = "it matches several runs" if matches else "see `accel runs` for the run ids"
-    raise UsageError(f"unknown run {ref!r}: {hint}")
+    if matches:
+        shown = ", ".join(matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise UsageError(
+            f"run {ref!r} is ambiguous: it matches {len(matches)} runs ({shown}); "
+            "give more of the id"
+        )
+    raise UsageError(f"unknown run {ref!r}: see `accel runs` for the run ids")
 
 
 def _run_ids(ws: Workspace) -> list[str]:
@@ -282,3 +287,54 @@ def iter_live(ws: Workspace) -> Iterator[RunRecord]:
     """Records of the live runs only."""
     for run_id in sorted(live_run_ids(ws), reverse=True):
         yield read_run(ws, run_id)
+
+
+# -- self-healing ------------------------------------------------------------------------
+
+
+def mark_crashed(ws: Workspace) -> list[str]:
+    """Rewrite as ``crashed`` every run.json that says ``running`` with no live launcher.
+
+    Called by the commands that look at runs (``runs``, ``status``, ``env``, ``clean``):
+    the first to notice heals the record, so run.json stops contradicting the lock.
+    Holds the run's lock while rewriting, so a launcher can never be live meanwhile.
+    Best effort: an unwritable workspace is left as it is. Returns the ids marked.
+    """
+    marked = []
+    for run_id in _run_ids(ws):
+        stored = (read_record(run_dir(ws, run_id)) or {}).get("status")
+        with contextlib.suppress(OSError):
+            if stored == RUNNING and _heal(ws, run_id):
+                marked.append(run_id)
+    return marked
+
+
+def _heal(ws: Workspace, run_id: str) -> bool:
+    from accel.fsutil import PRIVATE_MODE, atomic_write_json, tree_usage
+
+    folder = run_dir(ws, run_id)
+    try:
+        fd = os.open(run_lock_path(ws, run_id), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None  # no lock file: no launcher can hold it
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while live
+        data = read_record(folder) or {}
+        if data.get("status") != RUNNING:
+            return False  # the launcher finished it meanwhile
+        newest = tree_usage(folder).newest
+        ended = datetime.fromtimestamp(newest, timezone.utc).astimezone() if newest else None
+        data.update(
+            status=CRASHED,
+            ended_at=data.get("ended_at")
+            or (ended.isoformat(timespec="seconds") if ended else None),
+            crashed="the launcher died without finishing the record (SIGKILL, power loss)",
+        )
+        # Rewritten as the launcher writes it: private, and secrets of older records hidden.
+        path = folder / RUN_FILE
+        atomic_write_json(path, redact_mapping(data), durable=False, perms=PRIVATE_MODE)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -62,27 +62,24 @@ def collect(ws: Workspace, *, details: bool = True, now: float | None = None) ->
     """Measure ``ws``; ``details`` adds live runs, the largest and oldest items, and what
     is left alone. A folder accel did not make is reported, not measured."""
     now = time.time() if now is None else now
-    refusal = ws.refusal()
+    layout, broken = None, None
+    try:
+        layout = ws.layout_version()
+        salvaged = ws.salvage_config()  # a broken config: still show what the workspace holds
+        config_error = str(salvaged) if salvaged is not None else None
+    except AccelError as exc:  # unreadable or newer layout: do not read it
+        config_error = broken = str(exc)
+    refusal = ws.refusal()  # after the salvage: the data folder it names is checked too
     if refusal is not None:
         return WorkspaceStatus(
             ws.path, ws.exists, None, ws.config_file, None, (), now=now, workspace_error=refusal
         )
-    config_error = None
-    try:
-        _ = ws.config
-    except AccelError as exc:
-        config_error = str(exc)
-    layout = None
-    try:
-        layout = ws.layout_version()
-    except AccelError as exc:
-        config_error = config_error or str(exc)
-    base = ws.data_path if config_error is None else ws.path
+    base = ws.data_path if broken is None else ws.path
     parts = _parts(ws.path, base)
     status = WorkspaceStatus(
         ws.path, ws.exists, layout, ws.config_file, config_error, parts, now=now
     )
-    if not details or not ws.exists or config_error is not None:
+    if not details or not ws.exists or broken is not None:
         return status
     return _with_details(ws, status)
 

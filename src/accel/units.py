@@ -11,7 +11,14 @@ import re
 
 from accel.errors import UsageError
 
-__all__ = ["format_duration", "format_size", "parse_duration", "parse_size"]
+__all__ = [
+    "duration_text",
+    "format_duration",
+    "format_size",
+    "parse_duration",
+    "parse_size",
+    "size_text",
+]
 
 _SIZE_UNITS = {
     "": 1,
@@ -113,3 +120,40 @@ def format_duration(seconds: float) -> str:
         if count or parts:
             parts.append(f"{int(count)}{unit}")
     return " ".join(p for p in parts[:2] if not p.startswith("0"))
+
+
+_EXACT_SIZES = (
+    ("PiB", 1024**5),
+    ("TiB", 1024**4),
+    ("GiB", 1024**3),
+    ("MiB", 1024**2),
+    ("KiB", 1024),
+    ("PB", 1000**5),
+    ("TB", 1000**4),
+    ("GB", 1000**3),
+    ("MB", 1000**2),
+    ("KB", 1000),
+)
+
+
+def size_text(num_bytes: int) -> str:
+    """``10485760`` -> ``10MiB``: exact, as written in a config (:func:`parse_size` reads it)."""
+    exact = [(num_bytes // f, u) for u, f in _EXACT_SIZES if num_bytes >= f and not num_bytes % f]
+    if not exact:
+        return f"{num_bytes}B"
+    count, unit = min(exact, key=lambda cu: cu[0])  # the shortest; binary units on a tie
+    return f"{count}{unit}"
+
+
+def duration_text(seconds: float) -> str:
+    """``5400`` -> ``1h30m``: exact, as written in a config (:func:`parse_duration` reads it)."""
+    whole = int(seconds)
+    parts = []
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    rest = whole + (seconds - int(seconds))
+    if rest or not parts:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)

@@ -25,7 +25,7 @@ from accel.config.resolve import (
     resolve,
     user_config_path,
 )
-from accel.errors import AccelError, WorkspaceError
+from accel.errors import AccelError, ConfigError, WorkspaceError
 from accel.fsutil import atomic_write
 from accel.layout import LAYOUT_VERSION, Layout
 
@@ -253,6 +253,40 @@ class Workspace:
         """The effective configuration (validated; raises ConfigError when invalid)."""
         project, user = self.config_layers()
         return resolve(project=project, user=user, env=self._env, flags=self._flags)
+
+    def salvage_config(self) -> ConfigError | None:
+        """For commands that only read: the config error, if any, and carry on without it.
+
+        The layout still comes from ``workspace.path`` when that one key can be read
+        (from the environment or the project file); every other key keeps its default.
+        Only a :class:`ConfigError` is salvaged: a newer layout is still refused.
+        """
+        try:
+            _ = self.config
+        except ConfigError as exc:
+            self.__dict__["data_path"] = self._salvaged_data_path()  # the cached_property's slot
+            return exc
+        return None
+
+    def _salvaged_data_path(self) -> Path:
+        from accel.config import schema
+        from accel.config.yamlio import load_yaml_file
+
+        f = schema.BY_KEY["workspace.path"]
+        candidates: list[Any] = [self._env.get(f.env_var)]
+        try:
+            data = load_yaml_file(self.config_file).data
+            section = data.get("workspace") if isinstance(data, dict) else None
+            candidates.append(section.get("path") if isinstance(section, dict) else None)
+        except ConfigError:
+            pass
+        for value in candidates:
+            try:
+                if value:
+                    return _absolute(Path(schema.coerce(f, value)), self.project_root)
+            except ValueError:
+                continue
+        return self.path
 
     # -- state (see accel.store) --------------------------------------------------------
 

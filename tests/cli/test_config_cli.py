@@ -79,7 +79,7 @@ def test_config_without_terminal_asks_for_default(project: Path) -> None:
     [
         (
             ["config", "set", "launch.num_processes", "0"],
-            "error: invalid value for --num-processes",
+            "error: invalid value for launch.num_processes",
         ),
         (["config", "set", "lanch.num_processes", "2"], "did you mean 'launch.num_processes'?"),
         (["config", "get", "cache.maxsize"], "did you mean 'cache.max_size'?"),

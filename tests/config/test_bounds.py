@@ -111,6 +111,7 @@ def test_commands_refuse_a_hostile_config_in_one_line(
             env=dict(os.environ),
         )
         err = done.stderr.strip()
-        assert done.returncode == 2, (args, err)
+        # status only reads: it shows the workspace anyway, the error as its warning
+        assert done.returncode == (0 if args == ["status"] else 2), (args, err)
         assert message in err and len(err.splitlines()) == 1, err
         assert "unexpected" not in err

@@ -132,10 +132,11 @@ def test_failing_rank_stops_the_others(accel: Accel, project: Path) -> None:
     assert "[rank1] RuntimeError: deliberate failure on rank 1" in done.stderr  # a traceback
     assert "in fail_here" in done.stderr and "runpy" not in done.stderr
     assert "rank 1 failed first: RuntimeError: deliberate failure on rank 1" in done.stderr
-    assert "stopped as collateral" in done.stderr
+    assert "rank(s) 0, 2 were stopped by accel after rank 1 failed" in done.stderr
     record = run_json(project)
     assert record["status"] == "failed" and record["exit_code"] == 1
-    assert record["failed_rank"] == 1 and record["collateral_ranks"] == [0, 2]
+    assert record["failed_rank"] == 1 and record["stopped_ranks"] == [0, 2]
+    assert record["also_failed_ranks"] == []
     assert record["error"]["type"] == "RuntimeError"
     assert "fail_here" in record["error"]["traceback"]
     assert_no_orphans(record["id"])
@@ -217,6 +218,9 @@ def test_sigkill_of_the_launcher_leaves_nothing(start_accel: StartAccel, project
         env={**os.environ, "PATH": os.environ["PATH"]},
     )
     assert json.loads(listed.stdout)[0]["status"] == "crashed"
+    assert run_json(project)["status"] == "crashed"  # healed in run.json by `accel runs`
+    check = subprocess.run(["accel", "env", "--check"], cwd=project, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
 
 
 @pytest.mark.timeout(90)

@@ -6,20 +6,23 @@ import signal
 
 import pytest
 
-from accel.launch.record import RankFailure, explain_exit, finished_record, first_failure
+from accel.launch.blame import RankFailure, Stop, blame
+from accel.launch.record import explain_exit, finished_record, with_attempt, with_failures
 
 
-def failure(rank: int, code: int, t: float, kind: str | None = None) -> RankFailure:
+def failure(rank: int, code: int, died: float, kind: str | None = None) -> RankFailure:
     return RankFailure(
         rank=rank,
         local_rank=rank,
         pid=100 + rank,
         exitcode=code,
         attempt=0,
-        timestamp=t,
+        timestamp=died,
         type=kind,
         message="m" if kind else None,
         traceback="Traceback...\nValueError: m" if kind else None,
+        raised_at=died - 0.01 if kind else None,
+        died_at=died,
     )
 
 
@@ -39,22 +42,21 @@ def test_explain_exit(code: int | None, text: str) -> None:
     assert text in explain_exit(code)
 
 
-def test_exception_beats_signal_beats_terminated() -> None:
-    terminated = failure(0, -signal.SIGTERM, 1.0)
-    killed = failure(1, -signal.SIGKILL, 2.0)
-    raised = failure(2, 1, 3.0, "ValueError")
-    assert first_failure([terminated, killed, raised]) == raised
-    assert first_failure([terminated, killed]) == killed
-    assert first_failure([]) is None
-    assert first_failure([failure(3, 1, 5.0), failure(1, 1, 5.0)]).rank == 1  # type: ignore[union-attr]
-
-
-def test_finished_record_names_root_and_collateral() -> None:
-    root = failure(1, 1, 1.0, "ValueError")
-    done = finished_record(
-        {"id": "x"}, status="failed", exit_code=1, ended_at="t", failures=[root], ranks=[0, 1, 2]
+def test_finished_record_names_the_failing_the_also_failed_and_the_stopped() -> None:
+    verdict = blame(
+        [failure(0, -15, 5.0), failure(1, 1, 1.0, "ValueError"), failure(2, 1, 2.0, "OSError")],
+        Stop(3.0),
     )
-    assert done["failed_rank"] == 1 and done["collateral_ranks"] == [0, 2]
-    assert done["error"]["type"] == "ValueError" and "explanation" in done["error"]
-    ok = finished_record({"id": "x"}, status="succeeded", exit_code=0, ended_at="t", ranks=[0])
-    assert ok["failed_rank"] is None and ok["error"] is None and ok["collateral_ranks"] == []
+    record = with_attempt({"id": "x"}, 0, "t0")
+    record = with_failures(record, 0, verdict, Stop(3.0))
+    done = finished_record(record, status="failed", exit_code=1, ended_at="t", verdict=verdict)
+    assert done["failed_rank"] == 1 and done["error"]["type"] == "ValueError"
+    assert done["also_failed_ranks"] == [2] and done["stopped_ranks"] == [0]
+    assert done["stuck_ranks"] == [] and "collateral_ranks" not in done
+    entry = done["attempts"][0]
+    assert entry["stopped_at"] == 3.0 and entry["stop_reason"] == "failure"
+    fates = {f["rank"]: f["fate"] for f in entry["failures"]}
+    assert fates == {0: "stopped", 1: "failed", 2: "also failed"}
+    assert entry["failures"][0]["explanation"] == "stopped by accel (SIGTERM) after rank 1 failed"
+    ok = finished_record({"id": "x"}, status="succeeded", exit_code=0, ended_at="t")
+    assert ok["failed_rank"] is None and ok["error"] is None and ok["stopped_ranks"] == []

@@ -87,7 +87,7 @@ def test_resolve_run_id(ws: Workspace) -> None:
     assert runs.resolve_run_id(ws, "latest") == "20260102-000000-bbbbbb"
     assert runs.resolve_run_id(ws, "aaaaaa") == "20260101-000000-aaaaaa"
     assert runs.resolve_run_id(ws, "20260101") == "20260101-000000-aaaaaa"
-    with pytest.raises(UsageError, match="several"):
+    with pytest.raises(UsageError, match="ambiguous: it matches 2 runs"):
         runs.resolve_run_id(ws, "2026")
 
 

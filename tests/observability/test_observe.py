@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from accel.hang import HangEvent, HangVerdict
+from accel.launch.blame import BY_HANG
 from accel.launch.observe import RunObserver, gpu_indices
-from accel.launch.record import RankFailure
 
 
 def _plan(tmp_path: Path, action: str = "kill", **env: str) -> Any:
@@ -48,11 +48,12 @@ def test_a_hang_is_shown_recorded_and_labels_the_killed_attempt(tmp_path: Path) 
         "1": 9.0,
     }
     assert "[rank1] File y, in stuck" in said and any("looks hung" in line for line in said)
-    killed = [RankFailure(r, r, None, -9, 0, 101.0) for r in (0, 1)]
-    labelled = {f.rank: f for f in observer.hang_failures(0, killed)}
-    assert labelled[1].type == "Hang" and not labelled[1].collateral  # the quietest rank
-    assert labelled[0].collateral and labelled[1].traceback == "File y, in stuck"
-    assert observer.hang_failures(1, killed) == killed
+    found = observer.hang_stop(0)
+    assert found is not None
+    stop, clue = found
+    assert stop.reason == BY_HANG and stop.at >= 100.0
+    assert clue.stacks[1] == "File y, in stuck" and clue.quiet == {0: 6.0, 1: 9.0}
+    assert observer.hang_stop(1) is None  # attempt 1 was not stopped by a hang
     final, status = observer.finish({"status": "running"}, "failed")
     assert status == "hung" and final["resources"]["samples"] == 0 and final["hangs"]
 

@@ -75,7 +75,37 @@ def _record(tmp_path: Path, **raw: object) -> runs.RunRecord:
     return runs._record("r1", tmp_path, data, live=False)
 
 
-def test_rank_views_tell_the_root_cause_from_the_collateral(tmp_path: Path) -> None:
+def test_rank_views_show_the_fates_the_launcher_recorded(tmp_path: Path) -> None:
+    failures = [
+        {
+            "rank": 0,
+            "exitcode": -15,
+            "type": "RuntimeError",
+            "message": "reset",
+            "fate": "also failed",
+        },
+        {"rank": 1, "exitcode": -9, "fate": "failed"},
+        {"rank": 2, "exitcode": -15, "fate": "stopped", "stopped": "after rank 1 failed"},
+    ]
+    attempts = [
+        {"attempt": 0, "failures": [{"rank": 2, "exitcode": 3, "fate": "failed"}]},
+        {"attempt": 1, "failures": failures},
+    ]
+    record = _record(tmp_path, status="failed", failed_rank=1, world_size=4, attempts=attempts)
+    views = {v.rank: v for v in rank_views(record)}
+    assert (views[1].status, views[1].exit_code) == ("failed", -9)
+    assert "SIGKILL" in str(views[1].detail)
+    assert views[0].status == "also failed" and views[0].detail == "RuntimeError: reset"
+    assert views[2].status == "stopped"
+    assert views[2].detail == "stopped by accel (SIGTERM) after rank 1 failed"
+    assert (views[3].status, views[3].exit_code) == ("exited", 0)
+    view = build_view(record, None, [], summarize([]))
+    assert view.error_summary is not None
+    assert view.error_summary.startswith("rank 1 failed first: killed (SIGKILL)")
+    assert view.restarts == ((0, "rank 2 failed first: exited with code 3"),)
+
+
+def test_rank_views_of_records_older_than_fates(tmp_path: Path) -> None:
     failures = [
         {"rank": 1, "exitcode": 1, "type": "ValueError", "message": "bad batch"},
         {"rank": 0, "exitcode": -15, "collateral": True},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import typer
@@ -15,6 +15,7 @@ from accel.workspace import Workspace
 @dataclass
 class GlobalOptions:
     workspace: str | None = None
+    argv: list[str] = field(default_factory=list)  # the command line, as main() got it
 
 
 def options(ctx: typer.Context) -> GlobalOptions:
@@ -24,6 +25,46 @@ def options(ctx: typer.Context) -> GlobalOptions:
     return root.obj
 
 
+def word_after(ctx: typer.Context, flag: str) -> str | None:
+    """The word that follows ``flag`` on the command line (an optional value), if any."""
+    argv = options(ctx).argv
+    if flag in argv:
+        index = argv.index(flag) + 1
+        if index < len(argv) and not argv[index].startswith("-"):
+            return argv[index]
+    return None
+
+
 def workspace(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> Workspace:
     """The workspace for this command (found, not created)."""
     return Workspace.discover(path=options(ctx).workspace, env=os.environ, flags=flags)
+
+
+def read_workspace(ctx: typer.Context) -> Workspace:
+    """For commands that only read (runs, logs, stack): a broken config is a warning."""
+    from accel.cli import _output
+
+    ws = workspace(ctx)
+    error = ws.salvage_config()
+    if error is not None:
+        _output.warn(f"{error} (read-only: going on without the config)")
+    return ws
+
+
+def heal_runs(ws: Workspace) -> None:
+    """Runs whose launcher died are marked crashed by the first command that notices."""
+    from accel.cli import _output
+    from accel.errors import AccelError
+    from accel.runs import mark_crashed
+
+    try:
+        ws.salvage_config()  # the command itself reports a broken config
+        if ws.refusal() is not None or not ws.identify():
+            return  # not accel's folder (or not one yet): never written to
+        healed = mark_crashed(ws)
+    except AccelError:
+        return  # e.g. a layout newer than this accel: do not touch it
+    for run_id in healed:
+        _output.info(
+            f"accel: run {run_id} was left running by a launcher that is gone: marked crashed"
+        )

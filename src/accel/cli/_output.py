@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from functools import cache
@@ -30,10 +31,13 @@ def is_terminal() -> bool:
 def out(text: str = "", *, markup: bool = True) -> None:
     """A line for people on stdout (rich markup allowed, stripped when piped; ``markup``
     False for text that quotes paths or names, which may hold brackets)."""
-    if is_terminal():
-        console().print(text, markup=markup)
-    else:
-        print(_strip_markup(text) if markup else text, flush=True)
+    try:
+        if is_terminal():
+            console().print(text, markup=markup)
+        else:
+            print(_strip_markup(text) if markup else text, flush=True)
+    except BrokenPipeError:
+        gone(sys.stdout)
 
 
 def info(text: str) -> None:
@@ -49,10 +53,27 @@ def error(text: str) -> None:
 
 
 def _err(text: str, style: str) -> None:
-    if sys.stderr.isatty():
-        console(stderr=True).print(text, style=style or None, markup=False)
-    else:
-        print(text, file=sys.stderr, flush=True)
+    try:
+        if sys.stderr.isatty():
+            console(stderr=True).print(text, style=style or None, markup=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        gone(sys.stderr)
+
+
+def gone(stream: Any) -> None:
+    """The reader went away (``accel ... | head``): drop what is left, quietly.
+
+    The command goes on and exits with its own code, not 1 for a closed pipe; Python
+    would otherwise fail again flushing the stream at exit.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def print_json(obj: Any) -> None:
@@ -116,18 +137,34 @@ def byte_bar(label: str) -> Any:
         Progress,
         TextColumn,
         TimeRemainingColumn,
-        TransferSpeedColumn,
     )
 
     return Progress(
         TextColumn(label),
         BarColumn(),
         DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
+        speed_column(),
         TimeRemainingColumn(),
         console=console(stderr=True),
         transient=True,
     )
+
+
+def speed_column() -> Any:
+    """The rate in binary units (MiB/s), as the summary lines give it; rich's own column
+    says MB/s."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    from accel.units import format_size
+
+    class BinarySpeedColumn(ProgressColumn):  # type: ignore[misc]
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            shown = "?" if speed is None else f"{format_size(speed)}/s"
+            return Text(shown, style="progress.data.speed")
+
+    return BinarySpeedColumn()
 
 
 @contextlib.contextmanager

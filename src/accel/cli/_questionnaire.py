@@ -1,11 +1,16 @@
-"""The interactive ``accel config`` questionnaire (terminal only)."""
+"""The interactive ``accel config`` questionnaire (terminal only).
+
+It edits, never wipes: every question starts from the current value (the effective
+configuration, shown as the default), and only the answers that change something are
+written, into the existing file, keeping its comments and the keys not asked about.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from accel.config import schema
-from accel.config.resolve import flag_value
+from accel.config.resolve import ResolvedConfig, flag_value
 from accel.errors import UsageError
 
 QUESTIONS = (
@@ -13,31 +18,51 @@ QUESTIONS = (
     ("launch.num_machines", "How many machines"),
     ("launch.use_cpu", "Run on the CPU only (true/false)"),
     ("launch.mixed_precision", "Mixed precision (no/fp16/bf16)"),
-    ("checkpoints.keep_last", "Checkpoints to keep per series"),
+    ("checkpoints.keep_last", "Checkpoints to keep per series (a number, or null for all)"),
 )
+ENDPOINT = ("launch.rdzv_endpoint", "Rendezvous endpoint HOST:PORT")
 
 
-def ask() -> dict[str, Any]:
+def ask(current: Mapping[str, Any]) -> dict[str, Any]:
+    """Every answer, keyed by config key; ``current`` gives the defaults shown."""
     from rich.prompt import Prompt
 
     values: dict[str, Any] = {}
     for key, question in QUESTIONS:
-        values[key] = _ask_one(Prompt, key, question)
+        values[key] = _ask_one(Prompt, key, question, current.get(key))
     if values.get("launch.num_machines", 1) > 1:
-        values["launch.rdzv_endpoint"] = _ask_one(
-            Prompt, "launch.rdzv_endpoint", "Rendezvous endpoint HOST:PORT"
-        )
+        key, question = ENDPOINT
+        values[key] = _ask_one(Prompt, key, question, current.get(key))
     return values
 
 
-def _ask_one(prompt: Any, key: str, question: str) -> Any:
-    default = schema.BY_KEY[key].default
-    shown = None if default is None else str(default)
-    if isinstance(default, bool):
-        shown = str(default).lower()
+def changes(answers: Mapping[str, Any], config: ResolvedConfig, fresh: bool) -> dict[str, Any]:
+    """The answers to write: all of them into a new file; into an existing one, those
+    that change the effective value or that the project file already sets."""
+    if fresh:
+        return dict(answers)
+    return {
+        key: value
+        for key, value in answers.items()
+        if value != config.values.get(key) or config.origins[key].layer == "project"
+    }
+
+
+def shown(value: Any) -> str | None:
+    """A value as the user would type it back."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _ask_one(prompt: Any, key: str, question: str, default: Any) -> Any:
     while True:
-        answer = prompt.ask(question, default=shown)
+        answer = prompt.ask(question, default=shown(default))
+        if answer is None and default is None:
+            return None
         try:
-            return flag_value(key, answer or "")
+            return flag_value(key, answer or "", named=key)
         except UsageError as exc:
             print(f"  {exc}")

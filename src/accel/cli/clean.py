@@ -49,6 +49,7 @@ def clean(
 
     ws = _app.workspace(ctx)
     ws.identify()  # a folder accel did not make is refused before anything is planned
+    _app.heal_runs(ws)
     if auto:
         return _auto(ws, (older_than, keep_last, max_size, only), dry_run, as_json)
     policy = policy_for(
@@ -111,7 +112,12 @@ def _confirmed(plan: CleanPlan, policy: Policy, yes: bool) -> bool:
         return True
     if _interactive():
         _show_plan(plan, False, dry_run=False)
-        return typer.confirm(f"Remove {len(plan.items)} item(s)?", default=False)
+        try:
+            return typer.confirm(f"Remove {len(plan.items)} item(s)?", default=False)
+        except typer.Abort as exc:
+            if isinstance(exc.__context__, EOFError):  # end of input: a "no", not Ctrl-C
+                return False
+            raise
     if policy.explicit:
         return True
     _output.error(

@@ -25,26 +25,52 @@ def config(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing project file."),
 ) -> None:
-    """Without a subcommand: a short questionnaire that writes the project file."""
+    """Without a subcommand: a short questionnaire that edits the project file."""
     if ctx.invoked_subcommand is not None:
         return
     from accel.config import project
 
     ws = _app.workspace(ctx)
-    if default:
-        values: dict[str, Any] = {}
-    elif sys.stdin.isatty() and sys.stdout.isatty():
-        from accel.cli._questionnaire import ask
-
-        values = ask()
-    else:
-        _output.error("not a terminal: run `accel config --default` to write the defaults")
-        raise typer.Exit(2)
-    if default and not force and ws.config_file.exists():
+    if not default:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            _output.error("not a terminal: run `accel config --default` to write the defaults")
+            raise typer.Exit(2)
+        _questionnaire(ws)
+        return
+    if not force and ws.config_file.exists():
         ws.ensure().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
         return
-    _output.out(f"wrote {project.write(ws, values)}")
+    _output.out(f"wrote {project.write(ws, {})}")
+
+
+def _questionnaire(ws: Any) -> None:
+    """Ask, starting from the current values; show the diff; write only when confirmed."""
+    from rich.prompt import Confirm
+
+    from accel.cli._questionnaire import ask, changes
+    from accel.config import project
+    from accel.config.edit import unified_diff
+
+    config = ws.config  # a broken file stops here, with its line: fix it first
+    answers = ask(config.values)
+    fresh = not ws.config_file.exists()
+    before, after = project.plan_edit(ws, changes(answers, config, fresh))
+    diff = unified_diff(before, after, ws.config_file)
+    if not diff:
+        _output.out(f"no changes: {ws.config_file} is left as it is")
+        return
+    for line in diff:
+        style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
+        _output.out(f"[{style}]{_escape(line)}[/{style}]" if style else _escape(line))
+    if not Confirm.ask(f"Write {ws.config_file}?", default=True):
+        _output.out("nothing written")
+        return
+    _output.out(f"wrote {project.write_edit(ws, before, after)}")
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
 
 
 @app.command()
@@ -66,7 +92,7 @@ def show(
         return
     columns = ["key", "value"] + (["origin"] if origin else [])
     rows = [
-        [key, _show_value(value)] + ([str(cfg.origins[key])] if origin else [])
+        [key, _show_value(value, key)] + ([str(cfg.origins[key])] if origin else [])
         for key, value in shown.items()
     ]
     _output.table(None, columns, rows)
@@ -80,26 +106,31 @@ def _shown(key: str, value: Any) -> str:
     """One value for people: secrets (``launch.env`` tokens, URL passwords) as ***."""
     from accel._redact import redact_mapping
 
-    return _show_value(redact_mapping({key: value})[key])
+    return _show_value(redact_mapping({key: value})[key], key)
 
 
-def _show_value(value: Any) -> str:
-    import json
+def _show_value(value: Any, key: str = "") -> str:
+    """As the config file writes it: ``10s``, ``10MiB``, ``false``, ``null``."""
+    from accel.config.schema import display
 
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return display(key, value)
 
 
 @app.command()
-def get(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.")) -> None:
-    """Print one effective value (secrets shown as ***; the file holds the real ones)."""
+def get(
+    ctx: typer.Context,
+    key: str = typer.Argument(..., help="A dotted key, or a section for all its keys."),
+) -> None:
+    """Print one effective value, or each key of a section (secrets shown as ***)."""
     from accel.config import schema
 
+    config = _app.workspace(ctx).config
+    if key in schema.SECTIONS:
+        rows = [[f.key, _shown(f.key, config[f.key])] for f in schema.FIELDS if f.section == key]
+        _output.table(None, ["key", "value"], rows)
+        return
     f = schema.field(key)
-    print(_shown(f.key, _app.workspace(ctx).config[f.key]))
+    print(_shown(f.key, config[f.key]))
 
 
 @app.command("set")

@@ -32,9 +32,13 @@ def env(
 
     if devices is None and not as_json and not check:
         devices = True
-    report = collect(_app.workspace(ctx), os.environ, devices=devices)
+    ws = _app.workspace(ctx)
+    _app.heal_runs(ws)
+    report = collect(ws, os.environ, devices=devices)
     if as_json:
         _output.print_json(report.to_json())
+        if report.config.error and not check:
+            _output.warn(f"config: {report.config.error}")
     elif markdown:
         print(render_markdown(report), flush=True)
     elif check:
@@ -47,6 +51,8 @@ def env(
 def _print_check(report: EnvReport) -> None:
     for problem in report.problems:
         _output.out(f"problem: {problem.kind}: {problem.message}")
+        if problem.fix:
+            _output.out(f"  fix: {problem.fix}")
     if report.healthy:
         _output.out("ok: the environment and the workspace are healthy")
 
@@ -107,11 +113,12 @@ def _print_human(report: EnvReport) -> None:
     _output.table("Configuration", ["key", "value", "origin"], _config_rows(report))
     _output.table("Packages", ["package", "version"], _package_rows(report))
     for problem in report.problems:
-        _output.warn(f"{problem.kind}: {problem.message}")
+        fix = f" (fix: {problem.fix})" if problem.fix else ""
+        _output.warn(f"{problem.kind}: {problem.message}{fix}")
 
 
 def _config_rows(report: EnvReport) -> list[tuple[str, str, str]]:
-    import json
+    from accel.config.schema import display
 
     if not report.config.valid:
         return [("(invalid)", report.config.error or "", report.config.file)]
@@ -119,8 +126,7 @@ def _config_rows(report: EnvReport) -> list[tuple[str, str, str]]:
     for section, values in report.config.values.items():
         for name, value in values.items():
             key = f"{section}.{name}"
-            shown = json.dumps(value) if not isinstance(value, str) else value
-            rows.append((key, shown, report.config.origins.get(key, "")))
+            rows.append((key, display(key, value), report.config.origins.get(key, "")))
     return rows
 
 
@@ -139,7 +145,10 @@ def render_markdown(report: EnvReport) -> str:
     lines += ["</details>", ""]
     if report.problems:
         lines += ["### Problems", ""]
-        lines += [f"- `{p.kind}`: {_md(p.message)}" for p in report.problems]
+        lines += [
+            f"- `{p.kind}`: {_md(p.message)}" + (f" Fix: `{p.fix}`" if p.fix else "")
+            for p in report.problems
+        ]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import typer
 
@@ -255,19 +255,27 @@ def launch(
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan
 
-    _output.info(f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}")
-    console = WorkerConsole(plan.world_size)
+    console = WorkerConsole(plan.world_size, stderr=cast(TextIO, _CurrentStderr()))
 
     def notify(message: str) -> None:
         console.end_line()
         _output.info(message)
 
-    outcome = run_plan(plan, ws, sink=console, notify=notify)
+    outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
     console.end_line()
     _size_budget(ws, outcome)
     code = _report(plan, outcome)
     _exit_now(code)
     return code
+
+
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write. During a run the runner sends file
+    descriptor 2 to ``launcher.log`` (torch's C++ traces) and points ``sys.stderr`` at
+    the console: workers' stderr must follow it there."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stderr, name)
 
 
 def _size_budget(ws: Any, outcome: RunOutcome) -> None:
@@ -310,8 +318,11 @@ def _exit_now(code: int) -> None:
     stdout = sys.stdout
     if stdout is not sys.__stdout__ or stdout is None or os.environ.get("ACCEL_NO_FAST_EXIT"):
         return
-    stdout.flush()
-    sys.stderr.flush()
+    for stream in (stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # the reader went away: the run's code still stands
+            _output.gone(stream)
     os._exit(code)
 
 
@@ -348,39 +359,51 @@ def _gpu_count(config: Any) -> int:
 
 def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     from accel import runs
+    from accel.launch import blame
 
     if outcome.status == runs.SUCCEEDED:
         restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
         _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
         return 0
-    if outcome.status == "hung":
-        raise JobFailed(
-            f"run {outcome.run_id} hung and was stopped (--hang-action kill); "
-            f"the stacks are above and in the rank logs in {outcome.run_dir}",
-            outcome.exit_code,
-        )
     if outcome.status == runs.INTERRUPTED:
         raise InterruptedRun(
             f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code
         )
-    root = outcome.root
-    if root is None:
+    verdict, root = outcome.verdict, outcome.root
+    headline = blame.headline(verdict)
+    if outcome.status == "hung":
+        who = f": {headline}" if headline else ""
+        raise JobFailed(
+            f"run {outcome.run_id} hung and was stopped (--hang-action kill){who}; "
+            f"the stacks are above and in the rank logs in {outcome.run_dir}",
+            outcome.exit_code,
+        )
+    if root is None or headline is None:
         raise JobFailed(f"run {outcome.run_id} failed; see {outcome.run_dir}", outcome.exit_code)
-    shown = plan.console == "tee" and (
-        plan.console_ranks is None or root.rank in plan.console_ranks
-    )
-    if not shown:  # the rank's own lines never reached the console: show them now
+    if outcome.diverged is not None:
+        raise JobFailed(
+            f"run {outcome.run_id} stopped: {outcome.diverged.message} (logs.on_nonfinite: stop)",
+            outcome.exit_code,
+        )
+    crashed = root.type is None and root.traceback  # a fatal signal's stack: never printed
+    if crashed or not _shown(plan, root.rank):  # show what the console did not
         for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
             _output.info(f"[rank{root.rank}] {line}")
-    if outcome.collateral_ranks:
-        stopped = ", ".join(str(r) for r in outcome.collateral_ranks)
-        _output.info(f"accel: rank(s) {stopped} were stopped as collateral")
-    why = f" ({root.explanation})" if root.type else ""
+    for other in verdict.with_fate(blame.ALSO_FAILED):
+        _output.info(
+            f"accel: rank {other.rank} also failed, after rank {root.rank}: {other.summary}"
+        )
+    stopped = verdict.ranks(blame.STOPPED)
+    if stopped:
+        ranks = ", ".join(str(r) for r in stopped)
+        _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
     raise JobFailed(
-        f"rank {root.rank} failed first: {root.summary}{why}; "
-        f"its log: {outcome.run_dir / f'rank-{root.rank}.log'}",
-        outcome.exit_code,
+        f"{headline}; its log: {outcome.run_dir / f'rank-{root.rank}.log'}", outcome.exit_code
     )
+
+
+def _shown(plan: LaunchPlan, rank: int) -> bool:
+    return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
 
 
 def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
@@ -419,5 +442,12 @@ def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
         ["variable", "value"],
         sorted(worker_env.items()),
     )
-    rows = [[f"{s}.{k}", v] for s, body in config.items() for k, v in body.items()]
+    from accel.config.schema import display
+
+    rows = [
+        [f"{s}.{k}", display(f"{s}.{k}", v)]
+        for s, body in config.items()
+        if isinstance(body, dict)
+        for k, v in body.items()
+    ]
     _output.table("config", ["key", "value"], rows)

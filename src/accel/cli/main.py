@@ -47,6 +47,25 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _show_completion(ctx: typer.Context, value: bool) -> None:
+    if value:
+        from accel.cli import _completion
+
+        shell = _completion.pick(_app.word_after(ctx, "--show-completion"), os.environ)
+        print(_completion.script(shell))
+        raise typer.Exit(0)
+
+
+def _install_completion(ctx: typer.Context, value: bool) -> None:
+    if value:
+        from accel.cli import _completion
+
+        shell = _completion.pick(_app.word_after(ctx, "--install-completion"), os.environ)
+        path = _completion.install(shell)
+        print(f"{shell} completion installed in {path}; it works in new shells")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
@@ -60,6 +79,21 @@ def _root(
     ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    show_completion: bool = typer.Option(
+        False,
+        "--show-completion",
+        callback=_show_completion,
+        is_eager=True,
+        help="Print the completion script: --show-completion [bash|zsh|fish] (default: "
+        "this shell).",
+    ),
+    install_completion: bool = typer.Option(
+        False,
+        "--install-completion",
+        callback=_install_completion,
+        is_eager=True,
+        help="Install completion: --install-completion [bash|zsh|fish] (default: this shell).",
     ),
 ) -> None:
     _app.options(ctx).workspace = workspace or None
@@ -83,9 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit: EFBIG and one line, not a core dump
         with contextlib.suppress(ValueError):  # not the main thread: leave it as it is
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    from accel.cli import _completion
+
+    if _completion.requested(os.environ):
+        _completion.prepare()
     command = typer.main.get_command(app)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        result = command.main(args=argv, prog_name="accel", standalone_mode=False)
+        result = command.main(
+            args=argv, prog_name="accel", standalone_mode=False, obj=_app.GlobalOptions(argv=argv)
+        )
     except typer.exceptions.Exit as exc:
         return int(exc.exit_code)
     except (typer.exceptions.Abort, KeyboardInterrupt):

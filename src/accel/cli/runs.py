@@ -32,7 +32,9 @@ def runs(
         return
     from accel.runs import list_runs
 
-    found = list_runs(_app.workspace(ctx))
+    ws = _app.read_workspace(ctx)
+    _app.heal_runs(ws)
+    found = list_runs(ws)
     if limit:
         found = found[:limit]
     if as_json:
@@ -54,6 +56,8 @@ def _row(r: RunRecord) -> list[Any]:
     started = (r.started_at or "")[:19].replace("T", " ")
     duration = format_duration(r.duration) if r.duration is not None else ""
     status = r.status + (f" (rank {r.failed_rank})" if r.failed_rank is not None else "")
+    if r.raw.get("nonfinite"):
+        status += ", diverged"
     return [r.id, r.name, status, started, duration, r.exit_code, r.world_size, r.restarts]
 
 
@@ -87,7 +91,7 @@ def logs(
 
     keep = line_filter(grep) if grep else None
     cutoff = parse_since(since) if since else None
-    ws = _app.workspace(ctx)
+    ws = _app.read_workspace(ctx)
     record = runs_mod.read_run(ws, runs_mod.resolve_run_id(ws, run))
     wanted = set(rank or ())
     files = _select(record, wanted)

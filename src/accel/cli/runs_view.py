@@ -26,7 +26,9 @@ def show(
     """Summary, per-rank status, resource peaks and metrics (last, best, trend) of a run."""
     from accel.runview import load_view
 
-    view = load_view(_app.workspace(ctx), run)
+    ws = _app.read_workspace(ctx)
+    _app.heal_runs(ws)
+    view = load_view(ws, run)
     if as_json:
         _output.print_json(view.to_json())
         return
@@ -53,12 +55,29 @@ def summary_lines(view: RunView) -> list[str]:
         f"  started   {_time(r.started_at)}"
         + (f"   ended {_time(r.ended_at)}" if r.ended_at else ""),
     ]
-    if view.error_summary:
-        lines.append(f"  failed    rank {r.failed_rank}: {_escape(view.error_summary)}")
+    summary = view.error_summary
+    if summary:
+        who = "" if summary.startswith("rank ") else f"rank {r.failed_rank}: "
+        lines.append(f"  failed    {_escape(who + summary)}")
+    for attempt, why in view.restarts:
+        lines.append(f"  restarted after attempt {attempt}: {_escape(why)}")
     for hang in view.hangs[-1:]:
         lines.append(f"  hung      {_escape(str(hang.get('message', 'no activity')))}")
+    for bad in view.nonfinite:
+        lines.append(f"  [yellow]diverged[/yellow]  {_escape(_nonfinite_text(bad))}")
     lines.extend(_config_lines(view))
     return lines
+
+
+def _nonfinite_text(entry: Any) -> str:
+    from accel.launch.divergence import NonFinite
+
+    try:
+        return NonFinite(
+            str(entry["metric"]), int(entry["rank"]), entry.get("step"), str(entry["value"])
+        ).message
+    except (KeyError, TypeError, ValueError):
+        return str(dict(entry))
 
 
 def _config_lines(view: RunView) -> list[str]:
@@ -69,15 +88,16 @@ def _config_lines(view: RunView) -> list[str]:
     head = "  config    "
     out = []
     for change in view.config_diff:
-        out.append(f"{head}{change.key}: {_value(change.run)} (now {_value(change.current)})")
+        run, now = _value(change.key, change.run), _value(change.key, change.current)
+        out.append(f"{head}{change.key}: {run} (now {now})")
         head = " " * len(head)
     return [_escape(line) for line in out]
 
 
-def _value(value: Any) -> str:
-    import json
+def _value(key: str, value: Any) -> str:
+    from accel.config.schema import display
 
-    return value if value == "(unset)" else json.dumps(value, default=str)
+    return value if value == "(unset)" else display(key, value)
 
 
 def _time(stamp: str | None) -> str:
@@ -200,7 +220,7 @@ def plot(
     from accel.runview import plot as plotting
     from accel.telemetry import RESOURCES_FILE, read_samples
 
-    ws = _app.workspace(ctx)
+    ws = _app.read_workspace(ctx)
     ids = list(dict.fromkeys(resolve_run_id(ws, ref) for ref in (run or ["latest"])))
     runs = []
     for run_id in ids:

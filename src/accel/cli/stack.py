@@ -23,7 +23,7 @@ def stack(
     from accel import hang
     from accel.runs import read_run, resolve_run_id
 
-    ws = _app.workspace(ctx)
+    ws = _app.read_workspace(ctx)
     record = read_run(ws, resolve_run_id(ws, run))
     if not record.live:
         raise UsageError(f"run {record.id} is not running ({record.status}); nothing to dump")

@@ -20,9 +20,13 @@ def status(
     """Where the workspace is, whether its config is valid, what it holds and how big."""
     from accel.status import collect
 
-    st = collect(_app.workspace(ctx))
+    ws = _app.workspace(ctx)
+    _app.heal_runs(ws)
+    st = collect(ws)
     if as_json:
         _output.print_json(status_json(st))
+        if st.config_error:
+            _output.warn(st.config_error)
     elif st.workspace_error is not None:
         from accel.errors import WorkspaceError
 
@@ -31,7 +35,7 @@ def status(
         _print_tree(st)
     else:
         _print_plain(st)
-    return 0 if st.config_error is None and st.workspace_error is None else 2
+    return 0 if st.workspace_error is None else 2
 
 
 def status_json(st: WorkspaceStatus) -> dict[str, Any]:
@@ -114,7 +118,7 @@ def _print_tree(st: WorkspaceStatus) -> None:
             branch.add(_left_alone_text(item), highlight=False)
     _output.console().print(root)
     if st.config_error:
-        _output.error(st.config_error)
+        _output.warn(st.config_error)
 
 
 def _print_plain(st: WorkspaceStatus) -> None:
@@ -123,7 +127,7 @@ def _print_plain(st: WorkspaceStatus) -> None:
     _output.out(f"workspace  {st.path}" + ("" if st.exists else "  (not created yet)"))
     _output.out("config     " + ("valid" if st.config_error is None else "INVALID"))
     if st.config_error:
-        _output.error(st.config_error)
+        _output.warn(st.config_error)
     _output.table(
         None,
         ["part", "size"],

@@ -119,11 +119,32 @@ def _trailing_comment(line: str) -> str:
 def rewrite(path: Path, text: str, edited: str, expected: dict[str, Any]) -> None:
     """Validate ``edited`` (falling back to a plain dump when the text edit went wrong)
     and write it atomically. ``expected`` is the flat value set the file must hold."""
+    atomic_write(path, checked(path, edited, expected))
+
+
+def checked(path: Path, edited: str, expected: dict[str, Any]) -> str:
+    """``edited`` when it holds exactly ``expected``, else a plain dump of it (a file
+    shape the text edit cannot handle: flow style, anchors)."""
     if _values_of(edited, path) != expected:
         edited = dump(expected)
         if _values_of(edited, path) != expected:  # pragma: no cover - schema bug guard
             raise ConfigError(f"{path}: could not write the new value safely; nothing changed")
-    atomic_write(path, edited)
+    return edited
+
+
+def unified_diff(before: str, after: str, path: Path) -> list[str]:
+    """The change as ``diff -u`` shows it (an empty list: no change)."""
+    import difflib
+
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"{path} (now)",
+            tofile=f"{path} (new)",
+        )
+    ]
 
 
 def _values_of(text: str, path: Path) -> dict[str, Any] | None:

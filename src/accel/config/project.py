@@ -9,11 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from accel.config import schema
-from accel.config.edit import dump, render_value, rewrite, set_in_text, unset_in_text
+from accel.config.edit import (
+    checked,
+    dump,
+    render_value,
+    rewrite,
+    set_in_text,
+    unset_in_text,
+)
 from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
 from accel.config.yamlio import load_yaml_file
 from accel.errors import ConfigError
+from accel.fsutil import atomic_write
 from accel.locking import locked
 from accel.workspace import Workspace
 
@@ -40,9 +48,35 @@ def write(ws: Workspace, values: dict[str, Any]) -> Path:
     return ws.config_file
 
 
+def plan_edit(ws: Workspace, values: dict[str, Any]) -> tuple[str, str]:
+    """(the project file now, the file with ``values`` set): comments, key order and every
+    other key kept. Nothing is written (see :func:`write_edit`)."""
+    path = ws.config_file
+    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    current: dict[str, Any] = {}
+    if before.strip():
+        current, _ = validate_document(load_yaml_file(path), str(path))
+    edited = before if before.strip() else dump({})
+    for key, value in values.items():
+        edited = set_in_text(edited, key, render_value(schema.BY_KEY[key], value))
+    return before, checked(path, edited, {**current, **values})
+
+
+def write_edit(ws: Workspace, before: str, after: str) -> Path:
+    """Write what :func:`plan_edit` planned, unless the file changed since it was read."""
+    ws.ensure().ensure_gitignore()
+    with locked(ws.lock_path("config"), ws):
+        path = ws.config_file
+        now = path.read_text(encoding="utf-8") if path.exists() else ""
+        if now != before:
+            raise ConfigError(f"{path} changed while you answered; nothing written, run again")
+        atomic_write(path, after)
+    return path
+
+
 def set_value(ws: Workspace, key: str, text: str) -> Any:
     f = schema.field(key)
-    value = flag_value(f.key, text)
+    value = flag_value(f.key, text, named=f.key)
     with _editing(ws) as (current, values):
         values[f.key] = value
         edited = set_in_text(current, f.key, render_value(f, value, text))
@@ -51,12 +85,32 @@ def set_value(ws: Workspace, key: str, text: str) -> Any:
 
 
 def unset_value(ws: Workspace, key: str) -> bool:
-    f = schema.field(key)
-    with _editing(ws) as (current, values):
-        if f.key not in values:
+    """Remove ``key`` from the project file; False when it was not set there.
+
+    A file that is invalid because of that very key (an unknown key, a bad value) is
+    repaired this way: the one line goes, nothing else is touched.
+    """
+    try:
+        with _editing(ws) as (current, values):
+            f = schema.field(key)
+            if f.key not in values:
+                return False
+            del values[f.key]
+            rewrite(ws.config_file, current, unset_in_text(current, f.key), values)
+        return True
+    except ConfigError as exc:
+        if exc.key != key:
+            raise
+        return _remove_broken_key(ws, key)
+
+
+def _remove_broken_key(ws: Workspace, key: str) -> bool:
+    with locked(ws.lock_path("config"), ws):
+        current = ws.config_file.read_text(encoding="utf-8")
+        edited = unset_in_text(current, key)
+        if edited == current:
             return False
-        del values[f.key]
-        rewrite(ws.config_file, current, unset_in_text(current, f.key), values)
+        atomic_write(ws.config_file, edited)
     return True
 
 

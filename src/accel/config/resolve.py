@@ -103,11 +103,13 @@ def validate_document(loaded: LoadedYaml, source: str) -> tuple[dict[str, Any], 
             key = f"{section}.{name}"
             kline = loaded.lines.get(key, line)
             if key not in schema.BY_KEY:
-                raise ConfigError(f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}")
+                raise ConfigError(
+                    f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}", key=key
+                )
             try:
                 values[key] = schema.coerce(schema.BY_KEY[key], raw)
             except ValueError as exc:
-                raise ConfigError(f"{source}:{kline}: {key}: {exc}") from None
+                raise ConfigError(f"{source}:{kline}: {key}: {exc}", key=key) from None
     lines = {k: loaded.lines[k] for k in values if k in loaded.lines}
     return values, lines
 
@@ -171,11 +173,14 @@ def resolve(
     return ResolvedConfig(values, origins)
 
 
-def flag_value(key: str, value: Any) -> Any:
-    """Validate a command-line value for ``key`` (strings are parsed like env values)."""
+def flag_value(key: str, value: Any, *, named: str | None = None) -> Any:
+    """Validate a command-line value for ``key`` (strings are parsed like env values).
+
+    The error names ``named`` (``config set`` passes the key itself), else the flag.
+    """
     f = schema.field(key)
     try:
         return schema.read_value(f, value)
     except ValueError as exc:
-        flag = "--" + key.split(".", 1)[1].replace("_", "-")
-        raise UsageError(f"invalid value for {flag}: {exc}") from None
+        name = named or "--" + key.split(".", 1)[1].replace("_", "-")
+        raise UsageError(f"invalid value for {name}: {exc}") from None

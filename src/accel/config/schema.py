@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.errors import UsageError
-from accel.units import DURATION_HELP, SIZE_HELP, parse_duration, parse_size
+from accel.units import (
+    DURATION_HELP,
+    SIZE_HELP,
+    duration_text,
+    parse_duration,
+    parse_size,
+    size_text,
+)
 
 SCHEMA_VERSION = 1
 
@@ -236,6 +243,21 @@ FIELDS: tuple[Field, ...] = (
         "Write checkpoints in the background after a snapshot to CPU memory.",
     ),
     Field(
+        "checkpoints.collective_timeout",
+        "duration",
+        300.0,
+        "How long a rank waits for the others inside save_state/load_state before failing.",
+        maximum=DAY,
+    ),
+    Field(
+        "checkpoints.arrival_timeout",
+        "duration",
+        60.0,
+        "How long save_state/load_state wait for every rank to call them before failing "
+        "(a rank that never calls them: `if is_main_process: save_state()`).",
+        maximum=DAY,
+    ),
+    Field(
         "cache.max_size",
         "size",
         None,
@@ -275,6 +297,14 @@ FIELDS: tuple[Field, ...] = (
         "How often the launcher samples CPU, memory and GPU use into resources.jsonl.",
         minimum=0.1,
         maximum=DAY,
+    ),
+    Field(
+        "logs.on_nonfinite",
+        "enum",
+        "warn",
+        "When a logged metric becomes NaN or infinite: `warn` once per metric, or `stop` "
+        "the run (exit 1).",
+        choices=("warn", "stop"),
     ),
     Field(
         "store.lock_timeout",
@@ -317,6 +347,12 @@ def field(key: str) -> Field:
     try:
         return BY_KEY[key]
     except KeyError:
+        if key in SECTIONS:
+            example = next(f.key for f in FIELDS if f.section == key)
+            raise UsageError(
+                f"{key!r} is a section, not a key: name one of its keys, e.g. {example!r} "
+                "(`accel config show` lists them)"
+            ) from None
         raise UsageError(f"unknown config key {key!r}{suggest(key)}") from None
 
 
@@ -529,6 +565,22 @@ _COERCE = {
     "path": _coerce_str,
     "names": _coerce_names,
 }
+
+
+def display(key: str, value: Any) -> str:
+    """A value as a person would write it in the config: ``10s``, ``10MiB``, ``false``, ``null``."""
+    import json
+
+    f = BY_KEY.get(key)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if f is not None and f.kind == "duration" and isinstance(value, (int, float)):
+        return duration_text(float(value))
+    if f is not None and f.kind == "size" and isinstance(value, int):
+        return size_text(value)
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 def defaults() -> dict[str, Any]:

@@ -13,13 +13,26 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from accel.hang.worker import STACK_SIGNAL, stacks_path
+from accel.hang.worker import STACK_SIGNAL, crash_path, stacks_path
 
 WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
 
 
 def stacks_file(run_dir: Path, rank: int | str) -> Path:
     return Path(stacks_path(str(run_dir), rank))
+
+
+def read_crash(run_dir: Path, rank: int | str, since: float) -> tuple[float, str] | None:
+    """(when, stacks) of the fatal-signal dump a worker wrote after ``since``, if any."""
+    path = Path(crash_path(str(run_dir), rank))
+    try:
+        stat = path.stat()
+        if stat.st_size == 0 or stat.st_mtime < since:
+            return None
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return stat.st_mtime, text.rstrip("\n")
 
 
 def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:

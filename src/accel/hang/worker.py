@@ -19,6 +19,7 @@ STACKS_DIR = "stacks"
 HEARTBEATS_DIR = "heartbeats"
 
 _handler_file: object = None  # faulthandler writes to its fd: keep the file open
+_crash_file: object = None
 
 
 def rank_of(env: Mapping[str, str]) -> str:
@@ -28,6 +29,11 @@ def rank_of(env: Mapping[str, str]) -> str:
 
 def stacks_path(run_dir: str, rank: int | str) -> str:
     return os.path.join(run_dir, STACKS_DIR, f"rank-{rank}.txt")
+
+
+def crash_path(run_dir: str, rank: int | str) -> str:
+    """Where a worker's Python stack goes when it dies of SIGSEGV, SIGABRT, SIGBUS, ..."""
+    return os.path.join(run_dir, STACKS_DIR, f"rank-{rank}.crash.txt")
 
 
 def heartbeat_path(run_dir: str, rank: int | str) -> str:
@@ -55,7 +61,27 @@ def install_stack_dump_handler(env: Mapping[str, str] | None = None) -> str | No
         faulthandler.register(STACK_SIGNAL, file=target, all_threads=True, chain=False)
     except (OSError, ValueError, RuntimeError, AttributeError):
         return None
+    if run_dir:
+        _install_crash_dump(crash_path(run_dir, rank_of(env)))
     return path
+
+
+def _install_crash_dump(path: str) -> None:
+    """On a fatal signal, write the Python stacks to ``path`` before dying of it.
+
+    faulthandler re-raises the signal afterwards, so the exit status is unchanged.
+    The file is written at the instant of the crash, before a core dump delays the
+    process's end: its time orders the crash before the errors it caused in peers.
+    Truncated at each start, so it only ever holds this attempt's crash.
+    """
+    global _crash_file
+    try:
+        flags = os.O_WRONLY | os.O_TRUNC | os.O_CREAT | os.O_CLOEXEC
+        handle = open(os.open(path, flags, 0o640), "w", encoding="utf-8")  # noqa: SIM115
+        faulthandler.enable(file=handle, all_threads=True)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return
+    _crash_file = handle
 
 
 def heartbeat(env: Mapping[str, str] | None = None) -> None:

@@ -40,7 +40,7 @@ import inspect
 import re
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,11 @@ def contract(version: tuple[int, int]) -> tuple[Expectation, ...]:
         Expectation(f"{agent}._monitor_workers", ("self", "worker_group"), "failures, ticks"),
         Expectation(f"{pcontext}.close", ("self", "death_sig", "timeout"), "grace period"),
         Expectation(
+            "torch.distributed.elastic.agent.server.api.SimpleElasticAgent._rendezvous",
+            ("self", "worker_group"),
+            "say how many nodes are missing while waiting",
+        ),
+        Expectation(
             "torch.distributed.elastic.rendezvous.dynamic_rendezvous.get_method_name",
             ("depth",),
             "replaced: inspect.stack() costs a second per launch",
@@ -121,9 +126,22 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     def workers_monitored(self, result: Any) -> None:
         """Every monitor tick, with torch's ``RunResult``."""
 
+    def workers_stopping(self) -> None:
+        """accel is about to signal the workers to stop (on any of torch's paths)."""
+
+    def rendezvous_waiting(self, waiting: bool) -> None:
+        """The rendezvous begins (``True``) or is over (``False``)."""
+
+    def _rendezvous(self, worker_group: Any) -> None:
+        self.rendezvous_waiting(True)
+        try:
+            super()._rendezvous(worker_group)
+        finally:
+            self.rendezvous_waiting(False)
+
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids: dict[int, Any] = super()._start_workers(worker_group)
-        close_with_grace(self._pcontext, self._accel_grace)
+        close_with_grace(self._pcontext, self._accel_grace, before=self.workers_stopping)
         self.workers_started(worker_group, pids)
         return pids
 
@@ -133,7 +151,7 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
         return result
 
 
-def close_with_grace(pcontext: Any, grace: int) -> None:
+def close_with_grace(pcontext: Any, grace: int, before: Callable[[], None] | None = None) -> None:
     """Every close of ``pcontext`` waits ``grace`` seconds before SIGKILL.
 
     torch waits a fixed 30 s for a worker that ignores the stop signal, and closes the
@@ -145,6 +163,8 @@ def close_with_grace(pcontext: Any, grace: int) -> None:
     close = pcontext.close
 
     def close_after_grace(death_sig: signal.Signals | None = None, timeout: Any = None) -> None:
+        if before is not None:
+            before()  # the one door every stop goes through: when it was opened
         close(death_sig, grace)
 
     pcontext.close = close_after_grace
@@ -187,3 +207,16 @@ def agent_environment(
         # stale addresses. Rank 0 of each attempt hosts a fresh store instead.
         wanted[SHARE_STORE_ENV] = "1"
     return wanted
+
+
+def rendezvous_participants(handler: Any) -> int | None:
+    """Nodes that have joined the c10d rendezvous so far, None when torch does not say.
+
+    The dynamic handler's last synced state (``_state_holder.state.participants``, the
+    same in every supported release), read defensively: a torch that renamed it only
+    loses the count in accel's waiting message.
+    """
+    try:
+        return len(handler._state_holder.state.participants)
+    except Exception:  # noqa: BLE001 - any release, any state
+        return None

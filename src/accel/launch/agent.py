@@ -34,6 +34,12 @@ class RunHooks(Protocol):
     def tick(self) -> None:
         """Every monitor interval while workers run (telemetry, hang checks)."""
 
+    def stopping(self) -> None:
+        """accel is about to signal the workers of the current attempt to stop."""
+
+    def rendezvous(self, waiting: bool) -> None:
+        """Rendezvous begins (``True``) or is over (``False``)."""
+
 
 class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
     """Every local rank writes stdout and stderr into its two FIFOs; error files per attempt."""
@@ -78,3 +84,10 @@ class AccelAgent(CompatAgent):
             self._hooks.attempt_failed(self.restart_count, result.failures)
         elif result.state == WorkerState.HEALTHY:
             self._hooks.tick()
+
+    def workers_stopping(self) -> None:
+        # When accel began stopping separates a rank's own failure from a stopped one.
+        self._hooks.stopping()
+
+    def rendezvous_waiting(self, waiting: bool) -> None:
+        self._hooks.rendezvous(waiting)

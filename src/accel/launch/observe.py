@@ -17,12 +17,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from accel.hang import HangEvent, HangWatch, write_workers
+from accel.hang import METRICS_FILE, HangEvent, HangWatch, write_workers
+from accel.launch.blame import BY_HANG, HangClue, Stop, describe_stuck, stuck_ranks
+from accel.launch.divergence import STOP, WARN, MetricsTail, NonFinite, first_nonfinite
 from accel.launch.plan import LaunchPlan
-from accel.launch.record import RankFailure
 from accel.telemetry import RESOURCES_FILE, ResourceSampler, read_samples, summarize
 
 HUNG = "hung"
+METRICS_CHECK_INTERVAL = 0.5  # seconds between looks at metrics.jsonl
 Pids = Callable[[], Mapping[int, int]]
 
 
@@ -68,9 +70,15 @@ class RunObserver:
         )
         self._events: collections.deque[HangEvent] = collections.deque()
         self.hangs: list[dict[str, Any]] = []
-        self.killed: dict[int, HangEvent] = {}  # attempt -> the hang that stopped it
+        self.killed: dict[int, tuple[HangEvent, float]] = {}  # attempt -> hang, kill time
         self._attempt = 0
         self._hung = False
+        self.on_nonfinite = str(logs.get("on_nonfinite") or WARN)
+        self._metrics = MetricsTail(plan.run_dir / METRICS_FILE)
+        self._metrics_seen: set[str] = set()
+        self._metrics_due = 0.0
+        self.nonfinite: list[NonFinite] = []
+        self.diverged: NonFinite | None = None  # set when on_nonfinite: stop fired
 
     def start(self) -> None:
         self.sampler.start()
@@ -95,7 +103,10 @@ class RunObserver:
             self.watch.reset()
 
     def tick(self, record: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The updated run record when a hang began or ended, else None."""
+        """The updated run record when a hang began or ended or a metric diverged, else None."""
+        found = self._check_metrics(time.monotonic())
+        if found:
+            return self._on_nonfinite(record, found)
         if self._events:
             return self._on_hang(record, self._events.popleft())
         if self._hung and self.watch is not None and not self.watch.hung:
@@ -110,7 +121,10 @@ class RunObserver:
         verdict = event.verdict
         self._hung = True
         stopping = self.action == "kill" and not ended
-        self.notify(f"accel: run {self.plan.run_id} looks hung: {verdict.message}")
+        clue = HangClue(stacks=dict(event.stacks), quiet=dict(verdict.quiet))
+        suspect = describe_stuck(clue)
+        who = f"; {suspect}" if suspect else ""
+        self.notify(f"accel: run {self.plan.run_id} looks hung: {verdict.message}{who}")
         for rank, text in event.stacks.items():
             self.notify(f"[rank{rank}] ===== stack of rank {rank} =====")
             for line in text.splitlines():
@@ -123,11 +137,12 @@ class RunObserver:
             "quiet": {str(r): q for r, q in verdict.quiet.items()},
             "action": self.action,
             "message": verdict.message,
+            "stuck": sorted(stuck_ranks(clue)) if suspect else [],
         }
         self.hangs.append(entry)
         if stopping:
             self.notify("accel: stopping the workers (--hang-action kill)")
-            self.killed[self._attempt] = event
+            self.killed[self._attempt] = (event, time.time())
             self._kill()
         elif not ended:
             self.notify("accel: the run goes on (--hang-action warn); stacks are in the rank logs")
@@ -138,33 +153,46 @@ class RunObserver:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
 
-    def hang_failures(self, attempt: int, failures: Sequence[RankFailure]) -> list[RankFailure]:
-        """The failures of an attempt the hang watch stopped, labelled as a hang."""
-        event = self.killed.get(attempt)
-        if event is None:
-            return list(failures)
-        quiet = event.verdict.quiet
-        root = max(sorted(quiet), key=lambda r: quiet[r]) if quiet else None
-        return [
-            RankFailure(
-                rank=f.rank,
-                local_rank=f.local_rank,
-                pid=f.pid,
-                exitcode=f.exitcode,
-                attempt=f.attempt,
-                timestamp=event.at,
-                type="Hang",
-                message=event.verdict.message,
-                traceback=event.stacks.get(f.rank),
-                collateral=root is not None and f.rank != root,
-            )
-            for f in failures
-        ]
+    def hang_stop(self, attempt: int) -> tuple[Stop, HangClue] | None:
+        """When the hang watch stopped ``attempt``, and what it saw of each rank."""
+        found = self.killed.get(attempt)
+        if found is None:
+            return None
+        event, at = found
+        clue = HangClue(stacks=dict(event.stacks), quiet=dict(event.verdict.quiet))
+        return Stop(at, BY_HANG, detail=event.verdict.message), clue
+
+    # -- divergence ---------------------------------------------------------------------
+
+    def _check_metrics(self, now: float, *, force: bool = False) -> list[NonFinite]:
+        if not force and now < self._metrics_due:
+            return []
+        self._metrics_due = now + METRICS_CHECK_INTERVAL
+        return first_nonfinite(self._metrics.read(), self._metrics_seen)
+
+    def _on_nonfinite(
+        self, record: Mapping[str, Any], found: Sequence[NonFinite], *, ended: bool = False
+    ) -> dict[str, Any]:
+        stop = self.on_nonfinite == STOP and not ended and self.diverged is None
+        for event in found:
+            self.nonfinite.append(event)
+            if stop and self.diverged is None:
+                self.diverged = event
+                self.notify(f"accel: {event.message}: stopping the run (logs.on_nonfinite: stop)")
+            else:
+                self.notify(
+                    f"accel: warning: {event.message} (set logs.on_nonfinite: stop to stop "
+                    "the run when this happens)"
+                )
+        return {**record, "nonfinite": [e.to_json() for e in self.nonfinite]}
 
     def finish(self, record: Mapping[str, Any], status: str) -> tuple[dict[str, Any], str]:
         """The final record (resources, hangs) and status (``hung`` after a hang kill)."""
         while self._events:  # found after the last tick: the workers had just ended
             record = self._on_hang(record, self._events.popleft(), ended=True)
+        found = self._check_metrics(time.monotonic(), force=True)
+        if found:  # logged in the last moments of the run
+            record = self._on_nonfinite(record, found, ended=True)
         summary = summarize(read_samples(self.plan.run_dir / RESOURCES_FILE))
         out = {**record, "resources": summary.to_json()}
         if self.hangs:

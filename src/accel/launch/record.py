@@ -8,95 +8,26 @@ the command line, credentials in URLs and error messages) never reach the file.
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from accel._redact import redact_mapping
-from accel.launch.plan import LaunchPlan
+from accel.launch.blame import ALSO_FAILED, STOPPED, STUCK, RankFailure, Stop, Verdict, explain_exit
+
+if TYPE_CHECKING:
+    from accel.launch.plan import LaunchPlan
 
 RECORD_VERSION = 1
-TRACEBACK_TAIL = 60  # lines of the failing rank's traceback kept in run.json
 
-_SIGNAL_REASONS = {
-    signal.SIGKILL: "killed (SIGKILL): out of memory (the kernel's OOM killer) or killed by hand",
-    signal.SIGABRT: "aborted (SIGABRT): a C++ assertion or abort() in a native library",
-    signal.SIGSEGV: "segmentation fault (SIGSEGV) in native code",
-    signal.SIGBUS: "bus error (SIGBUS): often /dev/shm is too small for data loaders",
-    signal.SIGTERM: "terminated (SIGTERM)",
-    signal.SIGINT: "interrupted (SIGINT)",
-    signal.SIGHUP: "hung up (SIGHUP)",
-    signal.SIGFPE: "floating point exception (SIGFPE) in native code",
-    signal.SIGPIPE: "broken pipe (SIGPIPE)",
-}
-
-
-def explain_exit(code: int | None) -> str:
-    """What a worker's exit code means, for people (negative = killed by that signal)."""
-    if code is None:
-        return "did not exit"
-    if code == 0:
-        return "exited normally"
-    if code < 0:
-        try:
-            sig = signal.Signals(-code)
-        except ValueError:
-            return f"killed by signal {-code}"
-        return _SIGNAL_REASONS.get(sig, f"killed by {sig.name}")
-    if code > 128 and code - 128 in {s.value for s in _SIGNAL_REASONS}:
-        return f"exited with code {code} ({_SIGNAL_REASONS[signal.Signals(code - 128)]})"
-    return f"exited with code {code}"
-
-
-@dataclass(frozen=True)
-class RankFailure:
-    """One rank that ended badly in one attempt."""
-
-    rank: int
-    local_rank: int
-    pid: int | None
-    exitcode: int | None
-    attempt: int
-    timestamp: float
-    type: str | None = None
-    message: str | None = None
-    traceback: str | None = None
-    collateral: bool = False
-
-    @property
-    def explanation(self) -> str:
-        return explain_exit(self.exitcode)
-
-    @property
-    def summary(self) -> str:
-        if self.type:
-            return f"{self.type}: {self.message}" if self.message else self.type
-        return self.explanation
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["explanation"] = self.explanation
-        if self.traceback:
-            data["traceback"] = "\n".join(self.traceback.splitlines()[-TRACEBACK_TAIL:])
-        return data
-
-
-def first_failure(failures: Sequence[RankFailure]) -> RankFailure | None:
-    """The root cause among the failures of one attempt.
-
-    A rank with an exception beats one that died of a signal, which beats one that was
-    terminated or interrupted (the agent stops the others with SIGTERM as soon as one
-    fails); then the earliest, then the lowest rank.
-    """
-    roots = [f for f in failures if not f.collateral] or list(failures)
-    return min(roots, key=_blame) if roots else None
-
-
-def _blame(f: RankFailure) -> tuple[int, float, int]:
-    stopped = f.exitcode in (-signal.SIGTERM, -signal.SIGINT)
-    priority = 0 if f.type else (2 if stopped else 1)
-    return priority, f.timestamp, f.rank
+__all__ = [
+    "RankFailure",
+    "explain_exit",
+    "finished_record",
+    "for_disk",
+    "start_record",
+    "with_attempt",
+    "with_failures",
+]
 
 
 def for_disk(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,7 +51,9 @@ def start_record(plan: LaunchPlan, facts: Mapping[str, Any]) -> dict[str, Any]:
         "exit_code": None,
         "failed_rank": None,
         "error": None,
-        "collateral_ranks": [],
+        "also_failed_ranks": [],
+        "stopped_ranks": [],
+        "stuck_ranks": [],
         "restarts": 0,
         "attempts": [],
         "nnodes": plan.nnodes,
@@ -138,12 +71,18 @@ def with_attempt(record: Mapping[str, Any], attempt: int, started_at: str) -> di
 
 
 def with_failures(
-    record: Mapping[str, Any], attempt: int, failures: Sequence[RankFailure]
+    record: Mapping[str, Any], attempt: int, verdict: Verdict, stop: Stop | None
 ) -> dict[str, Any]:
+    """The attempt's entry gains every rank's end and fate (and when accel stopped it)."""
     attempts = [dict(a) for a in record.get("attempts", [])]
     for entry in attempts:
         if entry.get("attempt") == attempt:
-            entry["failures"] = [f.to_json() for f in failures]
+            entry["failures"] = [f.to_json() for f in verdict.failures]
+            if stop is not None:
+                entry["stopped_at"] = stop.at
+                entry["stop_reason"] = stop.reason
+                if stop.detail:
+                    entry["stop_detail"] = stop.detail
     return {**record, "attempts": attempts}
 
 
@@ -153,12 +92,11 @@ def finished_record(
     status: str,
     exit_code: int,
     ended_at: str,
-    failures: Sequence[RankFailure] = (),
-    ranks: Sequence[int] = (),
+    verdict: Verdict | None = None,
 ) -> dict[str, Any]:
-    """The final record; every rank but the root cause of a failure is collateral."""
-    root = first_failure(failures)
-    collateral = sorted(set(ranks) - {root.rank}) if root else []
+    """The final record: the failing rank, and who also failed, was stopped or stuck."""
+    verdict = verdict or Verdict(())
+    root = verdict.first
     return {
         **record,
         "status": status,
@@ -166,5 +104,7 @@ def finished_record(
         "ended_at": ended_at,
         "failed_rank": root.rank if root else None,
         "error": root.to_json() if root else None,
-        "collateral_ranks": collateral,
+        "also_failed_ranks": list(verdict.ranks(ALSO_FAILED)),
+        "stopped_ranks": list(verdict.ranks(STOPPED)),
+        "stuck_ranks": list(verdict.ranks(STUCK)),
     }

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accel.launch.blame import EXITED, Verdict, headline, recorded_verdict
 from accel.runs import RUNNING, RunRecord, read_run, resolve_run_id
 from accel.runview._metrics import METRICS_FILE, MetricPoint, MetricView, metric_views, read_metrics
 from accel.telemetry import RESOURCES_FILE, ResourceSummary, read_samples, summarize
@@ -46,9 +47,15 @@ class RunView:
     resources: ResourceSummary
     metrics: tuple[MetricView, ...]
     hangs: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    restarts: tuple[tuple[int, str], ...] = ()  # (attempt that failed, why)
+    nonfinite: tuple[Mapping[str, Any], ...] = ()  # metrics that became NaN or infinite
 
     @property
     def error_summary(self) -> str | None:
+        verdict = last_verdict(self.record)
+        said = headline(verdict) if verdict is not None else None
+        if said:
+            return said
         error = self.record.error
         if not error:
             return None
@@ -78,6 +85,8 @@ class RunView:
             "resources": self.resources.to_json(),
             "metrics": [_metric_json(m) for m in self.metrics],
             "hangs": [dict(h) for h in self.hangs],
+            "restart_reasons": [{"attempt": a, "reason": why} for a, why in self.restarts],
+            "nonfinite": [dict(n) for n in self.nonfinite],
         }
 
 
@@ -113,15 +122,22 @@ def config_diff(run: Mapping[str, Any], current: Mapping[str, Any]) -> list[Conf
 
 
 def rank_views(record: RunRecord) -> list[RankView]:
-    """Each rank's fate: the last attempt's failures decide, else the run's status."""
+    """Each rank's fate in the last attempt, as the launcher's blame decided it."""
+    verdict = last_verdict(record)
+    fated = {f.rank: f for f in verdict.failures} if verdict is not None else {}
     failures = _last_failures(record.raw)
-    ranks = set(failures) | set(range(record.world_size or 0))
-    ranks |= set(record.rank_logs())
+    ranks = set(failures) | set(range(record.world_size or 0)) | set(record.rank_logs())
     out = []
     for rank in sorted(ranks):
         failure = failures.get(rank)
         if record.live:
             out.append(RankView(rank, "hung" if record.raw.get("status") == "hung" else RUNNING))
+        elif rank in fated:
+            f = fated[rank]
+            detail = f.summary if f.fate != "stopped" else f.explanation
+            out.append(RankView(rank, str(f.fate), f.exitcode, detail))
+        elif verdict is not None:  # not among the failures: it ended normally
+            out.append(RankView(rank, EXITED, 0))
         elif failure is not None:
             out.append(_failed(rank, failure, record.failed_rank))
         elif record.status == "failed" and record.failed_rank is not None:
@@ -130,6 +146,38 @@ def rank_views(record: RunRecord) -> list[RankView]:
             code = 0 if record.status == "succeeded" else None
             out.append(RankView(rank, record.status, code))
     return out
+
+
+def last_verdict(record: RunRecord) -> Verdict | None:
+    """The last attempt's verdict when it failed (records older than fates: None)."""
+    attempts = [a for a in record.raw.get("attempts") or () if isinstance(a, Mapping)]
+    if not attempts or record.status in ("succeeded", RUNNING):
+        return None
+    return recorded_verdict(attempts[-1])
+
+
+def restarts(record: RunRecord) -> list[tuple[int, str]]:
+    """Why each restart happened: ``(attempt that failed, who is to blame)``."""
+    out = []
+    attempts = [a for a in record.raw.get("attempts") or () if isinstance(a, Mapping)]
+    for entry in attempts[:-1]:
+        verdict = recorded_verdict(entry)
+        said = headline(verdict) if verdict is not None else None
+        if said is None and entry.get("failures"):
+            said = _legacy_reason(entry["failures"])
+        if said:
+            out.append((int(entry.get("attempt") or 0), said))
+    return out
+
+
+def _legacy_reason(failures: Any) -> str | None:
+    """For records older than fates: the first failure listed."""
+    for f in failures if isinstance(failures, list) else ():
+        if isinstance(f, Mapping) and isinstance(f.get("rank"), int):
+            kind, message = f.get("type"), f.get("message")
+            what = f"{kind}: {message}" if kind else f.get("explanation") or "failed"
+            return f"rank {f['rank']} failed: {what}"
+    return None
 
 
 def _last_failures(raw: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -143,6 +191,7 @@ def _last_failures(raw: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 
 
 def _failed(rank: int, failure: Mapping[str, Any], failed_rank: int | None) -> RankView:
+    """Records written before the launcher decided fates: the old labels."""
     code = failure.get("exitcode")
     code = code if isinstance(code, int) else None
     collateral = bool(failure.get("collateral")) or (
@@ -166,6 +215,7 @@ def build_view(
     if current_config is not None and isinstance(run_config, Mapping):
         diff = tuple(config_diff(run_config, current_config))
     hangs = tuple(h for h in record.raw.get("hangs") or () if isinstance(h, Mapping))
+    nonfinite = tuple(n for n in record.raw.get("nonfinite") or () if isinstance(n, Mapping))
     return RunView(
         record=record,
         config_diff=diff,
@@ -173,6 +223,8 @@ def build_view(
         resources=resources,
         metrics=tuple(metric_views(points)),
         hangs=hangs,
+        restarts=tuple(restarts(record)),
+        nonfinite=nonfinite,
     )
 
 

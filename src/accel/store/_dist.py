@@ -7,13 +7,15 @@ thread without interleaving with the training loop's collectives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from accel.errors import UsageError
+from accel.errors import CollectiveMismatch, UsageError
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class DistContext:
     rank: int
     world_size: int
     group: Any = None
+    timeout: float | None = None  # of every collective of ``group``, in seconds
 
     # Objects travel as JSON in uint8 tensors, never through torch's *_object
     # collectives: those unpickle what they receive (and need numpy to do it).
@@ -34,9 +37,10 @@ class DistContext:
 
         payload = _encode(obj) if self.rank == 0 else b""
         size = torch.tensor([len(payload)], dtype=torch.int64)
-        dist.broadcast(size, src=0, group=self.group)
-        buf = _tensor(payload) if self.rank == 0 else torch.empty(int(size), dtype=torch.uint8)
-        dist.broadcast(buf, src=0, group=self.group)
+        with self._bounded():
+            dist.broadcast(size, src=0, group=self.group)
+            buf = _tensor(payload) if self.rank == 0 else torch.empty(int(size), dtype=torch.uint8)
+            dist.broadcast(buf, src=0, group=self.group)
         return _decode(buf)
 
     def all_gather(self, obj: Any) -> list[Any]:
@@ -48,11 +52,27 @@ class DistContext:
 
         payload = _encode(obj)
         sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
-        dist.all_gather(sizes, torch.tensor([len(payload)], dtype=torch.int64), group=self.group)
-        longest = max(int(s) for s in sizes)
-        bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
-        dist.all_gather(bufs, _tensor(payload.ljust(longest)), group=self.group)
+        with self._bounded():
+            mine = torch.tensor([len(payload)], dtype=torch.int64)
+            dist.all_gather(sizes, mine, group=self.group)
+            longest = max(int(s) for s in sizes)
+            bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
+            dist.all_gather(bufs, _tensor(payload.ljust(longest)), group=self.group)
         return [_decode(buf[: int(n)]) for buf, n in zip(bufs, sizes, strict=True)]
+
+    @contextlib.contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """A collective that waited ``timeout`` for its peers: one line, not gloo's."""
+        try:
+            yield
+        except RuntimeError as exc:
+            if self.timeout is None or "timed out" not in str(exc).lower():
+                raise
+            raise CollectiveMismatch(
+                f"a checkpoint collective on rank {self.rank} waited {self.timeout:g}s for the "
+                "other ranks and gave up (checkpoints.collective_timeout): a rank is stuck, "
+                "died, or did not call save_state/load_state"
+            ) from exc
 
 
 def _encode(obj: Any) -> bytes:
@@ -72,8 +92,12 @@ def _decode(buf: Any) -> Any:
 SINGLE = DistContext(rank=0, world_size=1)
 
 
-def current_context(previous: DistContext | None) -> DistContext:
-    """The context of this process; a collective the first time a group is made."""
+def current_context(previous: DistContext | None, timeout: float | None = None) -> DistContext:
+    """The context of this process; a collective the first time a group is made.
+
+    ``timeout`` (seconds) bounds every collective of the checkpoint group: a rank that
+    waits longer for its peers fails instead of hanging.
+    """
     dist = sys.modules.get("torch.distributed")
     initialized = dist is not None and dist.is_available() and dist.is_initialized()
     if not initialized:
@@ -90,5 +114,10 @@ def current_context(previous: DistContext | None) -> DistContext:
         return SINGLE
     if previous is not None and previous.world_size == world:
         return previous
-    group = dist.new_group(backend="gloo")
-    return DistContext(rank=dist.get_rank(), world_size=world, group=group)
+    options: dict[str, Any] = {}
+    if timeout is not None:
+        from datetime import timedelta
+
+        options["timeout"] = timedelta(seconds=timeout)
+    group = dist.new_group(backend="gloo", **options)
+    return DistContext(rank=dist.get_rank(), world_size=world, group=group, timeout=timeout)

@@ -231,7 +231,8 @@ class Checkpoints:
         A collective under torch.distributed: every rank calls it. The ranks share the
         verification of every file before any is read. Returns the step loaded.
         """
-        ctx = self._dist = current_context(self._dist)
+        self._arrive("Checkpoints.load_sharded")
+        ctx = self._dist = current_context(self._dist, self._collective_timeout())
         wanted = _attempt(ctx, lambda: self._resolve(step, series).manifest.step)
         found = self._resolve(_collect(ctx.broadcast(wanted)), series)
         files = found.manifest.files
@@ -294,7 +295,8 @@ class Checkpoints:
         require_tensor_tree(rank_state, "checkpoint rank_state")
         with phase("wait-previous"):
             self.wait()
-        self._dist = current_context(self._dist)
+        self._arrive("Checkpoints.save")
+        self._dist = current_context(self._dist, self._collective_timeout())
         if async_save is None:
             async_save = bool(self.ws.config["checkpoints.async_save"]) and sharded is None
         if async_save and sharded is not None:
@@ -306,6 +308,15 @@ class Checkpoints:
             snapshot = self._pool.snapshot((state, rank_state))
         self._pending = _AsyncSave(self, snapshot, step, tag, self._dist).start()
         return None
+
+    def _arrive(self, name: str) -> None:
+        """Every rank must reach a checkpoint collective; a bounded wait says who did not."""
+        from accel.store._arrival import arrive
+
+        arrive(name, float(self.ws.config["checkpoints.arrival_timeout"]))
+
+    def _collective_timeout(self) -> float:
+        return float(self.ws.config["checkpoints.collective_timeout"])
 
     def wait(self) -> CheckpointInfo | None:
         """Join background work; raise a failed save's error. The last saved info."""

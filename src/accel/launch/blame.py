@@ -1,0 +1,416 @@
+"""Who is to blame when an attempt goes wrong: one pure decision over what each rank did.
+
+Every report of a failure (the console, ``run.json``, ``accel runs show``, the restart
+message) comes from :func:`blame`, from the same recorded events:
+
+- a rank *failed* on its own when it raised, exited non-zero or died of a signal
+  **before** accel began stopping the workers; the earliest of them is the failing
+  rank (``failed``), the later ones ``also failed`` (their error is usually the
+  consequence: a peer's connection reset). An error that only reports a dead peer
+  ("Connection closed by peer") yields to a rank that failed of its own cause within
+  a few seconds after it;
+- a rank that ended after accel began stopping the workers was ``stopped`` by accel,
+  whatever its exit code (SIGTERM, or SIGKILL after the grace period);
+- after a hang, the ranks whose main-thread stack is not inside a collective are
+  ``stuck`` (the others wait for them); when the stacks do not tell, the ranks that went
+  quiet first are;
+- a run stopped because a metric diverged names the rank that logged it.
+
+When each rank failed comes from the launcher's exit watch (the process's end, to the
+millisecond) and from the worker bootstrap (when the uncaught exception was recorded);
+torch's own coarse poll time is the fallback for records that lack both.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+FAILED = "failed"
+ALSO_FAILED = "also failed"
+STOPPED = "stopped"
+STUCK = "stuck"
+EXITED = "exited"  # ended with code 0 before anything went wrong
+
+# Why accel stopped the workers of an attempt.
+BY_FAILURE = "failure"
+BY_HANG = "hang"
+BY_SIGNAL = "signal"
+BY_DIVERGENCE = "diverged"
+
+TRACEBACK_TAIL = 60  # lines of a rank's traceback kept in run.json
+
+_SIGNAL_REASONS = {
+    signal.SIGKILL: "killed (SIGKILL): out of memory (the kernel's OOM killer) or killed by hand",
+    signal.SIGABRT: "aborted (SIGABRT): a C++ assertion or abort() in a native library",
+    signal.SIGSEGV: "segmentation fault (SIGSEGV) in native code",
+    signal.SIGBUS: "bus error (SIGBUS): often /dev/shm is too small for data loaders",
+    signal.SIGTERM: "terminated (SIGTERM)",
+    signal.SIGINT: "interrupted (SIGINT)",
+    signal.SIGHUP: "hung up (SIGHUP)",
+    signal.SIGFPE: "floating point exception (SIGFPE) in native code",
+    signal.SIGPIPE: "broken pipe (SIGPIPE)",
+}
+_STOP_REASONS = {
+    BY_FAILURE: "after rank {first} failed",
+    BY_HANG: "after the hang",
+    BY_SIGNAL: "on the launcher's signal",
+    BY_DIVERGENCE: "after a metric diverged",
+}
+
+
+def explain_exit(code: int | None) -> str:
+    """What a worker's exit code means, for people (negative = killed by that signal)."""
+    if code is None:
+        return "did not exit"
+    if code == 0:
+        return "exited normally"
+    if code < 0:
+        try:
+            sig = signal.Signals(-code)
+        except ValueError:
+            return f"killed by signal {-code}"
+        return _SIGNAL_REASONS.get(sig, f"killed by {sig.name}")
+    if code > 128 and code - 128 in {s.value for s in _SIGNAL_REASONS}:
+        return f"exited with code {code} ({_SIGNAL_REASONS[signal.Signals(code - 128)]})"
+    return f"exited with code {code}"
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """How one rank ended in one attempt, and (once :func:`blame` ran) its fate.
+
+    ``timestamp`` is torch's (the poll that noticed, or the error file's); ``raised_at``
+    when the bootstrap recorded an uncaught exception; ``died_at`` when the launcher saw
+    the process end.
+    """
+
+    rank: int
+    local_rank: int
+    pid: int | None
+    exitcode: int | None
+    attempt: int
+    timestamp: float
+    type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    raised_at: float | None = None
+    died_at: float | None = None
+    fate: str | None = None
+    stopped: str | None = None  # why accel stopped it, when fate is "stopped"
+
+    @property
+    def failed_at(self) -> float:
+        known = [t for t in (self.raised_at, self.died_at) if t is not None]
+        return min(known) if known else self.timestamp
+
+    @property
+    def explanation(self) -> str:
+        if self.fate in (STOPPED, STUCK):
+            how = _stop_signal(self.exitcode)
+            return f"stopped by accel{how} {self.stopped or 'after a failure'}"
+        return explain_exit(self.exitcode)
+
+    @property
+    def summary(self) -> str:
+        if self.type:
+            return f"{self.type}: {self.message}" if self.message else self.type
+        return self.explanation
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["explanation"] = self.explanation
+        if self.traceback:
+            data["traceback"] = "\n".join(self.traceback.splitlines()[-TRACEBACK_TAIL:])
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RankFailure | None:
+        """A failure read back from run.json (any accel version); None when unusable."""
+        rank = data.get("rank")
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            return None
+        return cls(
+            rank=rank,
+            local_rank=_int(data.get("local_rank"), rank),
+            pid=_opt_int(data.get("pid")),
+            exitcode=_opt_int(data.get("exitcode")),
+            attempt=_int(data.get("attempt"), 0),
+            timestamp=_float(data.get("timestamp")) or 0.0,
+            type=_opt_str(data.get("type")),
+            message=_opt_str(data.get("message")),
+            traceback=_opt_str(data.get("traceback")),
+            raised_at=_float(data.get("raised_at")),
+            died_at=_float(data.get("died_at")),
+            fate=_opt_str(data.get("fate")),
+            stopped=_opt_str(data.get("stopped")),
+        )
+
+
+def _stop_signal(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f" ({signal.Signals(-code).name})"
+        except ValueError:
+            return ""
+    return ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """accel began stopping the workers of an attempt at ``at`` (epoch seconds).
+
+    ``culprits``: the rank that logged the diverged metric (``diverged``); ``detail``
+    says what it was.
+    """
+
+    at: float
+    reason: str = BY_FAILURE
+    culprits: tuple[int, ...] = ()
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class HangClue:
+    """What the hang watch saw: each rank's stack dump and seconds of quiet."""
+
+    stacks: Mapping[int, str] = field(default_factory=dict)
+    quiet: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Every rank's fate; ``failures`` are the inputs with ``fate`` (and ``stopped``) set."""
+
+    failures: tuple[RankFailure, ...]
+
+    @property
+    def first(self) -> RankFailure | None:
+        """The failing rank (or the first stuck one after a hang)."""
+        for fate in (FAILED, STUCK):
+            found = self.with_fate(fate)
+            if found:
+                return found[0]
+        return None
+
+    def with_fate(self, fate: str) -> tuple[RankFailure, ...]:
+        return tuple(f for f in self.failures if f.fate == fate)
+
+    def ranks(self, fate: str) -> tuple[int, ...]:
+        return tuple(f.rank for f in self.with_fate(fate))
+
+
+def blame(
+    failures: Iterable[RankFailure], stop: Stop | None = None, hang: HangClue | None = None
+) -> Verdict:
+    """Decide each rank's fate (see the module docstring); the one place that does."""
+    ends = sorted(failures, key=lambda f: f.rank)
+    own = [f for f in ends if _own_failure(f, stop)]
+    own_ranks = {f.rank for f in own}
+    first = min(own, key=_order) if own else None
+    culprits: set[int] = set()
+    if first is None and stop is not None:
+        culprits = set(stop.culprits) or (stuck_ranks(hang) if stop.reason == BY_HANG else set())
+    why = _why_stopped(stop, first)
+    out = []
+    for f in ends:
+        if first is not None and f.rank == first.rank:
+            fate = FAILED
+        elif f.rank in own_ranks:
+            fate = ALSO_FAILED
+        elif f.rank in culprits:
+            fate = STUCK if stop is not None and stop.reason == BY_HANG else FAILED
+        elif f.exitcode == 0 and (stop is None or f.failed_at < stop.at):
+            fate = EXITED
+        else:
+            fate = STOPPED
+        out.append(_with_fate(f, fate, why, stop, hang))
+    return Verdict(tuple(out))
+
+
+def _with_fate(
+    f: RankFailure, fate: str, why: str, stop: Stop | None, hang: HangClue | None
+) -> RankFailure:
+    """``f`` with its fate, and what explains it: the stack of a hung rank, the metric."""
+    stack = hang.stacks.get(f.rank) if hang is not None else None
+    if fate == STUCK:
+        message = _stuck_message(f.rank, hang)
+        return replace(f, fate=fate, type="Hang", message=message, traceback=stack, stopped=why)
+    if fate == FAILED and stop is not None and stop.reason == BY_DIVERGENCE and f.type is None:
+        return replace(f, fate=fate, type="Diverged", message=stop.detail)
+    changed = replace(f, fate=fate, stopped=why if fate == STOPPED else None)
+    return replace(changed, traceback=stack) if stack and not f.traceback else changed
+
+
+def _stuck_message(rank: int, hang: HangClue | None) -> str:
+    stack = hang.stacks.get(rank, "") if hang is not None else ""
+    if stack and not in_collective(stack):
+        where = stuck_frame(stack)
+        return f"stuck in {where}, not in a collective" if where else "stuck outside a collective"
+    quiet = hang.quiet.get(rank) if hang is not None else None
+    seconds = f" ({quiet:.0f}s)" if quiet is not None else ""
+    return f"stuck: the first to go quiet{seconds}"
+
+
+def headline(verdict: Verdict) -> str | None:
+    """One line naming who is to blame, as every report says it."""
+    root = verdict.first
+    if root is None:
+        return None
+    if root.fate == STUCK:
+        waiting = verdict.ranks(STOPPED)
+        others = f"; rank(s) {_ranks(waiting)} waited for it" if waiting else ""
+        return f"rank {root.rank} is {root.message}{others}"
+    why = f" ({root.explanation})" if root.type and root.type != "Diverged" else ""
+    return f"rank {root.rank} failed first: {root.summary}{why}"
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+# Errors that report a peer's end rather than a cause of their own. A rank raising one is
+# the first to fail only if no other rank failed on its own within SYMPTOM_WINDOW after:
+# the dead peer's exit can be seen a little late when the launcher is starved of CPU.
+_PEER_SYMPTOM = re.compile(
+    r"connection (closed|reset) by peer|broken pipe|remote process exited"
+    r"|communicator was aborted|failed to recv, got 0 bytes|peer closed",
+    re.IGNORECASE,
+)
+SYMPTOM_WINDOW = 5.0
+
+
+def peer_symptom(f: RankFailure) -> bool:
+    """Whether ``f``'s error is what a rank sees when a peer dies under it."""
+    if f.type == "DistNetworkError":
+        return True
+    return bool(f.message and _PEER_SYMPTOM.search(f.message))
+
+
+def _order(f: RankFailure) -> tuple[float, int]:
+    return f.failed_at + (SYMPTOM_WINDOW if peer_symptom(f) else 0.0), f.rank
+
+
+def _own_failure(f: RankFailure, stop: Stop | None) -> bool:
+    """Ended badly before accel began stopping anything (so not by accel's hand)."""
+    if f.exitcode == 0 and f.type is None:
+        return False
+    if f.exitcode is None and f.died_at is None and f.type is None:
+        return False  # never seen ending: still running when accel stopped it
+    return stop is None or f.failed_at < stop.at
+
+
+def _why_stopped(stop: Stop | None, first: RankFailure | None) -> str:
+    reason = stop.reason if stop is not None else BY_FAILURE
+    text = _STOP_REASONS.get(reason, _STOP_REASONS[BY_FAILURE])
+    if reason == BY_FAILURE and first is None:
+        return "after another rank failed"
+    return text.format(first=first.rank if first is not None else "?")
+
+
+# -- hangs -----------------------------------------------------------------------------
+
+# Frames of a rank waiting for its peers: a call into torch.distributed or DDP (a
+# module body there is an import, not a wait).
+_COLLECTIVE_FRAME = re.compile(
+    r'File "[^"]*[/\\]torch[/\\](distributed|nn[/\\]parallel[/\\]distributed)[^"]*", '
+    r"line \d+ in (?!<module>)"
+)
+_BOOTSTRAP_FILE = re.compile(r"[/\\]accel[/\\]launch[/\\]_bootstrap\.py")
+
+
+def in_collective(stack: str) -> bool:
+    """Whether a faulthandler dump shows the worker's main thread inside a collective.
+
+    The main thread is the one that runs the accel bootstrap (every worker starts
+    there); without it (another launcher), any thread in a collective counts.
+    """
+    threads = _threads(stack)
+    main = [t for t in threads if any(_BOOTSTRAP_FILE.search(line) for line in t)]
+    return any(_COLLECTIVE_FRAME.search(line) for t in (main or threads) for line in t)
+
+
+def _threads(stack: str) -> list[list[str]]:
+    threads: list[list[str]] = []
+    for line in stack.splitlines():
+        if line.startswith(("Thread ", "Current thread ")) or not threads:
+            threads.append([])
+        threads[-1].append(line)
+    return threads
+
+
+def stuck_ranks(hang: HangClue | None) -> set[int]:
+    """The ranks a hang is blamed on: not in a collective, else quiet the longest."""
+    if hang is None:
+        return set()
+    dumped = {r: s for r, s in hang.stacks.items() if "File " in s}
+    outside = {r for r, s in dumped.items() if not in_collective(s)}
+    if outside and len(outside) < len(hang.quiet or dumped):
+        return outside
+    if not hang.quiet:
+        return outside
+    longest = max(hang.quiet.values())
+    return {r for r, q in hang.quiet.items() if q >= longest - 0.5}
+
+
+def describe_stuck(hang: HangClue) -> str | None:
+    """Who a hang is blamed on, for the moment it is detected: ``rank 1 is stuck in ...``."""
+    ranks = sorted(stuck_ranks(hang))
+    if not ranks or len(ranks) == len(hang.stacks or hang.quiet):
+        return None  # every rank alike: nobody to single out
+    return "; ".join(f"rank {r} is {_stuck_message(r, hang)}" for r in ranks)
+
+
+def stuck_frame(stack: str) -> str | None:
+    """The innermost function of the main thread ("in stuck_in_sleep"), for messages."""
+    threads = _threads(stack)
+    main = [t for t in threads if any(_BOOTSTRAP_FILE.search(line) for line in t)]
+    for thread in main or threads:
+        for line in thread:
+            match = re.search(r'File "([^"]+)", line \d+ in (\S+)', line)
+            if match:
+                return f"{match.group(2)} ({match.group(1).rsplit('/', 1)[-1]})"
+    return None
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def from_records(entries: Sequence[Any]) -> list[RankFailure]:
+    """The failures of one attempt as run.json holds them (unusable entries skipped)."""
+    out = []
+    for entry in entries:
+        failure = RankFailure.from_json(entry) if isinstance(entry, Mapping) else None
+        if failure is not None:
+            out.append(failure)
+    return out
+
+
+def recorded_verdict(attempt: Mapping[str, Any]) -> Verdict | None:
+    """The verdict run.json holds for one attempt; None for records older than fates."""
+    found = from_records(attempt.get("failures") or ())
+    if not found or any(f.fate is None for f in found):
+        return None
+    return Verdict(tuple(found))
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _int(value: Any, default: int) -> int:
+    found = _opt_int(value)
+    return default if found is None else found
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

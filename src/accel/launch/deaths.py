@@ -1,0 +1,84 @@
+"""When each worker process ended, to the millisecond: the real order of deaths.
+
+torch's agent polls its workers (every ``monitor_interval``) and stamps a failure with
+the poll's time, so two ranks that died a few milliseconds apart look simultaneous,
+and a rank killed by the kernel (no error file) looks later than the peer whose
+collective it broke. :class:`ExitWatch` runs one thread per worker blocked in
+``waitid(WEXITED | WNOWAIT)``: the kernel wakes it the moment the worker ends, and
+``WNOWAIT`` leaves the process unreaped, so torch's ``Popen`` still collects its
+status as before. The workers are the launcher's own children (torch starts a binary
+entrypoint with ``subprocess.Popen``), which is what ``waitid`` needs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A worker ended at ``at``; ``exitcode`` as Popen reports it (-N: signal N)."""
+
+    at: float
+    exitcode: int | None
+
+
+class ExitWatch:
+    """Watch the workers of the current attempt; :meth:`exits` says who ended when."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._exits: dict[int, Exit] = {}
+        self._generation = 0
+
+    def watch(self, pids: Mapping[int, int]) -> None:
+        """Start watching ``rank -> pid`` (a new attempt: what was seen before is dropped)."""
+        with self._lock:
+            self._generation += 1
+            self._exits = {}
+            generation = self._generation
+        if not hasattr(os, "waitid"):
+            return  # no waitid (not POSIX): callers fall back to torch's poll times
+        for rank, pid in pids.items():
+            threading.Thread(
+                target=self._wait,
+                args=(generation, rank, pid),
+                name=f"accel-exit-watch-{rank}",
+                daemon=True,
+            ).start()
+
+    def exits(self) -> dict[int, Exit]:
+        """``rank -> Exit`` of the workers of this attempt that have ended so far."""
+        with self._lock:
+            return dict(self._exits)
+
+    def _wait(self, generation: int, rank: int, pid: int) -> None:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            # Reaped by torch before this thread got to wait: it ended by now.
+            self._note(generation, rank, Exit(self._clock(), None))
+            return
+        except OSError:
+            return
+        if info is None:
+            return
+        self._note(generation, rank, Exit(self._clock(), _exitcode(info)))
+
+    def _note(self, generation: int, rank: int, found: Exit) -> None:
+        with self._lock:
+            if generation == self._generation:
+                self._exits.setdefault(rank, found)
+
+
+def _exitcode(info: os.waitid_result) -> int | None:
+    if info.si_code == os.CLD_EXITED:
+        return int(info.si_status)
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return -int(info.si_status)
+    return None

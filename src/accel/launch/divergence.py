@@ -1,0 +1,77 @@
+"""Divergence: a logged metric that became NaN or infinite.
+
+A diverged run otherwise looks healthy: it runs to the end, exits 0 and leaves
+checkpoints full of NaN that the next run resumes. The launcher tails the run's
+``metrics.jsonl`` (what ``Accelerator.log`` appends) and reports the first non-finite
+value of each metric: :func:`first_nonfinite` decides (pure), :class:`MetricsTail`
+reads the lines the file gained since the last look.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from accel.runview._metrics import MetricPoint, parse_metrics
+
+WARN = "warn"
+STOP = "stop"
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Metric ``metric`` was ``value`` (``nan``, ``inf`` or ``-inf``) at ``step`` on ``rank``."""
+
+    metric: str
+    rank: int
+    step: int | None
+    value: str
+    at: float | None = None
+
+    @property
+    def message(self) -> str:
+        shown = {"nan": "NaN", "inf": "+inf", "-inf": "-inf"}.get(self.value, self.value)
+        step = f"step {self.step}" if self.step is not None else "an unknown step"
+        return f"metric {self.metric!r} became {shown} at {step} on rank {self.rank}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def first_nonfinite(points: Iterable[MetricPoint], seen: set[str]) -> list[NonFinite]:
+    """The first non-finite value of each metric not in ``seen`` (which it extends)."""
+    found = []
+    for point in points:
+        for name, value in point.values.items():
+            if name in seen or math.isfinite(value):
+                continue
+            seen.add(name)
+            text = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+            found.append(NonFinite(name, point.rank, point.step, text, point.time))
+    return found
+
+
+class MetricsTail:
+    """The whole lines a growing file gained since the last :meth:`read` (never re-read)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[MetricPoint]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        complete, _, self._partial = data.rpartition(b"\n")
+        if not complete:
+            return []
+        return parse_metrics(complete.decode("utf-8", errors="replace").splitlines())

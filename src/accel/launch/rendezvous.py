@@ -1,0 +1,168 @@
+"""A rendezvous that talks: check the endpoint before torch, report while waiting.
+
+torch's c10d rendezvous, given an endpoint that does not resolve or does not answer,
+retries in C++ for minutes, prints stack traces and does not notice Ctrl-C. Before
+handing over, :func:`check_resolves` resolves the host (exit 2 when it does not: a
+typo) and, on the nodes that join rather than host, :func:`wait_for_host` connects to
+the port until node 0 answers, saying so every ``report`` seconds and giving up with
+one line after ``connect_timeout``. All of it in Python on the main thread, so a
+signal acts at once.
+
+While the nodes wait for each other, :class:`WaitReporter` prints how many are still
+missing every ``report`` seconds.
+
+Both intervals come from the environment so tests stay fast:
+``ACCEL_RDZV_CONNECT_TIMEOUT`` (default 50 s: with start-up, the answer comes within
+a minute) and ``ACCEL_RDZV_REPORT_INTERVAL`` (default 30 s).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from accel.errors import JobFailed, UsageError
+
+CONNECT_TIMEOUT_ENV = "ACCEL_RDZV_CONNECT_TIMEOUT"
+REPORT_INTERVAL_ENV = "ACCEL_RDZV_REPORT_INTERVAL"
+CONNECT_TIMEOUT = 50.0
+REPORT_INTERVAL = 30.0
+
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Timing:
+    connect_timeout: float = CONNECT_TIMEOUT
+    report: float = REPORT_INTERVAL
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Timing:
+        return cls(
+            _seconds(env, CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT),
+            _seconds(env, REPORT_INTERVAL_ENV, REPORT_INTERVAL),
+        )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{name}={text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise UsageError(f"{name}={text!r} must be more than 0 seconds")
+    return value
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port)."""
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def check_resolves(endpoint: str) -> None:
+    """:class:`UsageError` (exit 2) when the endpoint's host name does not resolve."""
+    host, port = split_endpoint(endpoint)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise UsageError(
+            f"the rendezvous host {host!r} (--rdzv-endpoint {endpoint}) does not resolve "
+            f"({reason}); give node 0's host name or IP address"
+        ) from None
+
+
+def wait_for_host(
+    endpoint: str, timing: Timing, notify: Notify, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """On a joining node: wait until node 0 listens at ``endpoint``, or fail with one line.
+
+    torch would retry in C++ (deaf to Ctrl-C) and print traces; this connects in
+    Python, every half second, so a signal acts at once.
+    """
+    host, port = split_endpoint(endpoint)
+    start = clock()
+    next_report = start + timing.report
+    while True:
+        reason = _try_connect(host, port, min(1.0, timing.connect_timeout))
+        if reason is None:
+            return
+        now = clock()
+        if now - start >= timing.connect_timeout:
+            raise JobFailed(
+                f"cannot reach the rendezvous at {endpoint} after {now - start:.0f} s "
+                f"({reason}): start node 0 (`accel launch --node-rank 0 ...`) there first, "
+                "or check --rdzv-endpoint and the firewall"
+            )
+        if now >= next_report:
+            notify(f"accel: waiting for node 0 at {endpoint} ({reason}), {now - start:.0f} s")
+            next_report += timing.report
+        time.sleep(max(0.0, min(0.5, start + timing.connect_timeout - clock())))
+
+
+def _try_connect(host: str, port: int, timeout: float) -> str | None:
+    """None once something listens at host:port, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return "no answer"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+class WaitReporter:
+    """While the nodes rendezvous, say every ``interval`` how many are still missing.
+
+    ``joined`` returns how many nodes have joined so far (None when unknown).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        nnodes: int,
+        joined: Callable[[], int | None],
+        notify: Notify,
+        interval: float,
+    ) -> None:
+        self.endpoint = endpoint
+        self.nnodes = nnodes
+        self._joined = joined
+        self._notify = notify
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> WaitReporter:
+        if self.nnodes > 1 and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._loop, name="accel-rdzv-report", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(self._interval):
+            self._notify(self.message(self._joined(), time.monotonic() - start))
+
+    def message(self, joined: int | None, waited: float) -> str:
+        if joined is None:
+            return f"accel: waiting for the other nodes at {self.endpoint}, {waited:.0f} s"
+        more = max(1, self.nnodes - max(joined, 1))
+        nodes = "node" if more == 1 else "nodes"
+        return f"accel: waiting for {more} more {nodes} at {self.endpoint}, {waited:.0f} s"

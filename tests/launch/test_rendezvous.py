@@ -1,0 +1,160 @@
+"""A rendezvous that talks, with real launchers: a bad endpoint is one line, a node
+waiting for peers says so, and signals act at once in every phase."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HELLO = "print('hello')\n"
+FAST = {"ACCEL_RDZV_CONNECT_TIMEOUT": "3", "ACCEL_RDZV_REPORT_INTERVAL": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def script(project: Path) -> str:
+    (project / "hello.py").write_text(HELLO)
+    return "hello.py"
+
+
+@pytest.fixture
+def launcher(project: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _start(project: Path, procs: list[subprocess.Popen[str]], *args: str) -> subprocess.Popen[str]:
+    exe = str(Path(sys.executable).parent / "accel")
+    proc = subprocess.Popen(
+        [exe, "launch", *args],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **FAST},
+    )
+    procs.append(proc)
+    return proc
+
+
+def _stderr_lines(proc: subprocess.Popen[str], timeout: float) -> list[str]:
+    _, err = proc.communicate(timeout=timeout)
+    return err.splitlines()
+
+
+def test_endpoints_split_and_the_wait_message_counts_the_missing_nodes() -> None:
+    from accel.launch.rendezvous import WaitReporter, split_endpoint
+
+    assert split_endpoint("node0:29400") == ("node0", 29400)
+    assert split_endpoint("[::1]:29400") == ("::1", 29400)
+    reporter = WaitReporter("h:1", 3, lambda: None, print, 30)
+    assert reporter.message(1, 30.2) == "accel: waiting for 2 more nodes at h:1, 30 s"
+    assert reporter.message(2, 60) == "accel: waiting for 1 more node at h:1, 60 s"
+    assert reporter.message(0, 1) == "accel: waiting for 2 more nodes at h:1, 1 s"
+    assert reporter.message(None, 5) == "accel: waiting for the other nodes at h:1, 5 s"
+
+
+@pytest.mark.timeout(60)
+def test_an_unresolvable_host_is_one_line_and_exit_2(
+    project: Path, script: str, launcher: list[subprocess.Popen[str]]
+) -> None:
+    proc = _start(
+        project, launcher, "--nnodes", "2", "--node-rank", "1",
+        "--rdzv-endpoint", "no-such-host.invalid:29400", script,
+    )  # fmt: skip
+    lines = _stderr_lines(proc, 45)
+    assert proc.returncode == 2
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: the rendezvous host 'no-such-host.invalid'")
+    assert "does not resolve" in lines[0]
+    assert not (project / ".accelerate" / "logs" / "runs").exists()  # nothing started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_an_unreachable_endpoint_is_one_line_and_torch_traces_stay_in_the_log(
+    project: Path, script: str, launcher: list[subprocess.Popen[str]]
+) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    proc = _start(
+        project, launcher, "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint,
+        script,
+    )  # fmt: skip
+    lines = _stderr_lines(proc, 45)
+    assert proc.returncode == 1
+    assert time.monotonic() - started < 30
+    assert f"accel: waiting for node 0 at {endpoint} (Connection refused), 1 s" in lines
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and f"cannot reach the rendezvous at {endpoint}" in errors[0]
+    assert all(line.startswith(("accel:", "error:")) for line in lines), lines
+    (run,) = (project / ".accelerate" / "logs" / "runs").iterdir()
+    assert (run / "launcher.log").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_node_waiting_for_peers_says_so_and_stops_at_once_on_a_signal(
+    project: Path,
+    script: str,
+    launcher: list[subprocess.Popen[str]],
+    sig: signal.Signals,
+    code: int,
+) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    proc = _start(
+        project, launcher, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", endpoint,
+        "--stop-grace-period", "2s", script,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    waiting = f"accel: waiting for 1 more node at {endpoint}"
+    seen = []
+    deadline = time.monotonic() + 60
+    while not any(line.startswith(waiting) for line in seen):
+        assert time.monotonic() < deadline, seen
+        seen.append(proc.stderr.readline().rstrip("\n"))
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert time.monotonic() - sent < 2 + 3  # the grace period, and a margin for load
+    assert proc.returncode == code
+    assert not any("frame #" in line for line in seen)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_waiting_for_node_0_acts_at_once(
+    project: Path, script: str, launcher: list[subprocess.Popen[str]]
+) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    proc = _start(
+        project, launcher, "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint,
+        script,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    line = ""
+    while "waiting for node 0" not in line:
+        line = proc.stderr.readline()
+        assert line, "the launcher ended before it waited"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert time.monotonic() - sent < 3 and proc.returncode == 130

@@ -1,0 +1,28 @@
+"""Train a tiny model on every rank, then call save_state on the ranks listed in argv[1]
+only ("0" is Hugging Face Accelerate's `if accelerator.is_main_process: save_state()`);
+argv[2] "load" calls load_state the same way instead."""
+
+import sys
+
+import torch
+
+import accel
+
+ranks = {int(r) for r in sys.argv[1].split(",")}
+action = sys.argv[2] if len(sys.argv) > 2 else "save"
+acc = accel.Accelerator(cpu=True)
+model = acc.prepare(torch.nn.Linear(4, 1))
+optimizer = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+STEPS = 3
+for _ in range(STEPS):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    acc.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+if acc.rank in ranks:
+    if action == "save":
+        acc.save_state(STEPS)
+    else:
+        acc.load_state()
+print(f"rank {acc.rank} done", flush=True)
+acc.end()
