@@ -25,6 +25,7 @@ from accel.config.resolve import (
     resolve,
     user_config_path,
 )
+from accel.config.views import Settings
 from accel.errors import AccelError, ConfigError, WorkspaceError
 from accel.fsutil import atomic_write
 from accel.layout import LAYOUT_VERSION, Layout
@@ -253,6 +254,11 @@ class Workspace:
         """The effective configuration (validated; raises ConfigError when invalid)."""
         project, user = self.config_layers()
         return resolve(project=project, user=user, env=self._env, flags=self._flags)
+
+    @property
+    def settings(self) -> Settings:
+        """The configuration's typed views: ``ws.settings.checkpoints.keep_last``."""
+        return self.config.settings
 
     def salvage_config(self) -> ConfigError | None:
         """For commands that only read: the config error, if any, and carry on without it.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.config import schema
+from accel.config.views import Settings
 from accel.config.yamlio import LoadedYaml, load_yaml_file
 from accel.errors import ConfigError, UsageError
 from accel.layout import CONFIG_DIR, CONFIG_NAME
@@ -55,6 +56,11 @@ class ResolvedConfig:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
+
+    @property
+    def settings(self) -> Settings:
+        """The typed views of these values (:mod:`accel.config.views`)."""
+        return Settings.of(self.values)
 
     def nested(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
