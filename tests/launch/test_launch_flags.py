@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,18 @@ def shape(p: dict[str, Any]) -> tuple[int, int, int, str]:
 )
 def test_processes_on_one_node(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     assert shape(plan(capsys, *args, SCRIPT)) == (3, 1, 0, "localhost:0")
+
+
+def test_torchrun_counts_cpus_and_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan(capsys, "--nproc-per-node", "cpu", SCRIPT)["nproc_per_node"] == os.cpu_count()
+    assert plan(capsys, "--nproc_per_node=CPU", SCRIPT)["nproc_per_node"] == os.cpu_count()
+
+
+def test_gpu_count_without_a_gpu_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides every GPU, as on this machine
+    assert "no GPU is visible" in refused(capsys, "--nproc-per-node", "gpu")
 
 
 def test_torchrun_multi_node_spelling(capsys: pytest.CaptureFixture[str]) -> None:

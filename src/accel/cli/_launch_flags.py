@@ -7,6 +7,8 @@ launch`` command line means under ``accel launch`` what it meant before:
 
 - ``--num_processes`` / ``--num-processes`` is Accelerate's total over all nodes;
   ``-n`` / ``--nproc-per-node`` is torchrun's count per node.
+- ``--nproc-per-node cpu`` is the number of CPUs, ``gpu`` one worker per visible GPU
+  (refused where none is visible), as torchrun counts them.
 - ``--nnodes N:N`` is a fixed size; an elastic range ``MIN:MAX`` is refused.
 - ``--master_addr/--master_port`` and ``--main_process_ip/--main_process_port`` name
   node 0 of a multi-node job; on one node accel binds a free port (like
@@ -22,6 +24,7 @@ launch`` command line means under ``accel launch`` what it meant before:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +162,7 @@ def _wrap(text: str) -> str:
 def _per_node(text: str) -> Any:
     from accel.config.resolve import flag_value
 
+    text = _torchrun_count(text)
     try:
         return flag_value("launch.num_processes", text)
     except UsageError:
@@ -166,6 +170,23 @@ def _per_node(text: str) -> Any:
         raise UsageError(
             f"invalid value for -n/--nproc-per-node: expected {expected}, got {text!r}"
         ) from None
+
+
+def _torchrun_count(text: str) -> str:
+    """torchrun's ``cpu`` and ``gpu`` counts in accel's words (a number, or ``auto``)."""
+    word = text.strip().lower()
+    if word == "cpu":
+        return str(os.cpu_count() or 1)
+    if word != "gpu":
+        return text
+    from accel.devices import probe
+
+    if not probe(os.environ):
+        raise UsageError(
+            "--nproc-per-node gpu: no GPU is visible here; give a number of workers "
+            "(or 'cpu' for one per CPU)"
+        )
+    return "auto"
 
 
 def _fixed_nnodes(text: str) -> str:
