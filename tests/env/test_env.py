@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from accel._redact import REDACTED
-from accel.env.probe import relevant_environment
+from accel.env import relevant_environment
 from accel.layout import make_owned_dir
 from accel.workspace import Workspace
 
@@ -371,7 +371,7 @@ def _report_with_gpus(project: Path, config: str, build: str, gpus: int) -> list
     from dataclasses import replace
 
     from accel.devices import DeviceInfo
-    from accel.env.probe import collect, problems
+    from accel.env import collect, problems
 
     make_ws(project).config_file.write_text(config)
     ws = Workspace(project / ".accelerate")  # a fresh object reads the new config
