@@ -29,40 +29,26 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
-import json
-import logging
 import os
-import random
-import time
-import types
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.errors import AccelError, UsageError
-from accel.fsutil import open_private_append
+from accel._accel import setup
+from accel._accel.data import shard_loader
+from accel._accel.metrics import MetricsLog
+from accel._accel.rng import rng_state, set_rng_state
+from accel._accel.scaling import scale_steps
+from accel._fsdp.settings import resolve as resolve_fsdp
+from accel.errors import UsageError
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
-    import torch
-
     from accel._fsdp.settings import FsdpSettings
     from accel._fsdp.shard import Sharder
-    from accel.metrics_tb import TensorBoardLogger
     from accel.store.cache import CacheEntryInfo
 
 __all__ = ["Accelerator"]
-
-_log = logging.getLogger("accel")
-_TRUE = ("1", "true", "yes", "on")
-
-
-def _env_int(env: dict[str, str], name: str, default: int) -> int:
-    try:
-        return int(env.get(name, default))
-    except ValueError:
-        raise UsageError(f"environment variable {name}={env[name]!r} is not an integer") from None
 
 
 class Accelerator:
@@ -80,17 +66,17 @@ class Accelerator:
     ) -> None:
         env = dict(os.environ)
         self.workspace = workspace or Workspace.discover()
-        self.rank = _env_int(env, "RANK", 0)
-        self.local_rank = _env_int(env, "LOCAL_RANK", 0)
-        self.world_size = _env_int(env, "WORLD_SIZE", 1)
+        self.rank = setup.env_int(env, "RANK", 0)
+        self.local_rank = setup.env_int(env, "LOCAL_RANK", 0)
+        self.world_size = setup.env_int(env, "WORLD_SIZE", 1)
         self.run_id = env.get("ACCEL_RUN_ID") or None
         self.seed = seed
         self.log_all_ranks = log_all_ranks
-        self.mixed_precision = self._precision(mixed_precision, env)
-        self.device = self._pick_device(cpu, env)
-        self.fsdp = self._fsdp_settings(fsdp, env)
-        self.scaler = self._make_scaler()
-        self._owns_group = self._init_group()
+        self.mixed_precision = setup.precision(mixed_precision, env, self.workspace)
+        self.device = setup.device(cpu, env, self.workspace, self.local_rank)
+        self.fsdp = resolve_fsdp(fsdp, env, self.workspace.settings.launch)
+        self.scaler = setup.grad_scaler(self.mixed_precision, self.device)
+        self._owns_group = setup.init_group(self.world_size, self.rank, self.device)
         self._sharder: Sharder | None = None
         self._models: list[Any] = []
         self._optimizers: list[Any] = []
@@ -98,57 +84,8 @@ class Accelerator:
         self._loaders: list[Any] = []
         self.extra_state: Any = None
         self._ended = False
-        self._tensorboard: TensorBoardLogger | None = None
-        self._tensorboard_checked = False
-        self._logging_ready = False
+        self._metrics = MetricsLog(self.workspace, self.run_id, self.rank)
         atexit.register(_end_at_exit, weakref.ref(self))
-
-    # -- environment --------------------------------------------------------------------
-
-    def _precision(self, value: str | None, env: dict[str, str]) -> str:
-        chosen = value or env.get("ACCELERATE_MIXED_PRECISION")
-        chosen = chosen or self.workspace.config["launch.mixed_precision"]
-        if chosen not in ("no", "fp16", "bf16"):
-            raise UsageError(f"mixed precision {chosen!r} is not one of no, fp16, bf16")
-        return str(chosen)
-
-    def _pick_device(self, cpu: bool | None, env: dict[str, str]) -> torch.device:
-        import torch
-
-        if cpu is None:
-            flag = env.get("ACCELERATE_USE_CPU")
-            cpu = flag.lower() in _TRUE if flag else bool(self.workspace.config["launch.use_cpu"])
-        if cpu or not torch.cuda.is_available():
-            return torch.device("cpu")
-        torch.cuda.set_device(self.local_rank)
-        return torch.device("cuda", self.local_rank)
-
-    def _fsdp_settings(self, fsdp: bool | None, env: dict[str, str]) -> FsdpSettings | None:
-        from accel._fsdp.settings import resolve
-
-        return resolve(fsdp, env, self.workspace.config)
-
-    def _make_scaler(self) -> Any:
-        """A ``GradScaler`` for fp16 (bf16 has fp32's range: it needs none); else None."""
-        if self.mixed_precision != "fp16":
-            return None
-        import torch
-
-        return torch.amp.GradScaler(self.device.type)
-
-    def _init_group(self) -> bool:
-        if self.world_size <= 1:
-            return False
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            return False
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        kwargs: dict[str, Any] = {"device_id": self.device} if backend == "nccl" else {}
-        dist.init_process_group(
-            backend=backend, rank=self.rank, world_size=self.world_size, **kwargs
-        )
-        return True
 
     @property
     def is_main_process(self) -> bool:
@@ -179,8 +116,7 @@ class Accelerator:
             if barrier and self._owns_group:
                 self.wait_for_everyone()
         finally:
-            if self._tensorboard is not None:
-                self._tensorboard.close()
+            self._metrics.close()
             if self._owns_group:
                 import torch.distributed as dist
 
@@ -203,14 +139,14 @@ class Accelerator:
             if self._sharder is not None:
                 self._sharder.adopt(obj)
             if self.scaler is not None:
-                _scale_steps(obj, self.scaler)
+                scale_steps(obj, self.scaler)
             self._optimizers.append(obj)
             return obj
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
             self._schedulers.append(obj)
             return obj
         if isinstance(obj, torch.utils.data.DataLoader):
-            loader = _shard_loader(obj, self.world_size, self.rank, self.seed)
+            loader = shard_loader(obj, self.world_size, self.rank, self.seed)
             self._loaders.append(loader)
             return loader
         raise UsageError(
@@ -301,7 +237,7 @@ class Accelerator:
     @property
     def metrics_file(self) -> Path:
         """``logs/runs/<ACCEL_RUN_ID>/metrics.jsonl``, or ``logs/runs/local/`` outside a run."""
-        return self.workspace.runs_dir / (self.run_id or "local") / "metrics.jsonl"
+        return self._metrics.file
 
     def log(self, metrics: dict[str, Any], step: int, *, all_ranks: bool | None = None) -> None:
         """Append ``{"step", "time", "rank", **metrics}`` to the run's metrics file.
@@ -309,37 +245,8 @@ class Accelerator:
         Main process only unless ``all_ranks``. A write error is logged, never raised:
         metrics must not kill training.
         """
-        if not (self.is_main_process or (self.log_all_ranks if all_ranks is None else all_ranks)):
-            return
-        record = {"step": step, "time": time.time(), "rank": self.rank}
-        record.update({str(k): _scalar(k, v) for k, v in metrics.items()})
-        line = json.dumps(record, allow_nan=True) + "\n"
-        try:
-            if not self._logging_ready:  # the workspace first: never a folder accel did not make
-                self.workspace.ensure()
-                self._logging_ready = True
-            self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = open_private_append(self.metrics_file)
-            try:
-                os.write(fd, line.encode("utf-8"))
-            finally:
-                os.close(fd)
-        except AccelError as exc:  # not a workspace: nothing is written there
-            _log.warning("accel: not logging metrics: %s", exc)
-            return
-        except OSError as exc:
-            _log.warning("accel: could not write metrics to %s: %s", self.metrics_file, exc)
-        self._log_tensorboard(metrics, step)
-
-    def _log_tensorboard(self, metrics: dict[str, Any], step: int) -> None:
-        """The same scalars as TensorBoard events, when tensorboard is installed."""
-        if not self._tensorboard_checked:
-            from accel.metrics_tb import open_tensorboard
-
-            self._tensorboard_checked = True
-            self._tensorboard = open_tensorboard(self.metrics_file.parent, self.rank)
-        if self._tensorboard is not None:
-            self._tensorboard.log(metrics, step)
+        if self.is_main_process or (self.log_all_ranks if all_ranks is None else all_ranks):
+            self._metrics.write(metrics, step)
 
     def heartbeat(self) -> None:
         """Tell ``accel launch --hang-timeout`` this rank is alive (a long quiet phase)."""
@@ -363,7 +270,7 @@ class Accelerator:
         if self._sharder is not None:
             # Gathering FSDP's state is collective work: meet before it, not after.
             with named("save_state"):
-                arrive("save_state", float(self.workspace.config["checkpoints.arrival_timeout"]))
+                arrive("save_state", float(self.workspace.settings.checkpoints.arrival_timeout))
         models, optimizers, sharded = self._state_dicts()
         state = {
             "step": step,
@@ -381,7 +288,7 @@ class Accelerator:
                 step,
                 tag=tag,
                 async_save=async_save,
-                rank_state={"rng": _rng_state()},
+                rank_state={"rng": rng_state()},
                 sharded=sharded,
             )
 
@@ -421,7 +328,7 @@ class Accelerator:
         self.extra_state = state.get("extra")
         rank_state = self.checkpoints.load_rank_state(found, self.rank)
         if rank_state is not None:
-            _set_rng_state(rank_state["rng"])
+            set_rng_state(rank_state["rng"])
         return int(state["step"])
 
     def _load_sharded(self, step: int, saved: list[str], models: list[Any]) -> frozenset[str]:
@@ -436,7 +343,7 @@ class Accelerator:
         """Every rank loads the step rank 0 found, even if a save lands meanwhile."""
         from accel.store._arrival import arrive
 
-        arrive("load_state", float(self.workspace.config["checkpoints.arrival_timeout"]))
+        arrive("load_state", float(self.workspace.settings.checkpoints.arrival_timeout))
         if step is None:
             latest = self.checkpoints.latest() if self.is_main_process else None
             step = None if latest is None else latest.step
@@ -468,163 +375,7 @@ def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> l
     return saved
 
 
-def _scale_steps(optimizer: Any, scaler: Any) -> None:
-    """Make ``optimizer.step()`` go through ``scaler``: unscale, skip on inf/NaN, update.
-
-    Scripts call ``optimizer.step()`` (as with Hugging Face Accelerate), not
-    ``scaler.step(optimizer)``: a plain step on scaled gradients would be silently wrong.
-    A bound method, so an LR scheduler created afterwards can wrap it in turn.
-    """
-    if getattr(optimizer.step, "accel_scaler", None) is scaler:
-        return  # prepared twice: scaling twice would step twice
-    inner = optimizer.step
-    inside = False
-
-    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal inside
-        if inside:  # GradScaler.step calling optimizer.step: the real one now
-            return inner(*args, **kwargs)
-        inside = True
-        try:
-            result = scaler.step(self, *args, **kwargs)
-            scaler.update()
-            return result
-        finally:
-            inside = False
-
-    step.accel_scaler = scaler  # type: ignore[attr-defined]
-    optimizer.step = types.MethodType(step, optimizer)
-
-
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:
     acc = ref()
     if acc is not None:
         acc._end(barrier=False)
-
-
-def _scalar(key: Any, value: Any) -> Any:
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
-    item = getattr(value, "item", None)
-    if callable(item):
-        return item()
-    raise UsageError(f"metric {key!r} is a {type(value).__name__}; log numbers or strings")
-
-
-def _rng_state() -> dict[str, Any]:
-    import torch
-
-    version, internal, gauss = random.getstate()
-    state: dict[str, Any] = {
-        "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-    with contextlib.suppress(ImportError):
-        import numpy as np
-
-        raw: Any = np.random.get_state()
-        name, keys, pos, has_gauss, cached = raw
-        state["numpy"] = {
-            "name": name,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached": float(cached),
-        }
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import torch
-
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        npst = state["numpy"]
-        keys = npst["keys"].numpy().astype(np.uint32)
-        np.random.set_state((npst["name"], keys, npst["pos"], npst["has_gauss"], npst["cached"]))
-
-
-def _shard_loader(loader: Any, world_size: int, rank: int, seed: int) -> PreparedDataLoader:
-    """A copy of ``loader`` drawing from a seeded, epoch-aware DistributedSampler."""
-    import torch
-    from torch.utils.data import DataLoader, IterableDataset, RandomSampler
-    from torch.utils.data.distributed import DistributedSampler
-
-    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
-        raise UsageError(
-            "prepare() shards DataLoaders over map-style datasets built with batch_size; "
-            "shard iterable datasets or custom batch samplers yourself"
-        )
-    sampler: Any = DistributedSampler(
-        loader.dataset,
-        num_replicas=world_size,
-        rank=rank,
-        shuffle=isinstance(loader.sampler, RandomSampler),
-        seed=seed,
-        drop_last=loader.drop_last,
-    )
-    options: dict[str, Any] = {}
-    if loader.num_workers > 0:
-        options["prefetch_factor"] = loader.prefetch_factor
-        options["persistent_workers"] = loader.persistent_workers
-    rebuilt = DataLoader(
-        loader.dataset,
-        batch_size=loader.batch_size,
-        sampler=sampler,
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
-        drop_last=loader.drop_last,
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
-        # Its own generator: creating an iterator must not draw from the global RNG,
-        # or a resumed run (one iterator mid-epoch) would drift from the original.
-        generator=torch.Generator(),
-        **options,
-    )
-    return PreparedDataLoader(rebuilt, sampler, seed)
-
-
-class PreparedDataLoader:
-    """A DataLoader sharded across ranks; call :meth:`set_epoch` at each epoch's start.
-
-    The order of an epoch depends only on the seed and the epoch, so a resumed run
-    sees the same batches: :meth:`skip_batches` drops the ones a checkpoint already
-    covered. Other attributes are those of the underlying DataLoader.
-    """
-
-    def __init__(self, loader: Any, sampler: Any, seed: int) -> None:
-        self.loader = loader
-        self.sampler = sampler
-        self.seed = seed
-        self.epoch = 0
-        self._skip = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-        self.sampler.set_epoch(self.epoch)
-
-    def skip_batches(self, count: int) -> None:
-        """Skip the first ``count`` batches of the next iteration (mid-epoch resume)."""
-        self._skip = int(count)
-
-    def __iter__(self) -> Iterator[Any]:
-        skip, self._skip = self._skip, 0
-        # Worker seeds depend on the epoch only, like the order of the samples.
-        self.loader.generator.manual_seed(self.seed * 1_000_003 + self.epoch)
-        for index, batch in enumerate(self.loader):
-            if index >= skip:
-                yield batch
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)

@@ -10,13 +10,16 @@ import pytest
 from accel._fsdp.settings import FsdpSettings, resolve, worker_env
 from accel.config import schema
 from accel.config.resolve import resolve as resolve_config
+from accel.config.views import LaunchSettings, Settings
 from accel.errors import UsageError
 
-DEFAULTS = schema.defaults()
+DEFAULTS = Settings.of(schema.defaults()).launch
 
 
-def config(**values: Any) -> dict[str, Any]:
-    return {**DEFAULTS, **{f"launch.{k}": v for k, v in values.items()}}
+def config(**values: Any) -> LaunchSettings:
+    return Settings.of(
+        {**schema.defaults(), **{f"launch.{k}": v for k, v in values.items()}}
+    ).launch
 
 
 def test_off_unless_asked() -> None:
@@ -107,7 +110,9 @@ def test_the_launcher_always_says_whether() -> None:
 def test_the_env_twins_of_the_keys() -> None:
     env = {"ACCEL_LAUNCH_FSDP": "yes", "ACCEL_LAUNCH_FSDP_LAYER_CLASSES": "Block,Head"}
     resolved = resolve_config(project=None, user=None, env=env)
-    assert resolve(None, {}, resolved) == FsdpSettings(layer_classes=("Block", "Head"))
+    assert resolve(None, {}, resolved.settings.launch) == FsdpSettings(
+        layer_classes=("Block", "Head")
+    )
 
 
 @pytest.mark.timeout(60)

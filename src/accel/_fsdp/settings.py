@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from accel.config import schema
 from accel.config.hf_fsdp import HF_WRAP, wrap_name
+from accel.config.views import LaunchSettings
 from accel.errors import UsageError
 
 TRUE = ("1", "true", "yes", "on")
@@ -33,12 +34,6 @@ _ENV = {
 }
 
 
-class Config(Protocol):
-    """A resolved configuration (``Workspace.config``), or any mapping of its keys."""
-
-    def __getitem__(self, key: str) -> Any: ...
-
-
 @dataclass(frozen=True)
 class FsdpSettings:
     """How ``prepare()`` shards a model (see docs/worker-api.md, FSDP).
@@ -55,12 +50,14 @@ class FsdpSettings:
     reshard_after_forward: bool = True
 
 
-def resolve(enabled: bool | None, env: Mapping[str, str], config: Config) -> FsdpSettings | None:
+def resolve(
+    enabled: bool | None, env: Mapping[str, str], launch: LaunchSettings
+) -> FsdpSettings | None:
     """The settings when FSDP is on, else None: ``enabled``, else ``ACCELERATE_USE_FSDP``,
     else ``launch.fsdp``. Each ``FSDP_*`` variable wins over its config key."""
     if enabled is None:
         flag = env.get("ACCELERATE_USE_FSDP")
-        enabled = _truth("ACCELERATE_USE_FSDP", flag) if flag else bool(config["launch.fsdp"])
+        enabled = _truth("ACCELERATE_USE_FSDP", flag) if flag else bool(launch.fsdp)
     if not enabled:
         return None
     version = env.get("FSDP_VERSION", "2").strip()
@@ -69,7 +66,8 @@ def resolve(enabled: bool | None, env: Mapping[str, str], config: Config) -> Fsd
             f"FSDP_VERSION={version}: accel shards with FSDP2 (fully_shard) only; "
             "set fsdp_version: 2 in the Accelerate config (the same training, the newer API)"
         )
-    values = {name: _value(name, env, config) for name in KEYS}
+    configured = _configured(launch)
+    values = {name: _value(name, env, configured[name]) for name in KEYS}
     return FsdpSettings(
         wrap=str(values["wrap"]),
         layer_classes=tuple(values["layer_classes"]),
@@ -85,11 +83,22 @@ def _truth(name: str, text: str) -> bool:
     raise UsageError(f"environment variable {name}={text!r} is not true or false")
 
 
-def _value(name: str, env: Mapping[str, str], config: Config) -> Any:
+def _configured(launch: LaunchSettings) -> dict[str, Any]:
+    """The ``launch.fsdp_*`` values by their name in :data:`KEYS`."""
+    return {
+        "wrap": launch.fsdp_wrap,
+        "layer_classes": launch.fsdp_layer_classes,
+        "min_params": launch.fsdp_min_params,
+        "reshard_after_forward": launch.fsdp_reshard_after_forward,
+    }
+
+
+def _value(name: str, env: Mapping[str, str], configured: Any) -> Any:
+    """The variable of ``name`` when set, else its ``configured`` value."""
     var, key = _ENV[name], KEYS[name]
     text = env.get(var)
     if text is None or not text.strip():
-        return config[key]
+        return configured
     try:
         if name == "wrap":
             return wrap_name(text)
@@ -98,20 +107,19 @@ def _value(name: str, env: Mapping[str, str], config: Config) -> Any:
         raise UsageError(f"environment variable {var}: {exc}") from None
 
 
-def worker_env(config: Config) -> dict[str, str]:
+def worker_env(launch: LaunchSettings) -> dict[str, str]:
     """The Hugging Face variables for the workers; ``ACCELERATE_USE_FSDP`` always, so a
     launch flag wins over the project file the workers read."""
-    if not config["launch.fsdp"]:
+    if not launch.fsdp:
         return {"ACCELERATE_USE_FSDP": "false"}
-    reshard = bool(config["launch.fsdp_reshard_after_forward"])
     out = {
         "ACCELERATE_USE_FSDP": "true",
         "FSDP_VERSION": "2",
-        "FSDP_AUTO_WRAP_POLICY": HF_WRAP[str(config["launch.fsdp_wrap"])],
-        "FSDP_MIN_NUM_PARAMS": str(config["launch.fsdp_min_params"]),
-        "FSDP_RESHARD_AFTER_FORWARD": "true" if reshard else "false",
+        "FSDP_AUTO_WRAP_POLICY": HF_WRAP[launch.fsdp_wrap],
+        "FSDP_MIN_NUM_PARAMS": str(launch.fsdp_min_params),
+        "FSDP_RESHARD_AFTER_FORWARD": "true" if launch.fsdp_reshard_after_forward else "false",
     }
-    classes = list(config["launch.fsdp_layer_classes"])
+    classes = list(launch.fsdp_layer_classes)
     if classes:
         out["FSDP_TRANSFORMER_CLS_TO_WRAP"] = ",".join(classes)
     return out

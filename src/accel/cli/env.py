@@ -10,7 +10,7 @@ import typer
 from accel.cli import _app, _output
 
 if TYPE_CHECKING:
-    from accel.envreport import EnvReport
+    from accel.env import EnvReport
 
 
 def env(
@@ -28,7 +28,7 @@ def env(
     ),
 ) -> int:
     """Report versions, devices, backends, variables, config and workspace health."""
-    from accel.envreport import collect
+    from accel.env import collect
 
     if devices is None and not as_json and not check:
         devices = True

@@ -323,7 +323,7 @@ def _accelerate_env(config: ResolvedConfig, gpu_count: int) -> dict[str, str]:
         "ACCELERATE_MIXED_PRECISION": str(config["launch.mixed_precision"]),
         "ACCELERATE_USE_CPU": "true" if use_cpu else "false",
     }
-    out.update(fsdp_env(config))
+    out.update(fsdp_env(config.settings.launch))
     backend = str(config["launch.dynamo_backend"])
     if backend.lower() != "no":
         out["ACCELERATE_DYNAMO_BACKEND"] = backend.upper()

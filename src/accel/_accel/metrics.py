@@ -1,0 +1,83 @@
+"""A run's metrics: one JSON line per ``Accelerator.log()``, and TensorBoard events.
+
+A write error is logged, never raised: metrics must not kill training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.errors import AccelError, UsageError
+from accel.fsutil import open_private_append
+
+if TYPE_CHECKING:
+    from accel.metrics_tb import TensorBoardLogger
+    from accel.workspace import Workspace
+
+_log = logging.getLogger("accel")
+
+
+class MetricsLog:
+    """``logs/runs/<run_id>/metrics.jsonl`` (``local`` outside a run) of one rank."""
+
+    def __init__(self, workspace: Workspace, run_id: str | None, rank: int) -> None:
+        self.workspace = workspace
+        self.run_id = run_id
+        self.rank = rank
+        self._ready = False
+        self._tensorboard: TensorBoardLogger | None = None
+        self._tensorboard_checked = False
+
+    @property
+    def file(self) -> Path:
+        return self.workspace.runs_dir / (self.run_id or "local") / "metrics.jsonl"
+
+    def write(self, metrics: dict[str, Any], step: int) -> None:
+        """Append ``{"step", "time", "rank", **metrics}``; then the TensorBoard events."""
+        record = {"step": step, "time": time.time(), "rank": self.rank}
+        record.update({str(k): _scalar(k, v) for k, v in metrics.items()})
+        line = json.dumps(record, allow_nan=True) + "\n"
+        try:
+            if not self._ready:  # the workspace first: never a folder accel did not make
+                self.workspace.ensure()
+                self._ready = True
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            fd = open_private_append(self.file)
+            try:
+                os.write(fd, line.encode("utf-8"))
+            finally:
+                os.close(fd)
+        except AccelError as exc:  # not a workspace: nothing is written there
+            _log.warning("accel: not logging metrics: %s", exc)
+            return
+        except OSError as exc:
+            _log.warning("accel: could not write metrics to %s: %s", self.file, exc)
+        self._write_tensorboard(metrics, step)
+
+    def _write_tensorboard(self, metrics: dict[str, Any], step: int) -> None:
+        """The same scalars as TensorBoard events, when tensorboard is installed."""
+        if not self._tensorboard_checked:
+            from accel.metrics_tb import open_tensorboard
+
+            self._tensorboard_checked = True
+            self._tensorboard = open_tensorboard(self.file.parent, self.rank)
+        if self._tensorboard is not None:
+            self._tensorboard.log(metrics, step)
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def _scalar(key: Any, value: Any) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        return item()
+    raise UsageError(f"metric {key!r} is a {type(value).__name__}; log numbers or strings")

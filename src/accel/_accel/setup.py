@@ -1,0 +1,74 @@
+"""Where a worker stands: its rank, precision, device and process group.
+
+Each choice is the ``Accelerator`` argument, else the variable ``accel launch`` sets
+(``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_CPU``), else the configuration,
+read only when neither says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from accel.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from accel.workspace import Workspace
+
+TRUE = ("1", "true", "yes", "on")
+PRECISIONS = ("no", "fp16", "bf16")
+
+
+def env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(env.get(name, default))
+    except ValueError:
+        raise UsageError(f"environment variable {name}={env[name]!r} is not an integer") from None
+
+
+def precision(value: str | None, env: Mapping[str, str], ws: Workspace) -> str:
+    chosen = value or env.get("ACCELERATE_MIXED_PRECISION")
+    chosen = chosen or ws.settings.launch.mixed_precision
+    if chosen not in PRECISIONS:
+        raise UsageError(f"mixed precision {chosen!r} is not one of no, fp16, bf16")
+    return str(chosen)
+
+
+def device(
+    cpu: bool | None, env: Mapping[str, str], ws: Workspace, local_rank: int
+) -> torch.device:
+    """The CPU when asked or without a GPU; else this rank's GPU (made current)."""
+    import torch
+
+    if cpu is None:
+        flag = env.get("ACCELERATE_USE_CPU")
+        cpu = flag.lower() in TRUE if flag else bool(ws.settings.launch.use_cpu)
+    if cpu or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def grad_scaler(mixed_precision: str, on: torch.device) -> Any:
+    """A ``GradScaler`` for fp16 (bf16 has fp32's range: it needs none); else None."""
+    if mixed_precision != "fp16":
+        return None
+    import torch
+
+    return torch.amp.GradScaler(on.type)
+
+
+def init_group(world_size: int, rank: int, on: torch.device) -> bool:
+    """Start the process group (nccl on GPU, gloo on CPU); whether this call started it."""
+    if world_size <= 1:
+        return False
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if on.type == "cuda" else "gloo"
+    kwargs: dict[str, Any] = {"device_id": on} if backend == "nccl" else {}
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
+    return True
