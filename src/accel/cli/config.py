@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from accel.cli import _app, _output
+from accel.errors import UsageError
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
 
 app = typer.Typer(
     help="Write, show and change the project configuration.",
@@ -33,8 +37,7 @@ def config(
     ws = _app.workspace(ctx)
     if not default:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
-            _output.error("not a terminal: run `accel config --default` to write the defaults")
-            raise typer.Exit(2)
+            raise UsageError("not a terminal: run `accel config --default` to write the defaults")
         _questionnaire(ws)
         return
     if not force and ws.config_file.exists():
@@ -44,7 +47,7 @@ def config(
     _output.out(f"wrote {project.write(ws, {})}")
 
 
-def _questionnaire(ws: Any) -> None:
+def _questionnaire(ws: Workspace) -> None:
     """Ask, starting from the current values; show the diff; write only when confirmed."""
     from rich.prompt import Confirm
 
@@ -130,7 +133,7 @@ def get(
         _output.table(None, ["key", "value"], rows)
         return
     f = schema.field(key)
-    print(_shown(f.key, config[f.key]))
+    _output.raw(_shown(f.key, config[f.key]))
 
 
 @app.command("set")
@@ -165,8 +168,7 @@ def validate(
 
     if path is not None:
         if read_layer("file", path) is None:
-            _output.error(f"{path}: no such file")
-            raise typer.Exit(2)
+            raise UsageError(f"{path}: no such file")
         _output.out(f"{path}: valid")
         return
     ws = _app.workspace(ctx)
