@@ -40,7 +40,7 @@ def config(
             raise UsageError("not a terminal: run `accel config --default` to write the defaults")
         _questionnaire(ws)
         return
-    if not force and ws.config_file.exists():
+    if not force and project.exists(ws):
         ws.ensure().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
         return
@@ -57,7 +57,7 @@ def _questionnaire(ws: Workspace) -> None:
 
     config = ws.config  # a broken file stops here, with its line: fix it first
     answers = ask(config.values)
-    fresh = not ws.config_file.exists()
+    fresh = not project.exists(ws)
     before, after = project.plan_edit(ws, changes(answers, config, fresh))
     diff = unified_diff(before, after, ws.config_file)
     if not diff:
@@ -164,6 +164,7 @@ def validate(
     path: Path | None = typer.Argument(None, help="A file to check (default: the project's)."),
 ) -> None:
     """Check a config file (and the effective configuration) against the schema."""
+    from accel.config import project
     from accel.config.resolve import read_layer
 
     if path is not None:
@@ -173,7 +174,7 @@ def validate(
         return
     ws = _app.workspace(ctx)
     _ = ws.config
-    where = ws.config_file if ws.config_file.exists() else "defaults (no project file)"
+    where = ws.config_file if project.exists(ws) else "defaults (no project file)"
     _output.out(f"{where}: valid")
 
 
