@@ -1,4 +1,4 @@
-"""The size budget's no-op cost: ``accel.budget.check`` under budget vs a bare walk.
+"""The size budget's no-op cost: ``accel.clean.budget.check`` under budget vs a bare walk.
 
     python benchmarks/bench_budget.py [--entries 20000] [--rounds 9]
 
@@ -63,7 +63,7 @@ def timed(fn: object) -> float:
 
 
 def main() -> int:
-    from accel.budget import UNDER, check
+    from accel.clean.budget import UNDER, check
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=20000)

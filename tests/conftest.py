@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import run_helpers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,5 +47,33 @@ def project(isolated: Path) -> Path:
 @pytest.fixture
 def accel_exe() -> list[str]:
     """The installed ``accel`` executable (the path users take)."""
-    exe = Path(sys.executable).parent / "accel"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "accel"]
+    return run_helpers.accel_command()
+
+
+@pytest.fixture
+def accel(accel_exe: list[str], project: Path) -> run_helpers.Accel:
+    """``accel(*args, timeout=90, env=None)``: the installed accel run in the project."""
+
+    def run(
+        *args: str, timeout: float = 90, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run_helpers.accel(project, *args, env=env, timeout=timeout, exe=accel_exe)
+
+    return run
+
+
+@pytest.fixture
+def start_accel(accel_exe: list[str], project: Path) -> Iterator[run_helpers.Start]:
+    """``start_accel(*args)``: accel started in the background, SIGKILLed if still alive."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        proc = run_helpers.start(project, *args, exe=accel_exe)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()

@@ -1,4 +1,8 @@
-"""Helpers for tests that run the installed `accel` in a project and read its run."""
+"""The one way tests run the installed ``accel`` in a project and read its run back.
+
+The ``accel`` and ``start_accel`` fixtures of tests/conftest.py are built on
+:func:`accel`; tests that need more (their own executable, a ``preexec_fn``) call it.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,68 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+Accel = Callable[..., subprocess.CompletedProcess[str]]  # the ``accel`` fixture
+Start = Callable[..., subprocess.Popen[str]]  # the ``start_accel`` fixture
+
+
+def accel_command() -> list[str]:
+    """The installed ``accel`` executable (the path users take), else ``python -m accel``."""
+    exe = Path(sys.executable).parent / "accel"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "accel"]
+
 
 def accel(
-    project: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 110
+    project: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 110,
+    exe: list[str] | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """The installed `accel` with ``args``, in ``project``, output captured."""
-    exe = str(Path(sys.executable).parent / "accel")
+    """``accel ARGS`` run in ``project`` to its end, output captured; ``env`` is added to
+    this process's environment."""
     return subprocess.run(
-        [exe, *args],
+        [*(exe or accel_command()), *args],
         cwd=project,
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+        preexec_fn=preexec,
     )
 
 
-def only_run(project: Path) -> dict[str, Any]:
-    """The run.json of the project's only run."""
+def start(project: Path, *args: str, exe: list[str] | None = None) -> subprocess.Popen[str]:
+    """``accel ARGS`` started in ``project`` in the background, output piped."""
+    return subprocess.Popen(
+        [*(exe or accel_command()), *args],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_folder(project: Path) -> Path:
+    """The folder of the project's only run."""
     (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()
-    data: dict[str, Any] = json.loads((folder / "run.json").read_text())
+    return folder
+
+
+def run_json(project: Path) -> dict[str, Any]:
+    """The run.json of the project's only run."""
+    data: dict[str, Any] = json.loads((run_folder(project) / "run.json").read_text())
     return data
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)

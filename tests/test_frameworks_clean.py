@@ -60,7 +60,7 @@ def test_framework_caches_stay_while_a_run_is_live(
     ws: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
     inductor = framework_cache(ws, "inductor", 5000, age_days=30)
-    with run_lock(ws, "20261129-150000-abcdef"):
+    with run_lock(ws.layout, "20261129-150000-abcdef"):
         rc, plan = clean_json(capsys, "--only", "frameworks", "--older-than", "1d", "--yes")
     assert rc == 0 and inductor.exists()
     assert plan["kept"][0]["reason"] == "a live run may be compiling into it"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import run_helpers
 from accel import Workspace
 from accel.errors import AccelError
 
@@ -30,9 +31,7 @@ COMMANDS = [
 def accel_run(
     exe: list[str], cwd: Path, args: list[str], preexec: Callable[[], None] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*exe, *args], cwd=cwd, capture_output=True, text=True, timeout=90, preexec_fn=preexec
-    )
+    return run_helpers.accel(cwd, *args, timeout=90, exe=exe, preexec=preexec)
 
 
 def assert_one_line(done: subprocess.CompletedProcess[str], *needles: str) -> None:

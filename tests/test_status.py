@@ -67,7 +67,7 @@ def test_json_sizes_live_runs_largest_and_oldest(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ws = populate(project)
-    with run_lock(ws, "20260101-000000-abcdef"):
+    with run_lock(ws.layout, "20260101-000000-abcdef"):
         code, out = status(capsys, "--json")
     data = json.loads(out)
     assert code == 0 and data["config_valid"] is True

@@ -27,7 +27,7 @@ LAUNCHER = textwrap.dedent(
     from accel.store.lease import SeriesLease
     ws, run_id = Workspace(sys.argv[1]), sys.argv[2]
     os.environ["ACCEL_RUN_ID"] = run_id
-    with run_lock(ws, run_id):
+    with run_lock(ws.layout, run_id):
         folder = ws.runs_dir / run_id
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(
@@ -64,7 +64,7 @@ DEAD_LAUNCHER = textwrap.dedent(
     from accel.workspace import Workspace
     from accel.runs import run_lock
     ws, run_id = Workspace(sys.argv[1]), sys.argv[2]
-    with run_lock(ws, run_id):
+    with run_lock(ws.layout, run_id):
         folder = ws.runs_dir / run_id
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(

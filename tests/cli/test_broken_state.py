@@ -98,7 +98,7 @@ def test_the_first_command_that_notices_marks_a_dead_run_crashed(
     assert f"accel: run {RUN} was left running by a launcher that is gone" in err
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "crashed" and record["ended_at"] and record["crashed"]
-    assert mark_crashed(ws) == []
+    assert mark_crashed(ws.layout) == []
 
 
 def test_a_live_run_is_never_marked(project: Path) -> None:
@@ -106,8 +106,8 @@ def test_a_live_run_is_never_marked(project: Path) -> None:
 
     ws = Workspace(project / ".accelerate").ensure()
     folder = _run(ws.path, status="running")
-    with run_lock(ws, RUN):
-        assert mark_crashed(ws) == []
-        assert read_run(ws, RUN).status == "running"
+    with run_lock(ws.layout, RUN):
+        assert mark_crashed(ws.layout) == []
+        assert read_run(ws.layout, RUN).status == "running"
     assert json.loads((folder / "run.json").read_text())["status"] == "running"
-    assert mark_crashed(ws) == [RUN]
+    assert mark_crashed(ws.layout) == [RUN]

@@ -150,7 +150,7 @@ LAUNCHER = textwrap.dedent(
     import sys, time
     from accel.workspace import Workspace
     from accel.runs import run_lock
-    with run_lock(Workspace(sys.argv[1]), {LIVE_RUN!r}):
+    with run_lock(Workspace(sys.argv[1]).layout, {LIVE_RUN!r}):
         print("ready", flush=True)
         time.sleep(600)
     """

@@ -118,7 +118,7 @@ def test_an_open_per_user_folder_is_closed_before_use(
 
 
 def test_a_log_that_cannot_be_written_whole_is_removed(tmp_path: Path, tmpdir_: Path) -> None:
-    from accel.cli._crash import write_crash_log
+    from accel.crashlog import write_crash_log
 
     folder = tmp_path / "logs"
     folder.mkdir()

@@ -181,13 +181,13 @@ def test_a_run_left_running_by_a_dead_launcher_is_healed_never_a_problem(
     for run_id in ("20200101-000000-dead00", "20200101-000000-live00"):
         (ws.runs_dir / run_id).mkdir()
         (ws.runs_dir / run_id / "run.json").write_text('{"status": "running"}')
-    with run_lock(ws, "20200101-000000-live00"):  # a live launcher holds this one
+    with run_lock(ws.layout, "20200101-000000-live00"):  # a live launcher holds this one
         code, out, err = env_in_process(capsys, "--check")
         assert (code, out.strip()) == (0, "ok: the environment and the workspace are healthy")
         assert "run 20200101-000000-dead00 was left running" in err and "live00" not in err
         dead = json.loads((ws.runs_dir / "20200101-000000-dead00" / "run.json").read_text())
         assert dead["status"] == "crashed" and dead["ended_at"]
-        assert read_run(ws, "20200101-000000-live00").status == "running"
+        assert read_run(ws.layout, "20200101-000000-live00").status == "running"
         live = json.loads((ws.runs_dir / "20200101-000000-live00" / "run.json").read_text())
         assert live["status"] == "running"
         _, _, again = env_in_process(capsys, "--check")

@@ -129,7 +129,7 @@ def test_live_runs_and_sizes_are_reported(
 
     ws = make_ws(project)
     (ws.cache_dir / "blob").write_bytes(b"b" * 1234)
-    with run_lock(ws, "20261129-000000-abc123"):
+    with run_lock(ws.layout, "20261129-000000-abc123"):
         data = json.loads(env_in_process(capsys, "--json")[1])
     assert data["workspace"]["live_runs"] == ["20261129-000000-abc123"]
     assert data["workspace"]["sizes"]["cache"] == 1234

@@ -1,35 +1,15 @@
-"""Helpers for launcher tests: find the run, wait, watch processes."""
+"""Helpers for launcher tests: watch processes (and run_helpers' run and wait)."""
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from accel.launch.guard import run_processes
+from run_helpers import run_folder, run_json, wait_for
+
+__all__ = ["SCRIPTS", "assert_no_orphans", "pid_alive", "run_folder", "run_json", "wait_for"]
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-
-
-def run_json(project: Path) -> dict[str, Any]:
-    (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()
-    data: dict[str, Any] = json.loads((folder / "run.json").read_text())
-    return data
-
-
-def run_folder(project: Path) -> Path:
-    (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()
-    return folder
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def assert_no_orphans(run_id: str, timeout: float = 5.0) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 
-from accel.launch.blame import (
+from accel.launch.blame import HangClue, blame, describe_stuck, in_collective, stuck_ranks
+from accel.runs.failures import (
     ALSO_FAILED,
     BY_DIVERGENCE,
     BY_HANG,
@@ -12,15 +13,10 @@ from accel.launch.blame import (
     FAILED,
     STOPPED,
     STUCK,
-    HangClue,
     RankFailure,
     Stop,
-    blame,
-    describe_stuck,
     headline,
-    in_collective,
     recorded_verdict,
-    stuck_ranks,
 )
 
 

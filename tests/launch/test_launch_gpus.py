@@ -1,7 +1,8 @@
 """`accel launch` refuses more workers than visible GPUs, before it starts anything.
 
-The GPU count is the one thing a CPU machine cannot provide: it is injected at the CLI's
-edge (``_gpu_count``); the rule itself is :func:`accel.devices.gpu_mismatch`.
+The GPU count is the one thing a CPU machine cannot provide: it is injected at the
+planning edge (``accel.launch.prepare._gpu_count``); the rule itself is
+:func:`accel.devices.gpu_mismatch`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from accel.cli import launch as launch_cli
 from accel.cli.main import main
+from accel.launch import prepare
 
 
 @pytest.fixture
 def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        launch_cli, "_gpu_count", lambda config: 0 if config["launch.use_cpu"] else 1
+        prepare, "_gpu_count", lambda config: 0 if config.settings.launch.use_cpu else 1
     )
 
 

@@ -18,7 +18,7 @@ from accel import hang, runs
 from accel.cli import runs_view
 from accel.cli import stack as stack_cmd
 from accel.errors import UsageError
-from accel.runview import plot as plotting
+from accel.runs import plot as plotting
 from accel.workspace import Workspace
 
 RUN_ID = "20261129-100000-aaaaaa"
@@ -38,7 +38,7 @@ def ws(project: Path) -> Workspace:
 
 
 def _run(ws: Workspace, run_id: str = RUN_ID, **raw: object) -> Path:
-    folder = runs.run_dir(ws, run_id)
+    folder = runs.run_dir(ws.layout, run_id)
     folder.mkdir(parents=True)
     record = {
         "id": run_id,
@@ -130,7 +130,7 @@ def test_stack_dumps_a_live_run_into_the_output_and_the_rank_log(
     folder, proc = stuck_worker
     result = CliRunner().invoke(_app(), ["stack"])
     assert isinstance(result.exception, UsageError) and "not running" in str(result.exception)
-    with runs.run_lock(ws, RUN_ID):
+    with runs.run_lock(ws.layout, RUN_ID):
         result = CliRunner().invoke(_app(), ["stack"])
         assert "no workers yet" in str(result.exception)
         hang.write_workers(folder, 0, {0: proc.pid})

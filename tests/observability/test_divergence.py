@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from accel.launch.divergence import MetricsTail, NonFinite, first_nonfinite
-from accel.runview import parse_metrics
+from accel.runs.metrics import parse_metrics
 
 
 def test_first_nonfinite_reports_each_metric_once() -> None:

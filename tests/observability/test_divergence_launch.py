@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from run_helpers import accel as _accel
-from run_helpers import only_run as _record
+from run_helpers import run_json as _record
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "diverge.py")
 

@@ -4,48 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from accel.runview import plot as plotting
+from accel.runs import plot as plotting
+from run_helpers import Start, run_folder, wait_for
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def accel(accel_exe: list[str], project: Path) -> Run:
-    def run(
-        *args: str, timeout: float = 60, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*accel_exe, *args],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, **(env or {})},
-        )
-
-    return run
-
-
-def _run_folder(project: Path) -> Path:
-    (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()
-    return folder
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -66,7 +36,7 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
     assert done.returncode == 1, done.stderr
     screen = done.stdout + done.stderr
     assert "hang" in screen and "stuck_in_named_function" in screen
-    folder = _run_folder(project)
+    folder = run_folder(project)
     for rank in (0, 1):
         log = (folder / f"rank-{rank}.log").read_text()
         assert "hang detected" in log and "stuck_in_named_function" in log
@@ -82,23 +52,13 @@ def test_hang_warn_dumps_stacks_and_lets_the_run_finish(accel: Run, project: Pat
     assert done.returncode == 0, done.stderr
     assert "looks hung" in done.stderr and "quiet_phase" in done.stderr
     assert "[rank0] resumed" in done.stdout
-    record = json.loads((_run_folder(project) / "run.json").read_text())
+    record = json.loads((run_folder(project) / "run.json").read_text())
     assert record["status"] == "succeeded" and record["hangs"][0]["action"] == "warn"
 
 
 @pytest.fixture
-def live_run(accel_exe: list[str], project: Path) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [*accel_exe, "launch", "-n", "2", str(SCRIPTS / "stuck.py")],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    yield proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait()
+def live_run(start_accel: Start) -> subprocess.Popen[str]:
+    return start_accel("launch", "-n", "2", str(SCRIPTS / "stuck.py"))
 
 
 @pytest.mark.slow
@@ -107,8 +67,8 @@ def test_accel_stack_on_a_live_run(
     accel: Run, project: Path, live_run: subprocess.Popen[str]
 ) -> None:
     runs_dir = project / ".accelerate" / "logs" / "runs"
-    _wait_for(lambda: runs_dir.is_dir() and any(runs_dir.iterdir()), 30, "the run folder")
-    folder = _run_folder(project)
+    wait_for(lambda: runs_dir.is_dir() and any(runs_dir.iterdir()), 30, "the run folder")
+    folder = run_folder(project)
 
     def started() -> bool:
         logs = [folder / f"rank-{r}.log" for r in (0, 1)]
@@ -116,7 +76,7 @@ def test_accel_stack_on_a_live_run(
             p.exists() and "started" in p.read_text() for p in logs
         )
 
-    _wait_for(started, 60, "both ranks to start")
+    wait_for(started, 60, "both ranks to start")
     done = accel("stack")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("stuck_in_named_function") == 2
@@ -139,7 +99,7 @@ def test_metrics_resources_show_plot_and_log_filters(accel: Run, project: Path) 
         env={"ACCEL_LOGS_RESOURCE_INTERVAL": "0.2s"},
     )
     assert done.returncode == 0, done.stderr
-    folder = _run_folder(project)
+    folder = run_folder(project)
 
     lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     main = [x for x in lines if "loss" in x]

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from accel.hang import HangEvent, HangVerdict
-from accel.launch.blame import BY_HANG
 from accel.launch.observe import RunObserver, gpu_indices
+from accel.runs.failures import BY_HANG
 
 
 def _plan(tmp_path: Path, action: str = "kill", **env: str) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from run_helpers import accel
-from run_helpers import only_run as _record
+from run_helpers import run_json as _record
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

@@ -86,7 +86,7 @@ def test_never_pushes_live_runs_torn_checkpoints_debris_or_state(
     (ws.tmp_dir / ".accel-tmp-x").write_bytes(b"x")
     finished_run(ws, "20261129-140000-bbbbbb")
     live = finished_run(ws, "20261129-150000-cccccc")
-    with run_lock(ws, live.name):
+    with run_lock(ws.layout, live.name):
         rc, report = sync(capsys, "push", remote_url)
     assert rc == 0
     names = set(tree(remote_dir))

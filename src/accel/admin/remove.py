@@ -195,7 +195,7 @@ def plan_cache_removal(
         rows: tuple[CacheRow, ...] = (_one_entry(ws, check_key(key)),)
     else:
         rows = list_cache(ws, when, check_prefix(str(prefix))).rows
-    live = {r.run_id for r in rows if r.run_id is not None and is_live(ws, r.run_id)}
+    live = {r.run_id for r in rows if r.run_id is not None and is_live(ws.layout, r.run_id)}
     items, kept = [], []
     for row in rows:
         removal = _entry_removal(row)
@@ -263,7 +263,7 @@ def _remove_entries(
 ) -> tuple[tuple[Removal, ...], tuple[Kept, ...]]:
     removed, kept = [], []
     for removal in plan.items:
-        if removal.run_id is not None and is_live(ws, removal.run_id):
+        if removal.run_id is not None and is_live(ws.layout, removal.run_id):
             kept.append(Kept(removal, f"used by the live run {removal.run_id}"))
             continue
         ws.cache.delete(removal.name)

@@ -72,7 +72,7 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
         return "outside the workspace"
     if _elsewhere(item.path, device):
         return "on another filesystem"
-    if item.run_id is not None and is_live(ws, item.run_id):
+    if item.run_id is not None and is_live(ws.layout, item.run_id):
         return "live run"
     with _guard(ws, item) as free:
         if not free:

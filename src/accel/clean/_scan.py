@@ -135,7 +135,7 @@ def scan(ws: Workspace, now: float) -> WorkspaceScan:
         now=now,
         items=tuple(acc.items),
         other_size=acc.other,
-        live_runs=frozenset(live_run_ids(ws)),
+        live_runs=frozenset(live_run_ids(ws.layout)),
         held_series=_live.held_series(ws.locks_dir),
         warnings=tuple(acc.warnings),
     )

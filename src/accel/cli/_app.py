@@ -16,6 +16,7 @@ from accel.workspace import Workspace
 class GlobalOptions:
     workspace: str | None = None
     argv: list[str] = field(default_factory=list)  # the command line, as main() got it
+    fast_exit: bool = False  # set by a command whose teardown may be skipped (see main.run)
 
 
 def options(ctx: typer.Context) -> GlobalOptions:
@@ -61,7 +62,7 @@ def heal_runs(ws: Workspace) -> None:
         ws.salvage_config()  # the command itself reports a broken config
         if ws.refusal() is not None or not ws.identify():
             return  # not accel's folder (or not one yet): never written to
-        healed = mark_crashed(ws)
+        healed = mark_crashed(ws.layout)
     except AccelError:
         return  # e.g. a layout newer than this accel: do not touch it
     for run_id in healed:

@@ -40,6 +40,14 @@ def out(text: str = "", *, markup: bool = True) -> None:
         gone(sys.stdout)
 
 
+def raw(text: str) -> None:
+    """Text for machines or other programs on stdout, exactly as it is (no rich)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        gone(sys.stdout)
+
+
 def info(text: str) -> None:
     _err(text, "")
 

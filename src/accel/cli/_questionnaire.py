@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from accel.cli import _output
 from accel.config.resolve import ResolvedConfig, flag_value
 from accel.errors import UsageError
 
@@ -65,4 +66,4 @@ def _ask_one(prompt: Any, key: str, question: str, default: Any) -> Any:
         try:
             return flag_value(key, answer or "", named=key)
         except UsageError as exc:
-            print(f"  {exc}")
+            _output.raw(f"  {exc}")

@@ -1,6 +1,6 @@
 """Worker output on the console: rank-prefixed, stdout on stdout and stderr on stderr.
 
-Pieces arrive as the workers write them (see :mod:`accel.launch._streams`). On a
+Pieces arrive as the workers write them (see :mod:`accel.runs.streams`). On a
 terminal, a partial line shows at once and a progress bar redraws in place (cut to the
 terminal's width, so redraws never wrap); when another rank writes, the line is left
 as it is and continued below. Piped (a file, CI), output stays line-oriented: each
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
-from accel.launch._streams import (
+from accel.runs.streams import (
     CONSOLE_REDRAW_EVERY,
     LOG_REDRAW_EVERY,
     NL,
@@ -33,7 +33,7 @@ _ERASE = "\r\x1b[K"
 
 
 class WorkerConsole:
-    """The console sink of :class:`accel.launch.logs.LogRouter` (and of ``accel logs``)."""
+    """The console sink of :class:`accel.runs.logs.LogRouter` (and of ``accel logs``)."""
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from accel.cli import _app, _output
 
 if TYPE_CHECKING:
     from accel.clean import CleanPlan, CleanResult, Policy
+    from accel.workspace import Workspace
 
 
 def clean(
@@ -71,9 +72,9 @@ def clean(
     return 0
 
 
-def _auto(ws: Any, selectors: tuple[Any, ...], dry_run: bool, as_json: bool) -> int:
-    """``--auto``: the size budget (:mod:`accel.budget`), like ``git gc --auto``."""
-    from accel.budget import OFF, OVER, UNDER, check
+def _auto(ws: Workspace, selectors: tuple[Any, ...], dry_run: bool, as_json: bool) -> int:
+    """``--auto``: the size budget (:mod:`accel.clean.budget`), like ``git gc --auto``."""
+    from accel.clean.budget import OFF, OVER, UNDER, check
     from accel.errors import UsageError
     from accel.units import format_size
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from accel.cli import _app, _output
+from accel.errors import UsageError
+
+if TYPE_CHECKING:
+    from accel.workspace import Workspace
 
 app = typer.Typer(
     help="Write, show and change the project configuration.",
@@ -33,18 +37,17 @@ def config(
     ws = _app.workspace(ctx)
     if not default:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
-            _output.error("not a terminal: run `accel config --default` to write the defaults")
-            raise typer.Exit(2)
+            raise UsageError("not a terminal: run `accel config --default` to write the defaults")
         _questionnaire(ws)
         return
-    if not force and ws.config_file.exists():
+    if not force and project.exists(ws):
         ws.ensure().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
         return
     _output.out(f"wrote {project.write(ws, {})}")
 
 
-def _questionnaire(ws: Any) -> None:
+def _questionnaire(ws: Workspace) -> None:
     """Ask, starting from the current values; show the diff; write only when confirmed."""
     from rich.prompt import Confirm
 
@@ -54,7 +57,7 @@ def _questionnaire(ws: Any) -> None:
 
     config = ws.config  # a broken file stops here, with its line: fix it first
     answers = ask(config.values)
-    fresh = not ws.config_file.exists()
+    fresh = not project.exists(ws)
     before, after = project.plan_edit(ws, changes(answers, config, fresh))
     diff = unified_diff(before, after, ws.config_file)
     if not diff:
@@ -130,7 +133,7 @@ def get(
         _output.table(None, ["key", "value"], rows)
         return
     f = schema.field(key)
-    print(_shown(f.key, config[f.key]))
+    _output.raw(_shown(f.key, config[f.key]))
 
 
 @app.command("set")
@@ -161,17 +164,17 @@ def validate(
     path: Path | None = typer.Argument(None, help="A file to check (default: the project's)."),
 ) -> None:
     """Check a config file (and the effective configuration) against the schema."""
+    from accel.config import project
     from accel.config.resolve import read_layer
 
     if path is not None:
         if read_layer("file", path) is None:
-            _output.error(f"{path}: no such file")
-            raise typer.Exit(2)
+            raise UsageError(f"{path}: no such file")
         _output.out(f"{path}: valid")
         return
     ws = _app.workspace(ctx)
     _ = ws.config
-    where = ws.config_file if ws.config_file.exists() else "defaults (no project file)"
+    where = ws.config_file if project.exists(ws) else "defaults (no project file)"
     _output.out(f"{where}: valid")
 
 

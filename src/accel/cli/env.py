@@ -40,7 +40,7 @@ def env(
         if report.config.error and not check:
             _output.warn(f"config: {report.config.error}")
     elif markdown:
-        print(render_markdown(report), flush=True)
+        _output.raw(render_markdown(report))
     elif check:
         _print_check(report)
     else:

@@ -5,7 +5,6 @@ Parses, plans (pure), runs, renders. torch is imported only once the plan is mad
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -14,10 +13,12 @@ import typer
 
 from accel.cli import _app, _output
 from accel.errors import InterruptedRun, JobFailed
+from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
     from accel.launch.plan import LaunchPlan
     from accel.launch.runner import RunOutcome
+    from accel.workspace import Workspace
 
 
 def _dashes(name: str) -> str:
@@ -230,6 +231,7 @@ def launch(
     """
     from accel.cli._launch_flags import translate
     from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks
+    from accel.launch.prepare import prepare
 
     given = translate(ctx.params)
     for note in given.notes:
@@ -248,7 +250,7 @@ def launch(
         main_endpoint=given.main_endpoint,
     )
     ws = _app.workspace(ctx, flags=given.flags)
-    plan = _plan(ws, request)
+    plan = prepare(ws, request)
     if dry_run:
         _show_plan(plan, as_json)
         return 0
@@ -265,7 +267,7 @@ def launch(
     console.end_line()
     _size_budget(ws, outcome)
     code = _report(plan, outcome)
-    _exit_now(code)
+    _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
 
 
@@ -278,23 +280,18 @@ class _CurrentStderr:
         return getattr(sys.stderr, name)
 
 
-def _size_budget(ws: Any, outcome: RunOutcome) -> None:
-    """The size budget when a run ends (``accel clean --auto``): a quick no-op under it.
-
-    After the run lock is released, so framework caches count as idle; never after an
-    interrupt (the user wants out), and a failure here never changes the run's exit code.
-    """
-    from accel import runs
-    from accel.budget import OVER, TRIMMED, check
+def _size_budget(ws: Workspace, outcome: RunOutcome) -> None:
+    """The size budget when a run ends (see :func:`accel.clean.budget.after_run`)."""
+    from accel.clean.budget import OVER, TRIMMED, after_run
     from accel.errors import AccelError
     from accel.units import format_size
 
-    if outcome.status == runs.INTERRUPTED:
-        return
     try:
-        result = check(ws)
+        result = after_run(ws, interrupted=outcome.status == RunStatus.INTERRUPTED)
     except (AccelError, OSError) as exc:
         _output.warn(f"size budget not checked: {exc}")
+        return
+    if result is None:
         return
     budget = f"cache.max_size {format_size(result.max_size or 0)}"
     if result.action in (TRIMMED, OVER) and result.removed:
@@ -309,69 +306,20 @@ def _size_budget(ws: Any, outcome: RunOutcome) -> None:
         )
 
 
-def _exit_now(code: int) -> None:
-    """Skip the interpreter's teardown of torch (a few hundred ms) after a clean run.
-
-    The runner has closed every file and released every lock by now. Only for the real
-    executable: under a test runner's captured stdout, return normally.
-    """
-    stdout = sys.stdout
-    if stdout is not sys.__stdout__ or stdout is None or os.environ.get("ACCEL_NO_FAST_EXIT"):
-        return
-    for stream in (stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BrokenPipeError:  # the reader went away: the run's code still stands
-            _output.gone(stream)
-    os._exit(code)
-
-
-def _plan(ws: Any, request: Any) -> LaunchPlan:
-    from accel import runs
-    from accel.launch.plan import check_launch, plan_launch
-    from accel.launch.runner import now_utc
-
-    now = now_utc()
-    config = ws.config
-    check_launch(config, request, os.environ, Path.cwd())  # bad input fails before torch loads
-    return plan_launch(
-        config,
-        request,
-        env=os.environ,
-        cwd=Path.cwd(),
-        now=now,
-        run_id=runs.new_run_id(now),
-        workspace=ws.path,
-        runs_dir=ws.runs_dir,
-        cache_dir=ws.cache_dir,
-        python=sys.executable,
-        gpu_count=_gpu_count(config),
-    )
-
-
-def _gpu_count(config: Any) -> int:
-    if config["launch.use_cpu"] or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
-        return 0
-    import torch
-
-    return int(torch.cuda.device_count())
-
-
 def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
-    from accel import runs
-    from accel.launch import blame
+    from accel.runs import failures
 
-    if outcome.status == runs.SUCCEEDED:
+    if outcome.status == RunStatus.SUCCEEDED:
         restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
         _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
         return 0
-    if outcome.status == runs.INTERRUPTED:
+    if outcome.status == RunStatus.INTERRUPTED:
         raise InterruptedRun(
             f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code
         )
     verdict, root = outcome.verdict, outcome.root
-    headline = blame.headline(verdict)
-    if outcome.status == "hung":
+    headline = failures.headline(verdict)
+    if outcome.status == RunStatus.HUNG:
         who = f": {headline}" if headline else ""
         raise JobFailed(
             f"run {outcome.run_id} hung and was stopped (--hang-action kill){who}; "
@@ -389,11 +337,11 @@ def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     if crashed or not _shown(plan, root.rank):  # show what the console did not
         for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
             _output.info(f"[rank{root.rank}] {line}")
-    for other in verdict.with_fate(blame.ALSO_FAILED):
+    for other in verdict.with_fate(failures.ALSO_FAILED):
         _output.info(
             f"accel: rank {other.rank} also failed, after rank {root.rank}: {other.summary}"
         )
-    stopped = verdict.ranks(blame.STOPPED)
+    stopped = verdict.ranks(failures.STOPPED)
     if stopped:
         ranks = ", ".join(str(r) for r in stopped)
         _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
@@ -407,25 +355,10 @@ def _shown(plan: LaunchPlan, rank: int) -> bool:
 
 
 def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
-    from accel._redact import redact_argv, redact_env, redact_mapping
+    from accel.launch.prepare import dry_run
 
-    command = redact_argv(plan.worker_command)
-    worker_env = redact_env(plan.worker_env)  # the workers get the real values
-    config = redact_mapping(plan.config)
-    data = {
-        "run_id": plan.run_id,
-        "worker_command": command,
-        "nproc_per_node": plan.nproc_per_node,
-        "nnodes": plan.nnodes,
-        "node_rank": plan.node_rank,
-        "world_size": plan.world_size,
-        "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
-        "max_restarts": plan.max_restarts,
-        "stop_grace_period": plan.grace_period,
-        "worker_env": worker_env,
-        "run_dir": str(plan.run_dir),
-        "config": config,
-    }
+    data = dry_run(plan)
+    command, worker_env, config = data["worker_command"], data["worker_env"], data["config"]
     if as_json:
         _output.print_json(data)
         return

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -34,7 +31,7 @@ def runs(
 
     ws = _app.read_workspace(ctx)
     _app.heal_runs(ws)
-    found = list_runs(ws)
+    found = list_runs(ws.layout)
     if limit:
         found = found[:limit]
     if as_json:
@@ -87,99 +84,35 @@ def logs(
 ) -> None:
     """Show a run's per-rank logs; --follow until the run ends."""
     from accel import runs as runs_mod
-    from accel.runview.logs import line_filter, parse_since
+    from accel.cli._worker_console import WorkerConsole
+    from accel.runs.follow import follow as follow_logs
+    from accel.runs.follow import select_logs
+    from accel.runs.logindex import line_filter, parse_since
 
     keep = line_filter(grep) if grep else None
     cutoff = parse_since(since) if since else None
     ws = _app.read_workspace(ctx)
-    record = runs_mod.read_run(ws, runs_mod.resolve_run_id(ws, run))
+    record = runs_mod.read_run(ws.layout, runs_mod.resolve_run_id(ws.layout, run))
     wanted = set(rank or ())
-    files = _select(record, wanted)
+    files = select_logs(record, wanted)
     if not files and not follow:
         _output.warn(
             f"run {record.id} has no rank logs"
             + (f" for rank(s) {sorted(wanted)}" if wanted else "")
         )
         return
-    tailer = _Tailer(files, prefix, keep, cutoff)
-    tailer.pump(final=not follow)
-    while follow and runs_mod.is_live(ws, record.id):
-        time.sleep(0.2)
-        tailer.add(_select(record, wanted))
-        tailer.pump()
+    console = WorkerConsole(max(files, default=0) + 1, prefix=prefix)
+    for rank_, stream, piece in follow_logs(
+        ws.layout, record, wanted, live=follow, keep=keep, cutoff=cutoff
+    ):
+        console(rank_, stream, piece)
+    console.end_line()
     if follow:
-        tailer.add(_select(record, wanted))
-        tailer.pump(final=True)
-        final = runs_mod.read_run(ws, record.id)
+        final = runs_mod.read_run(ws.layout, record.id)
         _output.info(
             f"run {final.id} {final.status}"
             + (f", exit code {final.exit_code}" if final.exit_code is not None else "")
         )
-
-
-def _select(record: RunRecord, wanted: set[int]) -> dict[int, Path]:
-    return {r: p for r, p in record.rank_logs().items() if not wanted or r in wanted}
-
-
-class _Tailer:
-    """Prints what each rank log gained since last time, as the live console showed it.
-
-    stdout lines go to stdout and stderr lines to stderr; partial lines and progress
-    bars show as they were written (a redraw that a later one replaced is skipped).
-    With ``--grep``, whole lines only.
-    """
-
-    def __init__(
-        self,
-        files: dict[int, Path],
-        prefix: bool,
-        keep: Callable[[str], bool] | None = None,
-        cutoff: float | None = None,
-    ) -> None:
-        from accel.cli._worker_console import WorkerConsole
-
-        self.keep = keep
-        self.cutoff = cutoff
-        self.offsets: dict[int, int] = {}
-        self.files: dict[int, Path] = {}
-        self.readers: dict[int, Any] = {}
-        self.lines: dict[tuple[int, str], Any] = {}
-        self.console = WorkerConsole(max(files, default=0) + 1, prefix=prefix)
-        self.add(files)
-
-    def add(self, files: dict[int, Path]) -> None:
-        from accel.launch._streams import RankLogReader
-        from accel.runview.logs import start_offset
-
-        for r, p in files.items():
-            if r not in self.files:
-                self.files[r] = p
-                self.offsets[r] = start_offset(p, self.cutoff)
-                self.readers[r] = RankLogReader()
-
-    def pump(self, final: bool = False) -> None:
-        for r, path in sorted(self.files.items()):
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(self.offsets[r])
-                    data = fh.read()
-            except OSError:
-                continue
-            self.offsets[r] += len(data)
-            for stream, piece in self.readers[r].feed(data, final):
-                self._show(r, stream, piece)
-        if final:
-            self.console.end_line()
-
-    def _show(self, rank: int, stream: str, piece: Any) -> None:
-        if self.keep is None:
-            self.console(rank, stream, piece)
-            return
-        from accel.launch._streams import NL, Lines, Piece
-
-        line = self.lines.setdefault((rank, stream), Lines()).add(piece)
-        if line is not None and self.keep(line.decode("utf-8", errors="replace")):
-            self.console(rank, stream, Piece(line, NL, True, False))
 
 
 app.command("show")(runs_view.show)

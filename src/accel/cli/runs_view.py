@@ -1,4 +1,4 @@
-"""``accel runs show [RUN]`` and ``accel runs plot [RUN...]``: render accel.runview data.
+"""``accel runs show [RUN]`` and ``accel runs plot [RUN...]``: render accel.runs views.
 
 No torch here; matplotlib only inside ``plot`` (an optional extra).
 """
@@ -14,7 +14,8 @@ import typer
 from accel.cli import _app, _output
 
 if TYPE_CHECKING:
-    from accel.runview import MetricView, RunView
+    from accel.runs.metrics import MetricView
+    from accel.runs.view import RunView
     from accel.telemetry import ResourceSummary
 
 
@@ -24,11 +25,11 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
 ) -> None:
     """Summary, per-rank status, resource peaks and metrics (last, best, trend) of a run."""
-    from accel.runview import load_view
+    from accel.runs.view import load_view
 
     ws = _app.read_workspace(ctx)
     _app.heal_runs(ws)
-    view = load_view(ws, run)
+    view = load_view(ws.layout, run, lambda: ws.config.nested())
     if as_json:
         _output.print_json(view.to_json())
         return
@@ -215,31 +216,8 @@ def plot(
     ),
 ) -> None:
     """A PNG of metrics and resources over time; several runs are drawn together."""
-    from accel.runs import read_run, resolve_run_id
-    from accel.runview import METRICS_FILE, metric_names, read_metrics
-    from accel.runview import plot as plotting
-    from accel.telemetry import RESOURCES_FILE, read_samples
+    from accel.runs.plot import plot_runs
 
     ws = _app.read_workspace(ctx)
-    ids = list(dict.fromkeys(resolve_run_id(ws, ref) for ref in (run or ["latest"])))
-    runs = []
-    for run_id in ids:
-        folder = read_run(ws, run_id).path
-        runs.append(
-            plotting.PlotRun(
-                run_id,
-                read_metrics(folder / METRICS_FILE),
-                read_samples(folder / RESOURCES_FILE) if resources else (),
-            )
-        )
-    names = list(metric or ()) or list(
-        dict.fromkeys(n for r in runs for n in metric_names(r.points))
-    )
-    panels = plotting.metric_panels(runs, names) + (
-        plotting.resource_panels(runs) if resources else []
-    )
-    out = output or Path(f"accel-{ids[0]}{'-compare' if len(ids) > 1 else ''}.png")
-    title = ids[0] if len(ids) == 1 else " vs ".join(ids)
-    written = plotting.plot(panels, out, title=title)
-    lines = sum(len(p.series) for p in panels)
-    _output.info(f"wrote {written} ({len(panels)} panels, {lines} series)")
+    done = plot_runs(ws.layout, run or ["latest"], metric or (), output, resources)
+    _output.info(f"wrote {done.path} ({done.panels} panels, {done.series} series)")

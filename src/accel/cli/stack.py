@@ -1,17 +1,13 @@
 """``accel stack [RUN]``: dump the Python stack of every live rank of a run.
 
-Each worker started by ``accel launch`` dumps all its threads on SIGUSR1 (see
-accel.hang); the dumps also go into the ranks' logs. Ranks run on this machine only.
+See :mod:`accel.runs.stacks`; this renders them side by side.
 """
 
 from __future__ import annotations
 
-import socket
-
 import typer
 
 from accel.cli import _app, _output
-from accel.errors import AccelError, UsageError
 
 
 def stack(
@@ -20,20 +16,11 @@ def stack(
     as_json: bool = typer.Option(False, "--json", help="rank -> pid and stack, for machines."),
 ) -> None:
     """Show every live rank's Python stack side by side (and append it to its log)."""
-    from accel import hang
-    from accel.runs import read_run, resolve_run_id
+    from accel.runs.stacks import dump_run_stacks
 
     ws = _app.read_workspace(ctx)
-    record = read_run(ws, resolve_run_id(ws, run))
-    if not record.live:
-        raise UsageError(f"run {record.id} is not running ({record.status}); nothing to dump")
-    if record.hostname and record.hostname != socket.gethostname():
-        raise UsageError(f"run {record.id} runs on {record.hostname}; run `accel stack` there")
-    pids = hang.read_workers(record.path)
-    if not pids:
-        raise AccelError(f"run {record.id} has no workers yet; try again in a moment")
-    stacks = hang.dump_stacks(record.path, pids)
-    hang.append_to_rank_logs(record.path, stacks, "accel stack")
+    found = dump_run_stacks(ws.layout, run)
+    stacks, pids = found.stacks, found.pids
     if as_json:
         _output.print_json({str(r): {"pid": pids[r], "stack": s} for r, s in stacks.items()})
     else:
@@ -54,4 +41,4 @@ def render(stacks: dict[int, str], pids: dict[int, int]) -> None:
         _output.console().print(table)
         return
     for rank, text in stacks.items():
-        print(f"===== {titles[rank]} =====\n{text}\n", flush=True)
+        _output.out(f"===== {titles[rank]} =====\n{text}\n", markup=False)

@@ -12,6 +12,7 @@ from accel.cli import _app, _output
 
 if TYPE_CHECKING:
     from accel.sync import SyncResult
+    from accel.workspace import Workspace
 
 app = typer.Typer(
     help="Copy checkpoints, finished runs and the config to or from remote storage.",
@@ -72,7 +73,7 @@ def pull(
     return code
 
 
-def _pulled_config(ws: Any, url: str, apply: bool) -> None:
+def _pulled_config(ws: Workspace, url: str, apply: bool) -> None:
     from accel._redact import redact_url
     from accel.sync._config import apply_pulled, pulled_path
 
@@ -145,7 +146,7 @@ def _render(result: SyncResult) -> None:
     )
 
 
-def _log(ws: Any, result: SyncResult) -> None:
+def _log(ws: Workspace, result: SyncResult) -> None:
     if result.dry_run or not ws.exists:
         return
     try:

@@ -40,6 +40,11 @@ def _editing(ws: Workspace) -> Iterator[tuple[str, dict[str, Any]]]:
         yield text, values
 
 
+def exists(ws: Workspace) -> bool:
+    """Whether the project has a config file of its own (else the defaults apply)."""
+    return ws.config_file.exists()
+
+
 def write(ws: Workspace, values: dict[str, Any]) -> Path:
     """Write a fresh project file holding ``values`` (flat keys, already validated)."""
     ws.ensure().ensure_gitignore()

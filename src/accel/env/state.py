@@ -55,7 +55,7 @@ def workspace_info(ws: Workspace) -> WorkspaceInfo:
         try:
             st = status(ws, details=False)
             sizes = {p.name: p.size for p in st.parts}
-            live = tuple(sorted(live_run_ids(ws)))
+            live = tuple(sorted(live_run_ids(ws.layout)))
         except Exception:  # noqa: BLE001 - e.g. an unreadable folder: report without sizes
             pass
     return WorkspaceInfo(str(ws.path), exists, writable(ws.path), layout, sizes, live)

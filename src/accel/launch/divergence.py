@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from accel.runview._metrics import MetricPoint, parse_metrics
+from accel.runs.metrics import MetricPoint, parse_metrics
 
 WARN = "warn"
 STOP = "stop"

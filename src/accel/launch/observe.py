@@ -18,12 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accel.hang import METRICS_FILE, HangEvent, HangWatch, write_workers
-from accel.launch.blame import BY_HANG, HangClue, Stop, describe_stuck, stuck_ranks
+from accel.launch.blame import HangClue, describe_stuck, stuck_ranks
 from accel.launch.divergence import STOP, WARN, MetricsTail, NonFinite, first_nonfinite
 from accel.launch.plan import LaunchPlan
+from accel.runs.failures import BY_HANG, Stop
+from accel.runs.status import RunStatus
 from accel.telemetry import RESOURCES_FILE, ResourceSampler, read_samples, summarize
 
-HUNG = "hung"
 METRICS_CHECK_INTERVAL = 0.5  # seconds between looks at metrics.jsonl
 Pids = Callable[[], Mapping[int, int]]
 
@@ -112,7 +113,7 @@ class RunObserver:
         if self._hung and self.watch is not None and not self.watch.hung:
             self._hung = False
             self.notify("accel: the run is active again")
-            return {**record, "status": "running"}
+            return {**record, "status": RunStatus.RUNNING}
         return None
 
     def _on_hang(
@@ -146,7 +147,7 @@ class RunObserver:
             self._kill()
         elif not ended:
             self.notify("accel: the run goes on (--hang-action warn); stacks are in the rank logs")
-        return {**record, "status": HUNG, "hangs": list(self.hangs)}
+        return {**record, "status": RunStatus.HUNG, "hangs": list(self.hangs)}
 
     def _kill(self) -> None:
         for pid in self._pids().values():
@@ -186,7 +187,9 @@ class RunObserver:
                 )
         return {**record, "nonfinite": [e.to_json() for e in self.nonfinite]}
 
-    def finish(self, record: Mapping[str, Any], status: str) -> tuple[dict[str, Any], str]:
+    def finish(
+        self, record: Mapping[str, Any], status: RunStatus
+    ) -> tuple[dict[str, Any], RunStatus]:
         """The final record (resources, hangs) and status (``hung`` after a hang kill)."""
         while self._events:  # found after the last tick: the workers had just ended
             record = self._on_hang(record, self._events.popleft(), ended=True)
@@ -197,8 +200,8 @@ class RunObserver:
         out = {**record, "resources": summary.to_json()}
         if self.hangs:
             out["hangs"] = list(self.hangs)
-        if status == "failed" and self._attempt in self.killed:
-            status = HUNG
+        if status == RunStatus.FAILED and self._attempt in self.killed:
+            status = RunStatus.HUNG
         return out, status
 
 

@@ -106,7 +106,7 @@ def plan_launch(
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     return LaunchPlan(
         run_id=run_id,
-        run_name=str(config["launch.run_name"]),
+        run_name=str(config.settings.launch.run_name),
         started_at=now.isoformat(timespec="milliseconds"),
         cwd=cwd,
         workspace=workspace,
@@ -122,8 +122,8 @@ def plan_launch(
         rdzv_endpoint=endpoint,
         rdzv_id=rdzv_id,
         rdzv_is_host=is_host,
-        max_restarts=int(config["launch.max_restarts"]),
-        grace_period=float(config["launch.stop_grace_period"]),
+        max_restarts=int(config.settings.launch.max_restarts),
+        grace_period=float(config.settings.launch.stop_grace_period),
         console=request.console,
         console_ranks=request.console_ranks,
         config=config.nested(),
@@ -173,7 +173,7 @@ def _per_node(config: ResolvedConfig, request: LaunchRequest, nodes: _Nodes) -> 
     total = request.total_processes
     if total is None:
         unset = config.origins["launch.num_processes"].layer == "default"
-        return "auto" if request.multi_gpu and unset else config["launch.num_processes"]
+        return "auto" if request.multi_gpu and unset else config.settings.launch.num_processes
     if total == "auto":
         return total
     if int(total) % nodes.nnodes == 0:
@@ -196,10 +196,10 @@ def _checked_per_node(count: int) -> int:
 def _nproc(value: int | str, config: ResolvedConfig, gpu_count: int) -> int:
     """Workers on this node; UsageError (before anything starts) when the GPUs cannot serve
     them: without it, rank 1 of ``-n 2`` on one GPU dies with "invalid device ordinal"."""
-    ids = config["launch.gpu_ids"]
-    gpu_ids = ids if isinstance(ids, list) else None
+    launch = config.settings.launch
+    gpu_ids = launch.gpu_ids if isinstance(launch.gpu_ids, list) else None
     nproc = workers_for(value, gpu_count, gpu_ids)
-    problem = None if config["launch.use_cpu"] else gpu_mismatch(nproc, gpu_count, gpu_ids)
+    problem = None if launch.use_cpu else gpu_mismatch(nproc, gpu_count, gpu_ids)
     if problem is not None:
         raise UsageError(problem)
     return nproc
@@ -218,21 +218,22 @@ def _nodes(
 ) -> _Nodes:
     """Nodes from the config, with SLURM filling in what was not set anywhere."""
     slurm = slurm_defaults(env)
+    launch = config.settings.launch
 
-    def pick(key: str, slurm_key: str) -> Any:
+    def pick(key: str, value: Any, slurm_key: str) -> Any:
         unset = config.origins[key].layer == "default"
-        return slurm.get(slurm_key, config[key]) if unset else config[key]
+        return slurm.get(slurm_key, value) if unset else value
 
-    nnodes = int(pick("launch.num_machines", "nnodes"))
-    endpoint = pick("launch.rdzv_endpoint", "endpoint")
+    nnodes = int(pick("launch.num_machines", launch.num_machines, "nnodes"))
+    endpoint = pick("launch.rdzv_endpoint", launch.rdzv_endpoint, "endpoint")
     main = request.main_endpoint if request is not None else None
     if main and nnodes > 1 and config.origins["launch.rdzv_endpoint"].layer != "flag":
         endpoint = main
     nodes = _Nodes(
         nnodes=nnodes,
-        node_rank=int(pick("launch.machine_rank", "node_rank")),
+        node_rank=int(pick("launch.machine_rank", launch.machine_rank, "node_rank")),
         endpoint=endpoint,
-        rdzv_id=pick("launch.rdzv_id", "rdzv_id"),
+        rdzv_id=pick("launch.rdzv_id", launch.rdzv_id, "rdzv_id"),
     )
     if nodes.node_rank >= nodes.nnodes:
         raise UsageError(
@@ -303,13 +304,13 @@ def worker_env(
         out["OMP_NUM_THREADS"] = "1"  # torchrun's default, so as not to oversubscribe
     out.update(_accelerate_env(config, gpu_count))
     out.update(_framework_caches(config, env, cache_dir))
-    out.update(config["launch.env"])
+    out.update(config.settings.launch.env)
     out.update(request.extra_env)
     out.update(
         {
             "ACCEL_WORKSPACE": str(workspace),
             "ACCEL_RUN_ID": run_id,
-            "ACCEL_RUN_NAME": str(config["launch.run_name"]),
+            "ACCEL_RUN_NAME": str(config.settings.launch.run_name),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -318,16 +319,17 @@ def worker_env(
 
 def _accelerate_env(config: ResolvedConfig, gpu_count: int) -> dict[str, str]:
     """What Hugging Face Accelerate's ``Accelerator()`` reads."""
-    use_cpu = bool(config["launch.use_cpu"]) or gpu_count == 0
+    launch = config.settings.launch
+    use_cpu = launch.use_cpu or gpu_count == 0
     out = {
-        "ACCELERATE_MIXED_PRECISION": str(config["launch.mixed_precision"]),
+        "ACCELERATE_MIXED_PRECISION": str(launch.mixed_precision),
         "ACCELERATE_USE_CPU": "true" if use_cpu else "false",
     }
-    out.update(fsdp_env(config.settings.launch))
-    backend = str(config["launch.dynamo_backend"])
+    out.update(fsdp_env(launch))
+    backend = str(launch.dynamo_backend)
     if backend.lower() != "no":
         out["ACCELERATE_DYNAMO_BACKEND"] = backend.upper()
-    gpu_ids = config["launch.gpu_ids"]
+    gpu_ids = launch.gpu_ids
     if isinstance(gpu_ids, list) and not use_cpu:
         out["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
     return out

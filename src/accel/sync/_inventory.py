@@ -159,7 +159,7 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
 
     for run in _subdirs(ws.runs_dir):
         unit = f"logs/runs/{run.name}"
-        if is_live(ws, run.name):
+        if is_live(ws.layout, run.name):
             yield Skipped(unit, "live run")
             continue
         yield from _tree(Path(run.path), unit, RUN)

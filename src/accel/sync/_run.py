@@ -200,7 +200,7 @@ def _local_view(ws: Workspace, index: dict[str, FileEntry]) -> LocalView:
             mine = _file_here(_pulled_to(ws, rel), entry)
         if mine is not None:
             files[rel] = mine
-    return LocalView(files, frozenset(units), frozenset(live_run_ids(ws)))
+    return LocalView(files, frozenset(units), frozenset(live_run_ids(ws.layout)))
 
 
 def _checkpoint_here(ws: Workspace, unit: str, files: dict[str, FileEntry]) -> Iterable[str]:

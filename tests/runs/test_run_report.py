@@ -6,8 +6,9 @@ import signal
 
 import pytest
 
-from accel.launch.blame import RankFailure, Stop, blame
-from accel.launch.record import explain_exit, finished_record, with_attempt, with_failures
+from accel.launch.blame import blame
+from accel.runs.failures import RankFailure, Stop
+from accel.runs.report import explain_exit, finished_record, with_attempt, with_failures
 
 
 def failure(rank: int, code: int, died: float, kind: str | None = None) -> RankFailure:

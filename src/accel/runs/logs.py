@@ -3,7 +3,7 @@
 Each local worker writes its stdout and its stderr into two FIFOs owned by the
 launcher (torch's elastic agent opens the "log files" we name, which are those FIFOs).
 A pump thread reads them all as the bytes arrive and cuts them into pieces
-(:mod:`accel.launch._streams`): whole lines at once, partial lines after a short
+(:mod:`accel.runs.streams`): whole lines at once, partial lines after a short
 quiet time, carriage-return redraws (progress bars) as they are drawn, thinned to
 one a second in the log. Every piece is appended to ``rank-<global rank>.log`` across
 attempts (stderr segments marked ``[stderr]``) and handed, with its stream, to the
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from accel.fsutil import open_private_append
-from accel.launch._streams import (
+from accel.runs.logindex import LogIndexWriter
+from accel.runs.streams import (
     LOG_REDRAW_EVERY,
     STDERR,
     STDOUT,
@@ -36,7 +37,6 @@ from accel.launch._streams import (
     Splitter,
     log_prefix,
 )
-from accel.runview.logs import LogIndexWriter
 
 
 class ConsoleSink(Protocol):

@@ -17,7 +17,7 @@ from accel.workspace import Workspace
 
 
 def _write(ws: Workspace, run_id: str, **fields: object) -> None:
-    folder = runs.run_dir(ws, run_id)
+    folder = runs.run_dir(ws.layout, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.json").write_text(json.dumps({"id": run_id, **fields}))
 
@@ -36,21 +36,21 @@ def test_new_run_id_sorts_by_time() -> None:
 def test_records_newest_first_and_crashed_when_no_launcher(ws: Workspace) -> None:
     _write(ws, "20260101-000000-aaaaaa", status="succeeded", exit_code=0)
     _write(ws, "20260102-000000-bbbbbb", status="running", started_at="2026-01-02T00:00:00+00:00")
-    found = runs.list_runs(ws)
+    found = runs.list_runs(ws.layout)
     assert [r.id for r in found] == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]
-    assert found[0].status == runs.CRASHED and not found[0].live
-    assert found[1].status == runs.SUCCEEDED and found[1].exit_code == 0
-    assert runs.live_run_ids(ws) == set()
+    assert found[0].status == runs.RunStatus.CRASHED and not found[0].live
+    assert found[1].status == runs.RunStatus.SUCCEEDED and found[1].exit_code == 0
+    assert runs.live_run_ids(ws.layout) == set()
 
 
 def test_live_while_lock_held_even_in_same_process(ws: Workspace) -> None:
     _write(ws, "r1", status="running", started_at="2026-01-02T00:00:00+00:00")
-    with runs.run_lock(ws, "r1"):
-        assert runs.is_live(ws, "r1")
-        assert runs.live_run_ids(ws) == {"r1"}
-        record = runs.read_run(ws, "r1")
-        assert record.status == runs.RUNNING and record.duration is not None
-    assert not runs.is_live(ws, "r1")
+    with runs.run_lock(ws.layout, "r1"):
+        assert runs.is_live(ws.layout, "r1")
+        assert runs.live_run_ids(ws.layout) == {"r1"}
+        record = runs.read_run(ws.layout, "r1")
+        assert record.status == runs.RunStatus.RUNNING and record.duration is not None
+    assert not runs.is_live(ws.layout, "r1")
 
 
 @pytest.mark.timeout(30)
@@ -58,45 +58,45 @@ def test_lock_released_when_holder_is_sigkilled(ws: Workspace) -> None:
     code = (
         "import sys, time; from accel import runs; from accel.workspace import Workspace\n"
         "ws = Workspace(sys.argv[1])\n"
-        "with runs.run_lock(ws, 'r2'):\n"
+        "with runs.run_lock(ws.layout, 'r2'):\n"
         "    print('held', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(ws.path)], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"held"
-        assert runs.is_live(ws, "r2")
+        assert runs.is_live(ws.layout, "r2")
     finally:
         proc.kill()
         proc.wait()
     deadline = time.monotonic() + 5
-    while runs.is_live(ws, "r2") and time.monotonic() < deadline:
+    while runs.is_live(ws.layout, "r2") and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not runs.is_live(ws, "r2")
+    assert not runs.is_live(ws.layout, "r2")
 
 
 def test_is_live_never_creates_lock_files(ws: Workspace) -> None:
-    assert not runs.is_live(ws, "nope")
-    assert not runs.run_lock_path(ws, "nope").exists()
+    assert not runs.is_live(ws.layout, "nope")
+    assert not runs.run_lock_path(ws.layout, "nope").exists()
 
 
 def test_resolve_run_id(ws: Workspace) -> None:
     with pytest.raises(UsageError, match="no runs"):
-        runs.resolve_run_id(ws, None)
+        runs.resolve_run_id(ws.layout, None)
     _write(ws, "20260101-000000-aaaaaa")
     _write(ws, "20260102-000000-bbbbbb")
-    assert runs.resolve_run_id(ws, "latest") == "20260102-000000-bbbbbb"
-    assert runs.resolve_run_id(ws, "aaaaaa") == "20260101-000000-aaaaaa"
-    assert runs.resolve_run_id(ws, "20260101") == "20260101-000000-aaaaaa"
+    assert runs.resolve_run_id(ws.layout, "latest") == "20260102-000000-bbbbbb"
+    assert runs.resolve_run_id(ws.layout, "aaaaaa") == "20260101-000000-aaaaaa"
+    assert runs.resolve_run_id(ws.layout, "20260101") == "20260101-000000-aaaaaa"
     with pytest.raises(UsageError, match="ambiguous: it matches 2 runs"):
-        runs.resolve_run_id(ws, "2026")
+        runs.resolve_run_id(ws.layout, "2026")
 
 
 def test_unreadable_record_is_still_listed(ws: Workspace) -> None:
-    folder = runs.run_dir(ws, "broken")
+    folder = runs.run_dir(ws.layout, "broken")
     folder.mkdir(parents=True)
     (folder / "run.json").write_text("{not json")
     (folder / "rank-1.log").write_text("x")
     (folder / "rank-0.log").write_text("y")
-    record = runs.read_run(ws, "broken")
-    assert record.status == runs.CRASHED
+    record = runs.read_run(ws.layout, "broken")
+    assert record.status == runs.RunStatus.CRASHED
     assert list(record.rank_logs()) == [0, 1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from accel import Workspace
-from accel.budget import OFF, OVER, TRIMMED, UNDER, check
+from accel.clean.budget import OFF, OVER, TRIMMED, UNDER, check
 from accel.runs import run_lock
 
 DAY = 86400.0
@@ -57,7 +57,7 @@ def test_over_budget_evicts_least_recently_used_and_keeps_what_is_protected(
     torch = pytest.importorskip("torch")
     ws.checkpoints.save({"w": torch.zeros(10_000)}, 1)  # about 40 kB, never evicted
     ws.config_file.write_text("version: 1\n")
-    with run_lock(ws, live.name):
+    with run_lock(ws.layout, live.name):
         total = check(ws, max_size=10**9).size_before
         dry = check(ws, max_size=total - 8_000, dry_run=True)
         assert dry.dry_run and dry.removed >= 1 and oldest.exists()

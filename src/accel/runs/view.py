@@ -7,17 +7,16 @@ reads them from the run folder.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from accel.launch.blame import EXITED, Verdict, headline, recorded_verdict
-from accel.runs import RUNNING, RunRecord, read_run, resolve_run_id
-from accel.runview._metrics import METRICS_FILE, MetricPoint, MetricView, metric_views, read_metrics
+from accel.layout import Layout
+from accel.runs.failures import EXITED, STOPPED, Verdict, headline, recorded_verdict
+from accel.runs.metrics import METRICS_FILE, MetricPoint, MetricView, metric_views, read_metrics
+from accel.runs.record import RunRecord, read_run, resolve_run_id
+from accel.runs.status import RunStatus
 from accel.telemetry import RESOURCES_FILE, ResourceSummary, read_samples, summarize
-
-if TYPE_CHECKING:
-    from accel.workspace import Workspace
 
 _MISSING = "(unset)"
 
@@ -131,19 +130,20 @@ def rank_views(record: RunRecord) -> list[RankView]:
     for rank in sorted(ranks):
         failure = failures.get(rank)
         if record.live:
-            out.append(RankView(rank, "hung" if record.raw.get("status") == "hung" else RUNNING))
+            hung = record.raw.get("status") == RunStatus.HUNG
+            out.append(RankView(rank, RunStatus.HUNG if hung else RunStatus.RUNNING))
         elif rank in fated:
             f = fated[rank]
-            detail = f.summary if f.fate != "stopped" else f.explanation
+            detail = f.summary if f.fate != STOPPED else f.explanation
             out.append(RankView(rank, str(f.fate), f.exitcode, detail))
         elif verdict is not None:  # not among the failures: it ended normally
             out.append(RankView(rank, EXITED, 0))
         elif failure is not None:
             out.append(_failed(rank, failure, record.failed_rank))
-        elif record.status == "failed" and record.failed_rank is not None:
+        elif record.status == RunStatus.FAILED and record.failed_rank is not None:
             out.append(_failed(rank, record.error or {}, record.failed_rank))
         else:
-            code = 0 if record.status == "succeeded" else None
+            code = 0 if record.status == RunStatus.SUCCEEDED else None
             out.append(RankView(rank, record.status, code))
     return out
 
@@ -151,7 +151,7 @@ def rank_views(record: RunRecord) -> list[RankView]:
 def last_verdict(record: RunRecord) -> Verdict | None:
     """The last attempt's verdict when it failed (records older than fates: None)."""
     attempts = [a for a in record.raw.get("attempts") or () if isinstance(a, Mapping)]
-    if not attempts or record.status in ("succeeded", RUNNING):
+    if not attempts or record.status in (RunStatus.SUCCEEDED, RunStatus.RUNNING):
         return None
     return recorded_verdict(attempts[-1])
 
@@ -198,10 +198,10 @@ def _failed(rank: int, failure: Mapping[str, Any], failed_rank: int | None) -> R
         failed_rank is not None and rank != failed_rank
     )
     if collateral:
-        return RankView(rank, "stopped", code, "stopped because another rank failed")
+        return RankView(rank, STOPPED, code, "stopped because another rank failed")
     kind, message = failure.get("type"), failure.get("message")
     detail = f"{kind}: {message}" if kind else failure.get("explanation")
-    return RankView(rank, "failed", code, None if detail is None else str(detail))
+    return RankView(rank, RunStatus.FAILED, code, None if detail is None else str(detail))
 
 
 def build_view(
@@ -236,16 +236,20 @@ def run_resources(record: RunRecord) -> ResourceSummary:
     return summarize(read_samples(record.path / RESOURCES_FILE))
 
 
-def load_view(ws: Workspace, ref: str | None) -> RunView:
-    """The view of run ``ref`` (id, prefix, ``latest``/None) from its folder."""
-    record = read_run(ws, resolve_run_id(ws, ref))
+def load_view(layout: Layout, ref: str | None, config: Callable[[], Mapping[str, Any]]) -> RunView:
+    """The view of run ``ref`` (id, prefix, ``latest``/None) from its folder; ``config``
+    gives the workspace's effective config (nested) to compare the run's with."""
+    record = read_run(layout, resolve_run_id(layout, ref))
     return build_view(
-        record, current_config(ws), read_metrics(record.path / METRICS_FILE), run_resources(record)
+        record,
+        current_config(config),
+        read_metrics(record.path / METRICS_FILE),
+        run_resources(record),
     )
 
 
-def current_config(ws: Workspace) -> dict[str, Any] | None:
-    """The workspace's effective config, or None when it is invalid (the diff is skipped).
+def current_config(config: Callable[[], Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The effective config, or None when it is invalid (the diff is skipped).
 
     Redacted like run.json, so the two compare and no view shows a secret.
     """
@@ -253,6 +257,6 @@ def current_config(ws: Workspace) -> dict[str, Any] | None:
     from accel.errors import AccelError
 
     try:
-        return redact_mapping(ws.config.nested())
+        return redact_mapping(config())
     except AccelError:
         return None

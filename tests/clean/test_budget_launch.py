@@ -3,33 +3,23 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from accel import Workspace
+from run_helpers import Accel
 
 DAY = 86400.0
-
-
-def launch(project: Path, accel_exe: list[str]) -> subprocess.CompletedProcess[str]:
-    (project / "noop.py").write_text("print('worked', flush=True)\n")
-    return subprocess.run(
-        [*accel_exe, "launch", "-n", "1", "noop.py"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_run_that_ends_over_budget_evicts_the_least_recently_used(
-    project: Path, accel_exe: list[str]
+    project: Path, accel: Accel
 ) -> None:
+    (project / "noop.py").write_text("print('worked', flush=True)\n")
     ws = Workspace.discover().ensure()
     ws.cache.put("recent", b"r" * 20_000)
     stale = ws.cache_dir / "frameworks" / "inductor"
@@ -40,12 +30,12 @@ def test_a_run_that_ends_over_budget_evicts_the_least_recently_used(
         os.utime(path, (when, when))
 
     ws.config_file.write_text("version: 1\ncache:\n  max_size: 10MB\n")
-    under = launch(project, accel_exe)
+    under = accel("launch", "-n", "1", "noop.py")
     assert under.returncode == 0, under.stderr
     assert stale.exists() and "size budget" not in under.stderr
 
     ws.config_file.write_text("version: 1\ncache:\n  max_size: 150KB\n")
-    over = launch(project, accel_exe)
+    over = accel("launch", "-n", "1", "noop.py")
     assert over.returncode == 0, over.stderr
     assert not stale.exists() and "recent" in ws.cache
     assert "size budget" in over.stderr

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import AccelError, UsageError
-from accel.runview._metrics import MetricPoint, metric_names, series
-from accel.telemetry import Sample
+from accel.layout import Layout
+from accel.runs.metrics import METRICS_FILE, MetricPoint, metric_names, read_metrics, series
+from accel.runs.record import read_run, resolve_run_id
+from accel.telemetry import RESOURCES_FILE, Sample, read_samples
 
 INSTALL_HINT = "accel runs plot needs matplotlib: pip install 'accel[plot]'"
 PNG_KEY = "accel-series"
@@ -44,6 +46,44 @@ class Panel:
     title: str
     xlabel: str
     series: tuple[Series, ...]
+
+
+@dataclass(frozen=True)
+class Plotted:
+    """What :func:`plot_runs` drew, for the caller to report."""
+
+    path: Path
+    panels: int
+    series: int
+
+
+def plot_runs(
+    layout: Layout,
+    refs: Sequence[str],
+    metrics: Sequence[str] = (),
+    output: Path | None = None,
+    resources: bool = True,
+) -> Plotted:
+    """Plot the runs ``refs`` (ids, prefixes, ``latest``) together into one PNG.
+
+    ``metrics``: every metric a run logged unless named; ``output``: a name made of the
+    run ids in the working folder unless given.
+    """
+    ids = list(dict.fromkeys(resolve_run_id(layout, ref) for ref in (refs or ["latest"])))
+    runs = [load_run(layout, run_id, resources) for run_id in ids]
+    names = list(metrics) or list(dict.fromkeys(n for r in runs for n in metric_names(r.points)))
+    panels = metric_panels(runs, names) + (resource_panels(runs) if resources else [])
+    out = output or Path(f"accel-{ids[0]}{'-compare' if len(ids) > 1 else ''}.png")
+    title = ids[0] if len(ids) == 1 else " vs ".join(ids)
+    written = plot(panels, out, title=title)
+    return Plotted(written, len(panels), sum(len(p.series) for p in panels))
+
+
+def load_run(layout: Layout, run_id: str, resources: bool = True) -> PlotRun:
+    """A run's metric points (and resource samples) as its folder holds them."""
+    folder = read_run(layout, run_id).path
+    samples = read_samples(folder / RESOURCES_FILE) if resources else ()
+    return PlotRun(run_id, read_metrics(folder / METRICS_FILE), samples)
 
 
 def metric_panels(runs: Sequence[PlotRun], metrics: Sequence[str]) -> list[Panel]:

@@ -1,4 +1,4 @@
-"""accel.runview: metrics, sparklines, config diff, rank fates, the run view and the plot."""
+"""accel.runs views: metrics, sparklines, config diff, rank fates, the run view and the plot."""
 
 from __future__ import annotations
 
@@ -11,17 +11,9 @@ import pytest
 
 from accel import runs
 from accel.errors import AccelError, UsageError
-from accel.runview import (
-    build_view,
-    config_diff,
-    direction,
-    load_view,
-    metric_views,
-    parse_metrics,
-    rank_views,
-    sparkline,
-)
-from accel.runview import plot as plotting
+from accel.runs import plot as plotting
+from accel.runs.metrics import direction, metric_views, parse_metrics, sparkline
+from accel.runs.view import build_view, config_diff, load_view, rank_views
 from accel.telemetry import RankStats, ResourceSummary, Sample, summarize
 from accel.workspace import Workspace
 
@@ -72,7 +64,7 @@ def test_config_diff_names_changed_added_and_removed_keys() -> None:
 
 def _record(tmp_path: Path, **raw: object) -> runs.RunRecord:
     data = {"id": "r1", "world_size": 3, **raw}
-    return runs._record("r1", tmp_path, data, live=False)
+    return runs.RunRecord.from_json("r1", tmp_path, data, live=False)
 
 
 def test_rank_views_show_the_fates_the_launcher_recorded(tmp_path: Path) -> None:
@@ -131,7 +123,7 @@ def _samples() -> list[Sample]:
 
 
 def _make_run(ws: Workspace, run_id: str, **raw: object) -> Path:
-    folder = runs.run_dir(ws, run_id)
+    folder = runs.run_dir(ws.layout, run_id)
     folder.mkdir(parents=True)
     record = {
         "id": run_id,
@@ -164,7 +156,7 @@ def ws(project: Path) -> Workspace:
 
 def test_load_view_gathers_summary_diff_ranks_resources_and_metrics(ws: Workspace) -> None:
     _make_run(ws, "20261129-100000-aaaaaa")
-    view = load_view(ws, "latest")
+    view = load_view(ws.layout, "latest", lambda: ws.config.nested())
     assert view.record.status == "failed" and view.record.restarts == 1
     assert view.error_summary == "RuntimeError: CUDA out of memory"
     assert view.record.duration == 330.0
@@ -226,7 +218,7 @@ def test_deeply_nested_lines_and_records_are_skipped_not_a_crash(
         fh.write(deep + "\n")
     with open(folder / "resources.jsonl", "a") as fh:
         fh.write(deep + "\n")
-    other = runs.run_dir(ws, "20261129-090000-bbbbbb")
+    other = runs.run_dir(ws.layout, "20261129-090000-bbbbbb")
     other.mkdir(parents=True)
     # json reads this one (under its limit); redacting it must not recurse past Python's
     (other / "run.json").write_text('{"id": "x", "cwd": ' + "[" * 950 + "]" * 950 + "}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel.launch._streams import (
+from accel.runs.streams import (
     CR,
     NL,
     STDERR,
@@ -158,7 +158,7 @@ def test_a_half_written_mark_waits_for_the_rest() -> None:
 
 
 def test_a_quiet_flush_holds_back_what_may_start_a_secret() -> None:
-    from accel.launch.logs import LogRouter
+    from accel.runs.logs import LogRouter
 
     router = LogRouter(Path("."), Path("."), 1, None, lambda r: True, secrets=["token123"])
     assert router._secret_start(b"my tok") == 3 and router._secret_start(b"my t0") == 0

@@ -1,7 +1,7 @@
 """The automatic size budget (``cache.max_size``), like ``git gc --auto``.
 
-``accel launch`` calls :func:`check` when a run ends and ``accel clean --auto`` calls it
-on demand. Under budget it is a quick no-op: one walk of the workspace summing sizes,
+``accel launch`` calls :func:`after_run` when a run ends and ``accel clean --auto`` calls
+:func:`check` on demand. Under budget it is a quick no-op: one walk of the workspace summing sizes,
 nothing read, nothing locked, nothing logged (and no walk at all when no budget is
 set). Over budget, it plans with the clean planner — least recently used first, cache
 entries, framework caches and finished runs' logs, never live runs, never checkpoints
@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from accel.clean import CleanPlan, Policy
     from accel.workspace import Workspace
 
-__all__ = ["OFF", "OVER", "TRIMMED", "UNDER", "BudgetResult", "auto_policy", "check"]
+__all__ = [
+    "OFF",
+    "OVER",
+    "TRIMMED",
+    "UNDER",
+    "BudgetResult",
+    "after_run",
+    "auto_policy",
+    "check",
+]
 
 OFF = "off"  # no cache.max_size
 UNDER = "under"  # fits: nothing done
@@ -82,13 +91,23 @@ def check(
 ) -> BudgetResult:
     """Fit the workspace into ``max_size`` (default ``cache.max_size``); see the module doc."""
     started = time.perf_counter()
-    budget = ws.config["cache.max_size"] if max_size is None else max_size
+    budget = ws.settings.cache.max_size if max_size is None else max_size
     if budget is None or not ws.exists:
         return BudgetResult(OFF, budget, 0, 0, seconds=time.perf_counter() - started)
     size = quick_size(ws)
     if size <= budget:
         return BudgetResult(UNDER, budget, size, size, seconds=time.perf_counter() - started)
     return _trim(ws, budget, size, dry_run, now, started)
+
+
+def after_run(ws: Workspace, interrupted: bool) -> BudgetResult | None:
+    """The budget when a run ends: a quick no-op under it; None when not checked.
+
+    Called after the run lock is released, so framework caches count as idle; never
+    after an interrupt (the user wants out). A failure here must never change the run's
+    exit code: it is raised for the caller to report as a warning.
+    """
+    return None if interrupted else check(ws)
 
 
 def _trim(

@@ -8,18 +8,26 @@ the command line, credentials in URLs and error messages) never reach the file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 from accel._redact import redact_mapping
-from accel.launch.blame import ALSO_FAILED, STOPPED, STUCK, RankFailure, Stop, Verdict, explain_exit
-
-if TYPE_CHECKING:
-    from accel.launch.plan import LaunchPlan
+from accel.runs.failures import (
+    ALSO_FAILED,
+    STOPPED,
+    STUCK,
+    RankFailure,
+    Stop,
+    Verdict,
+    explain_exit,
+)
+from accel.runs.status import RunStatus
 
 RECORD_VERSION = 1
 
 __all__ = [
+    "LaunchFacts",
     "RankFailure",
     "explain_exit",
     "finished_record",
@@ -30,12 +38,45 @@ __all__ = [
 ]
 
 
+class LaunchFacts(Protocol):
+    """What the record says of the launch (an :class:`accel.launch.LaunchPlan` has it)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def run_name(self) -> str: ...
+    @property
+    def command(self) -> Sequence[str]: ...
+    @property
+    def worker_command(self) -> Sequence[str]: ...
+    @property
+    def cwd(self) -> Path: ...
+    @property
+    def config(self) -> Mapping[str, Any]: ...
+    @property
+    def started_at(self) -> str: ...
+    @property
+    def nnodes(self) -> int: ...
+    @property
+    def node_rank(self) -> int: ...
+    @property
+    def nproc_per_node(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def rdzv_backend(self) -> str: ...
+    @property
+    def rdzv_endpoint(self) -> str: ...
+    @property
+    def rdzv_id(self) -> str: ...
+
+
 def for_disk(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as it may be written: every secret in it replaced by ``***``."""
     return redact_mapping(record)
 
 
-def start_record(plan: LaunchPlan, facts: Mapping[str, Any]) -> dict[str, Any]:
+def start_record(plan: LaunchFacts, facts: Mapping[str, Any]) -> dict[str, Any]:
     """The record written when the run starts; ``facts`` adds hostname, pid, versions."""
     return {
         "version": RECORD_VERSION,
@@ -47,7 +88,7 @@ def start_record(plan: LaunchPlan, facts: Mapping[str, Any]) -> dict[str, Any]:
         "config": dict(plan.config),
         "started_at": plan.started_at,
         "ended_at": None,
-        "status": "running",
+        "status": RunStatus.RUNNING,
         "exit_code": None,
         "failed_rank": None,
         "error": None,
@@ -89,7 +130,7 @@ def with_failures(
 def finished_record(
     record: Mapping[str, Any],
     *,
-    status: str,
+    status: RunStatus | str,
     exit_code: int,
     ended_at: str,
     verdict: Verdict | None = None,

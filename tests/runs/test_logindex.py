@@ -1,4 +1,4 @@
-"""accel.runview.logs: the rank-log time index, --since and --grep."""
+"""accel.runs.logindex: the rank-log time index, --since and --grep."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accel.errors import UsageError
-from accel.runview import logs
+from accel.runs import logindex as logs
 
 
 def test_index_writer_notes_at_most_once_per_interval(tmp_path: Path) -> None:

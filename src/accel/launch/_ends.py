@@ -1,0 +1,102 @@
+"""How each rank of an attempt ended: torch's failure reports, the launcher's exit watch
+and the crash dumps of faulthandler, merged into :class:`RankFailure` s for blame."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from accel.errors import JobFailed
+from accel.launch.deaths import ExitWatch
+from accel.runs.failures import RankFailure
+
+__all__ = ["launch_error", "rank_ends", "with_crashes"]
+
+
+def rank_ends(
+    attempt: int, failures: Mapping[int, Any], pids: Mapping[int, int], exits: ExitWatch
+) -> list[RankFailure]:
+    """How each rank of the attempt ended: torch's failures, with the exit watch's times.
+
+    Ranks torch did not report (stopped before it looked, or in older torch versions)
+    come from the exit watch alone; ranks that exited 0 are left out.
+    """
+    seen = exits.exits()
+    out = []
+    for rank in sorted(set(pids) | set(failures)):
+        ended = seen.get(rank)
+        failure = failures.get(rank)
+        if failure is not None:
+            out.append(_rank_failure(rank, failure, attempt, ended))
+        elif ended is None or ended.exitcode != 0:
+            out.append(
+                RankFailure(
+                    rank=rank,
+                    local_rank=rank,
+                    pid=pids.get(rank),
+                    exitcode=ended.exitcode if ended else None,
+                    attempt=attempt,
+                    timestamp=ended.at if ended else time.time(),
+                    died_at=ended.at if ended else None,
+                )
+            )
+    return out
+
+
+def with_crashes(ends: list[RankFailure], run_dir: Path, since: float) -> list[RankFailure]:
+    """Ranks killed by a fatal signal gain the stack faulthandler wrote, and its time.
+
+    The dump is written the instant the rank crashed, before a core dump delays its
+    end: that time, not the exit's, orders it before the errors it caused in peers.
+    """
+    from accel.hang import append_to_rank_logs, read_crash
+
+    out = []
+    for end in ends:
+        crash = read_crash(run_dir, end.rank, since) if end.type is None else None
+        if crash is not None and (end.exitcode is None or end.exitcode < 0):
+            end = replace(end, raised_at=crash[0], traceback=crash[1])
+            append_to_rank_logs(run_dir, {end.rank: crash[1]}, "fatal signal; Python stacks")
+        out.append(end)
+    return out
+
+
+def _rank_failure(rank: int, failure: Any, attempt: int, ended: Any) -> RankFailure:
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    ours = data.get("accel") if isinstance(data.get("accel"), dict) else None
+    theirs = data.get("message") if isinstance(data.get("message"), dict) else {}
+    extra = theirs.get("extraInfo", {}) if isinstance(theirs, dict) else {}
+    kind, message, trace = None, None, None
+    if ours:
+        kind, message, trace = ours.get("type"), ours.get("message"), ours.get("traceback")
+    elif theirs:  # written by torch's @record in the script
+        message, trace = theirs.get("message"), extra.get("py_callstack")
+    stamp = ours.get("time") if ours else None
+    raised = float(stamp) if isinstance(stamp, (int, float)) else None
+    exitcode = int(failure.exitcode) if failure.exitcode is not None else None
+    return RankFailure(
+        rank=rank,
+        local_rank=int(failure.local_rank),
+        pid=int(failure.pid) if failure.pid is not None else None,
+        exitcode=exitcode,
+        attempt=attempt,
+        timestamp=float(failure.timestamp),
+        type=kind,
+        message=message,
+        traceback=trace,
+        raised_at=raised,
+        died_at=ended.at if ended is not None else None,
+    )
+
+
+def launch_error(exc: BaseException, log: Path) -> BaseException:
+    """A torch.distributed error before any worker ran (rendezvous): the user's to fix."""
+    name = type(exc).__name__
+    if not type(exc).__module__.startswith("torch.distributed"):
+        return exc
+    if name == "RendezvousTimeoutError":
+        return JobFailed(f"the other nodes did not join the rendezvous in time ({exc}); see {log}")
+    return JobFailed(f"the launch failed: {name}: {exc} (torch's messages: {log})")

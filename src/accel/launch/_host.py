@@ -1,0 +1,131 @@
+"""The launcher process during a run: its signals, its file descriptor 2, torch's
+loggers, and the facts about it that the run record keeps."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from accel.fsutil import open_private_append
+
+__all__ = ["HANDLED_SIGNALS", "Signalled", "facts", "native_stderr_to", "quiet_torch_logs"]
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class Signalled(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def native_stderr_to(path: Path) -> Iterator[None]:
+    """Send what torch writes to file descriptor 2 into ``path`` for the run.
+
+    torch's C++ side (c10d socket retries, store errors: stack traces of 40 frames)
+    and its Python loggers write to the process's stderr, not through accel. The
+    descriptor goes to the run's ``launcher.log``; accel's own lines keep the console
+    through ``sys.stderr``, re-pointed at a copy of the original descriptor.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = os.dup(2)
+    log = open_private_append(path)
+    os.dup2(log, 2)
+    os.close(log)
+    console, previous = None, sys.stderr
+    if _is_fd(previous, 2):
+        console = os.fdopen(os.dup(saved), "w", buffering=1, errors="backslashreplace")
+        sys.stderr = console
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        sys.stderr = previous
+        os.dup2(saved, 2)
+        os.close(saved)
+        if console is not None:
+            console.close()
+
+
+def _is_fd(stream: Any, fd: int) -> bool:
+    try:
+        return bool(stream.fileno() == fd)
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def signal_of(exc: BaseException) -> int | None:
+    if isinstance(exc, Signalled):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return int(signal.SIGINT)
+    sigval = getattr(exc, "sigval", None)  # torch's SignalException
+    return int(sigval) if sigval is not None else None
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """Until torch installs its own handlers (they raise too), signals raise here."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Signalled(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def quiet_torch_logs() -> None:
+    """The agent's own log lines repeat what accel reports; LOGLEVEL brings them back."""
+    if os.environ.get("LOGLEVEL"):
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def facts(cwd: Path) -> dict[str, Any]:
+    import torch
+
+    from accel import __version__
+
+    return {
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "git_commit": _git_commit(cwd),
+        "accel_version": __version__,
+        "torch_version": str(torch.__version__),
+        "python_version": sys.version.split()[0],
+    }
+
+
+def _git_commit(cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = done.stdout.strip()
+    return text if done.returncode == 0 and text else None

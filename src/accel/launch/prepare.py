@@ -1,0 +1,69 @@
+"""The edge of planning: the clock, the environment, the working folder and the GPU
+count read once, then handed to the pure :func:`~accel.launch.plan.plan_launch`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.launch.plan import LaunchPlan, LaunchRequest, check_launch, plan_launch
+
+if TYPE_CHECKING:
+    from accel.config.resolve import ResolvedConfig
+    from accel.workspace import Workspace
+
+__all__ = ["dry_run", "prepare"]
+
+
+def prepare(ws: Workspace, request: LaunchRequest) -> LaunchPlan:
+    """The plan of ``request`` in ``ws``; bad input fails before torch is imported."""
+    from accel import runs
+
+    now = datetime.now(timezone.utc)
+    config = ws.config
+    check_launch(config, request, os.environ, Path.cwd())
+    return plan_launch(
+        config,
+        request,
+        env=os.environ,
+        cwd=Path.cwd(),
+        now=now,
+        run_id=runs.new_run_id(now),
+        workspace=ws.path,
+        runs_dir=ws.runs_dir,
+        cache_dir=ws.cache_dir,
+        python=sys.executable,
+        gpu_count=_gpu_count(config),
+    )
+
+
+def _gpu_count(config: ResolvedConfig) -> int:
+    if config.settings.launch.use_cpu or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
+def dry_run(plan: LaunchPlan) -> dict[str, Any]:
+    """What ``accel launch --dry-run`` shows of the plan, every secret hidden (the workers
+    get the real values)."""
+    from accel._redact import redact_argv, redact_env, redact_mapping
+
+    return {
+        "run_id": plan.run_id,
+        "worker_command": redact_argv(plan.worker_command),
+        "nproc_per_node": plan.nproc_per_node,
+        "nnodes": plan.nnodes,
+        "node_rank": plan.node_rank,
+        "world_size": plan.world_size,
+        "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
+        "max_restarts": plan.max_restarts,
+        "stop_grace_period": plan.grace_period,
+        "worker_env": redact_env(plan.worker_env),
+        "run_dir": str(plan.run_dir),
+        "config": redact_mapping(plan.config),
+    }

@@ -1,0 +1,99 @@
+"""Liveness of a run: the launcher's exclusive ``flock`` on ``locks/run-<run-id>.lock``.
+
+The kernel drops the lock when the launcher dies, even by SIGKILL, so liveness never
+depends on what run.json says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from accel.errors import LockTimeout, storage_error
+from accel.layout import LOCK_SUFFIX, RUN_LOCK_PREFIX, Layout
+from accel.layout import run_lock as run_lock_file
+
+__all__ = ["held_unless_live", "is_live", "live_run_ids", "run_lock", "run_lock_path"]
+
+
+def run_lock_path(layout: Layout, run_id: str) -> Path:
+    return run_lock_file(layout.root, run_id)
+
+
+@contextlib.contextmanager
+def run_lock(layout: Layout, run_id: str, timeout: float = 10.0) -> Iterator[None]:
+    """Hold the run's lock: the run is live exactly as long as this block runs.
+
+    Probes by readers hold it for an instant, so the acquire retries until ``timeout``.
+    The descriptor is close-on-exec so workers never inherit the lock.
+    """
+    import time
+
+    path = run_lock_path(layout, run_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise storage_error(exc, "take the lock", path) from None
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LockTimeout(f"run {run_id} is already live (lock {path})") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def is_live(layout: Layout, run_id: str) -> bool:
+    """True while a launcher holds the run's lock (probed without blocking, never created)."""
+    try:
+        fd = os.open(run_lock_path(layout, run_id), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def live_run_ids(layout: Layout) -> set[str]:
+    """Ids of the runs whose launcher is alive now (from the lock files, not run.json)."""
+    ids = set()
+    with contextlib.suppress(OSError):
+        for entry in layout.locks_dir.iterdir():
+            name = entry.name
+            if name.startswith(RUN_LOCK_PREFIX) and name.endswith(LOCK_SUFFIX):
+                run_id = name[len(RUN_LOCK_PREFIX) : -len(LOCK_SUFFIX)]
+                if is_live(layout, run_id):
+                    ids.add(run_id)
+    return ids
+
+
+@contextlib.contextmanager
+def held_unless_live(layout: Layout, run_id: str) -> Iterator[None]:
+    """Hold the run's lock for a moment, for a reader that rewrites its record; raises
+    ``BlockingIOError`` while a launcher holds it. A missing lock file: nobody can."""
+    try:
+        fd = os.open(run_lock_path(layout, run_id), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
