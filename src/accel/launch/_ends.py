@@ -15,6 +15,8 @@ from accel.runs.failures import RankFailure
 
 __all__ = ["launch_error", "rank_ends", "with_crashes"]
 
+SETTLE_TIMEOUT = 2.0  # seconds for the exit watch to note ends torch has already reaped
+
 
 def rank_ends(
     attempt: int, failures: Mapping[int, Any], pids: Mapping[int, int], exits: ExitWatch
@@ -24,6 +26,7 @@ def rank_ends(
     Ranks torch did not report (stopped before it looked, or in older torch versions)
     come from the exit watch alone; ranks that exited 0 are left out.
     """
+    exits.settle(SETTLE_TIMEOUT)
     seen = exits.exits()
     out = []
     for rank in sorted(set(pids) | set(failures)):

@@ -35,22 +35,41 @@ class ExitWatch:
         self._lock = threading.Lock()
         self._exits: dict[int, Exit] = {}
         self._generation = 0
+        self._threads: list[threading.Thread] = []
 
     def watch(self, pids: Mapping[int, int]) -> None:
         """Start watching ``rank -> pid`` (a new attempt: what was seen before is dropped)."""
         with self._lock:
             self._generation += 1
             self._exits = {}
+            self._threads = []
             generation = self._generation
         if not hasattr(os, "waitid"):
             return  # no waitid (not POSIX): callers fall back to torch's poll times
         for rank, pid in pids.items():
-            threading.Thread(
+            thread = threading.Thread(
                 target=self._wait,
                 args=(generation, rank, pid),
                 name=f"accel-exit-watch-{rank}",
                 daemon=True,
-            ).start()
+            )
+            with self._lock:
+                self._threads.append(thread)
+            thread.start()
+
+    def settle(self, timeout: float) -> None:
+        """Let the watch note workers that have ended, ``timeout`` seconds at most.
+
+        When torch reports a failure it has already stopped and reaped every worker,
+        but a watch thread woken by that end may not have run yet on a loaded machine:
+        without it, a rank accel stopped has no time of death but torch's, which torch
+        truncates to the second, and would look as if it failed before the real one.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def exits(self) -> dict[int, Exit]:
         """``rank -> Exit`` of the workers of this attempt that have ended so far."""
