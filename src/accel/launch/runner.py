@@ -105,6 +105,10 @@ def launch(
             stack.enter_context(_series_lease(ws, plan))
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="accel-run-")))
             stack.callback(guard.end_descendants)  # while the run is still live
+            if plan.preload:  # launch.preload: workers forked from a template (preload.py)
+                from accel.launch.preload import template
+
+                plan = stack.enter_context(template(plan, scratch))
             return _Run(plan, scratch, sink, notify or (lambda _: None)).execute()
     finally:
         guard.stop()

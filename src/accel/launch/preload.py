@@ -1,0 +1,98 @@
+"""``launch.preload``: workers forked from a template that has imported torch already.
+
+Under exec every worker pays for its own ``import torch`` (1.5-2 s here); the launcher
+pays once more. With preload the launcher starts one *template* process at the start
+of the run (``_template.py``), which imports torch and ``launch.preload_modules`` while
+the launcher does its own start-up. torch's agent is left untouched: it still starts
+each worker with ``subprocess.Popen``, but the program it starts is a shim
+(``_preload_shim.py``) that asks the template for a fork of itself, then relays
+signals to it and exits the way the worker did. See those two files for the protocol.
+
+Why a separate process and not a fork of the launcher: the launcher holds the run's
+lock, its temporary folder (whose finaliser a forked worker would run at exit), log
+pipes and atexit handlers that a worker must never inherit; a process exec'd for the
+purpose holds nothing but its socket. Its import overlaps the launcher's own, so it
+costs no time before the first worker starts.
+
+What a preloaded worker sees differently from an exec'd one (docs/commands/launch.md):
+its parent is the template, not the launcher; ``sys.modules`` holds torch (and the
+listed modules) before the script runs; string hashing shares the template's seed
+(``PYTHONHASHSEED``) across ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from accel.launch.plan import BOOTSTRAP, EXEC, LaunchPlan
+
+TEMPLATE = Path(__file__).with_name("_template.py")
+SHIM = Path(__file__).with_name("_preload_shim.py")
+SOCKET = "preload.sock"
+
+
+def shim_args(worker_args: tuple[str, ...], socket_path: Path) -> tuple[str, ...]:
+    """The bootstrap's command line turned into the shim's (same interpreter flags)."""
+    flags, rest = worker_args[:1], worker_args[2:]
+    if worker_args[1:2] != (str(BOOTSTRAP),):
+        raise ValueError(f"not a bootstrap command line: {worker_args!r}")
+    return (*flags, str(SHIM), str(socket_path), *rest)
+
+
+def first_path(cwd: Path, args: tuple[str, ...]) -> str:
+    """``sys.path[0]`` of the workers, given the bootstrap's arguments."""
+    if not args or args[0] in ("-m", EXEC):
+        return str(cwd)
+    return os.path.dirname(os.path.realpath(cwd / args[0]))
+
+
+@contextlib.contextmanager
+def template(plan: LaunchPlan, scratch: Path) -> Iterator[LaunchPlan]:
+    """Start the template for the run; yield the plan whose workers ask it for a fork.
+
+    ``--no-python`` workers exec a program at once: there is nothing to preload.
+    """
+    if plan.worker_args[2:3] == (EXEC,):
+        yield plan
+        return
+    path = scratch / SOCKET
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        listener.listen(max(64, plan.nproc_per_node))
+        proc = _start(plan, listener.fileno())
+    finally:
+        listener.close()  # the template holds it now
+    try:
+        yield replace(plan, worker_args=shim_args(plan.worker_args, path))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _start(plan: LaunchPlan, fd: int) -> subprocess.Popen[bytes]:
+    path0 = first_path(plan.cwd, plan.worker_args[2:])
+    command = [
+        plan.entrypoint,
+        *plan.worker_args[:1],
+        str(TEMPLATE),
+        str(fd),
+        str(os.getpid()),
+        path0,
+        *plan.preload_modules,
+    ]
+    return subprocess.Popen(
+        command,
+        env={**os.environ, **plan.worker_env},
+        cwd=plan.cwd,
+        pass_fds=(fd,),
+        stdin=subprocess.DEVNULL,
+        stdout=2,  # a preloaded module that prints at import: on the console, once
+        start_new_session=True,  # a Ctrl-C is the launcher's to handle, as for workers
+    )
