@@ -129,3 +129,25 @@ def test_preload_and_no_preload_together_are_refused(accel: Accel) -> None:
     done = accel("launch", "--preload", "--no-preload", "x.py")
     assert done.returncode == 2
     assert "give --preload or --no-preload, not both" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_telemetry_samples_the_forked_workers_not_their_shims(
+    accel: Accel, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "pid.py").write_text(
+        "import os, sys, time\n"
+        "open(os.path.join(sys.argv[1], 'pid-' + os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "time.sleep(3)\n"
+    )
+    monkeypatch.setenv("ACCEL_LOGS_RESOURCE_INTERVAL", "0.2s")
+    done = accel("launch", "-n", "2", "--preload", "pid.py", str(project))
+    assert done.returncode == 0, done.stderr
+    workers = {r: int((project / f"pid-{r}").read_text()) for r in (0, 1)}
+    samples = [
+        json.loads(line)
+        for line in (run_folder(project) / "resources.jsonl").read_text().splitlines()
+    ]
+    sampled = {int(r): s["pid"] for sample in samples for r, s in sample["ranks"].items()}
+    assert sampled == workers

@@ -32,6 +32,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import threading
 import traceback
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PIDS = "pids"  # beside the socket: shim pid -> worker pid (preload.worker_pids reads it)
+_CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def _load(name: str, filename: str) -> ModuleType:
@@ -174,12 +177,25 @@ class Server:
         _close(request.fds)
         with _quiet():
             conn.sendall(wire.started(pid))
+        self._publish(conn, pid)
         self.conns[pid] = conn
         pidfd = os.pidfd_open(pid)
         self.selector.register(pidfd, selectors.EVENT_READ, lambda key: self._reap(key, pid))
         conn.setblocking(False)
         self.selector.register(conn, selectors.EVENT_READ, lambda key: self._shim_gone(key, pid))
         return None
+
+    def _publish(self, conn: socket.socket, pid: int) -> None:
+        """``pids/<shim pid>`` holds the worker's pid: telemetry reads the worker's /proc."""
+        with _quiet():
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size)
+            shim = _CREDS.unpack(creds)[0]
+            folder = os.path.join(os.path.dirname(self.listener.getsockname()), PIDS)
+            os.makedirs(folder, exist_ok=True)
+            temp = os.path.join(folder, f".{shim}.tmp")
+            with open(temp, "w", encoding="ascii") as fh:
+                fh.write(str(pid))
+            os.replace(temp, os.path.join(folder, str(shim)))
 
     def _reap(self, key: selectors.SelectorKey, pid: int) -> None:
         self.selector.unregister(key.fileobj)

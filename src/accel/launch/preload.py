@@ -15,7 +15,8 @@ purpose holds nothing but its socket. Its import overlaps the launcher's own, so
 costs no time before the first worker starts.
 
 What a preloaded worker sees differently from an exec'd one (docs/commands/launch.md):
-its parent is the template, not the launcher; ``sys.modules`` holds torch (and the
+its parent is the template, not the launcher, and ``ps`` shows the template's command
+line; ``sys.modules`` holds torch (and the
 listed modules) before the script runs; string hashing shares the template's seed
 (``PYTHONHASHSEED``) across ranks.
 """
@@ -26,7 +27,7 @@ import contextlib
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from accel.launch.plan import BOOTSTRAP, EXEC, LaunchPlan
 TEMPLATE = Path(__file__).with_name("_template.py")
 SHIM = Path(__file__).with_name("_preload_shim.py")
 SOCKET = "preload.sock"
+PIDS = "pids"  # the template writes pids/<shim pid> = worker pid (_template.py)
 
 
 def shim_args(worker_args: tuple[str, ...], socket_path: Path) -> tuple[str, ...]:
@@ -43,6 +45,23 @@ def shim_args(worker_args: tuple[str, ...], socket_path: Path) -> tuple[str, ...
     if worker_args[1:2] != (str(BOOTSTRAP),):
         raise ValueError(f"not a bootstrap command line: {worker_args!r}")
     return (*flags, str(SHIM), str(socket_path), *rest)
+
+
+def worker_pids(plan: LaunchPlan, pids: Mapping[int, int]) -> dict[int, int]:
+    """``rank -> pid`` of the processes that run the ranks' code: under preload the
+    forked workers rather than their shims (telemetry reads their /proc), as far as
+    the template has said; the shims' pids otherwise."""
+    if plan.worker_args[1:2] != (str(SHIM),):
+        return dict(pids)
+    folder = Path(plan.worker_args[2]).parent / PIDS
+    return {rank: _read_pid(folder / str(pid)) or pid for rank, pid in pids.items()}
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def first_path(cwd: Path, args: tuple[str, ...]) -> str:
