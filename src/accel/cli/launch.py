@@ -257,7 +257,7 @@ def launch(
         main_endpoint=given.main_endpoint,
     )
     ws = _app.workspace(ctx, flags=given.flags)
-    plan = prepare(ws, request)
+    plan = prepare(ws, request, early=not dry_run)
     if dry_run:
         _show_plan(plan, as_json)
         return 0

@@ -26,6 +26,7 @@ Run by path; imports nothing from accel.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import os
@@ -42,6 +43,7 @@ from types import ModuleType
 HERE = os.path.dirname(os.path.abspath(__file__))
 PIDS = "pids"  # beside the socket: shim pid -> worker pid (preload.worker_pids reads it)
 _CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+IMPORT_THREADS = os.environ.get("OMP_NUM_THREADS")  # what torch's OpenMP was loaded with
 
 
 def _load(name: str, filename: str) -> ModuleType:
@@ -261,6 +263,15 @@ def become(request: Request) -> None:
     os.environ.clear()
     os.environ.update(request.env)
     _reseed()
+    _threads_as_told(request.env.get("OMP_NUM_THREADS"))
+
+
+def _threads_as_told(wanted: str | None) -> None:
+    # libgomp read OMP_NUM_THREADS when the template loaded torch; a template started
+    # from a provisional plan (-n auto) may have had another value than this worker.
+    torch = sys.modules.get("torch")
+    if torch is not None and wanted != IMPORT_THREADS and wanted and wanted.isdigit():
+        torch.set_num_threads(int(wanted))
 
 
 def _reseed() -> None:
@@ -286,6 +297,9 @@ def main(argv: list[str]) -> int:
         return 1  # the launcher died before prctl took effect
     listener = socket.socket(fileno=fd)
     allowed = preload(path0, modules)
+    # What the imports built is read-only for the workers: out of the collector's
+    # sight, a worker's collections neither walk it nor copy its pages (copy-on-write).
+    gc.freeze()
     template_pid = os.getpid()
     try:
         request = Server(listener, allowed).serve()

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accel.launch.plan import BOOTSTRAP, EXEC, LaunchPlan
@@ -71,28 +73,57 @@ def first_path(cwd: Path, args: tuple[str, ...]) -> str:
     return os.path.dirname(os.path.realpath(cwd / args[0]))
 
 
+@dataclass
+class _Started:
+    proc: subprocess.Popen[bytes]
+    socket: Path
+    folder: Path | None  # a private folder of its own, removed with it (early starts)
+
+
+_early: dict[str, _Started] = {}  # run id -> the template start_early started
+
+
+def start_early(plan: LaunchPlan) -> None:
+    """Start the run's template from a provisional plan, before the launcher imports torch.
+
+    The CLI imports torch to count GPUs before its plan is final; started here, the
+    template's import overlaps that one. The provisional plan differs from the final
+    one only in what depends on the GPU count (``-n auto``: its ``OMP_NUM_THREADS``,
+    which the template gives each worker's torch again, see ``_template.py``).
+    """
+    if not plan.preload or plan.worker_args[2:3] == (EXEC,) or plan.run_id in _early:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="accel-preload-"))  # private: mode 0700
+    _early[plan.run_id] = _Started(_spawn(plan, folder / SOCKET), folder / SOCKET, folder)
+
+
 @contextlib.contextmanager
 def template(plan: LaunchPlan, scratch: Path) -> Iterator[LaunchPlan]:
-    """Start the template for the run; yield the plan whose workers ask it for a fork.
-
-    ``--no-python`` workers exec a program at once: there is nothing to preload.
-    """
+    """The run's template (started early or now); yield the plan whose workers ask it for
+    a fork. ``--no-python`` workers exec a program at once: nothing to preload."""
     if plan.worker_args[2:3] == (EXEC,):
         yield plan
         return
-    path = scratch / SOCKET
+    started = _early.pop(plan.run_id, None)
+    if started is None:
+        started = _Started(_spawn(plan, scratch / SOCKET), scratch / SOCKET, None)
+    try:
+        yield replace(plan, worker_args=shim_args(plan.worker_args, started.socket))
+    finally:
+        started.proc.kill()
+        started.proc.wait()
+        if started.folder is not None:
+            shutil.rmtree(started.folder, ignore_errors=True)
+
+
+def _spawn(plan: LaunchPlan, path: Path) -> subprocess.Popen[bytes]:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(str(path))
         listener.listen(max(64, plan.nproc_per_node))
-        proc = _start(plan, listener.fileno())
+        return _start(plan, listener.fileno())
     finally:
         listener.close()  # the template holds it now
-    try:
-        yield replace(plan, worker_args=shim_args(plan.worker_args, path))
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _start(plan: LaunchPlan, fd: int) -> subprocess.Popen[bytes]:
