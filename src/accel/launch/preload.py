@@ -11,8 +11,9 @@ signals to it and exits the way the worker did. See those two files for the prot
 Why a separate process and not a fork of the launcher: the launcher holds the run's
 lock, its temporary folder (whose finaliser a forked worker would run at exit), log
 pipes and atexit handlers that a worker must never inherit; a process exec'd for the
-purpose holds nothing but its socket. Its import overlaps the launcher's own, so it
-costs no time before the first worker starts.
+purpose holds nothing but its socket. The CLI starts it (:func:`start_early`) before
+it imports torch itself to count GPUs, so the two imports overlap; the runner adopts
+it (:func:`template`), or starts one when the CLI could not.
 
 What a preloaded worker sees differently from an exec'd one (docs/commands/launch.md):
 its parent is the template, not the launcher, and ``ps`` shows the template's command
@@ -23,6 +24,7 @@ listed modules) before the script runs; string hashing shares the template's see
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -95,6 +97,13 @@ def start_early(plan: LaunchPlan) -> None:
         return
     folder = Path(tempfile.mkdtemp(prefix="accel-preload-"))  # private: mode 0700
     _early[plan.run_id] = _Started(_spawn(plan, folder / SOCKET), folder / SOCKET, folder)
+    atexit.register(_discard, plan.run_id)  # the run never started (a refused lease...)
+
+
+def _discard(run_id: str) -> None:
+    started = _early.pop(run_id, None)
+    if started is not None:
+        _end(started)
 
 
 @contextlib.contextmanager
@@ -110,10 +119,14 @@ def template(plan: LaunchPlan, scratch: Path) -> Iterator[LaunchPlan]:
     try:
         yield replace(plan, worker_args=shim_args(plan.worker_args, started.socket))
     finally:
-        started.proc.kill()
-        started.proc.wait()
-        if started.folder is not None:
-            shutil.rmtree(started.folder, ignore_errors=True)
+        _end(started)
+
+
+def _end(started: _Started) -> None:
+    started.proc.kill()
+    started.proc.wait()
+    if started.folder is not None:
+        shutil.rmtree(started.folder, ignore_errors=True)
 
 
 def _spawn(plan: LaunchPlan, path: Path) -> subprocess.Popen[bytes]:
