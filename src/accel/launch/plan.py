@@ -130,8 +130,8 @@ def plan_launch(
         console=request.console,
         console_ranks=request.console_ranks,
         config=config.nested(),
-        preload=bool(config["launch.preload"]),
-        preload_modules=tuple(config["launch.preload_modules"]),
+        preload=config.settings.launch.preload,
+        preload_modules=tuple(config.settings.launch.preload_modules),
     )
 
 
