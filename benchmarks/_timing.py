@@ -44,15 +44,29 @@ def time_command(
     return time.perf_counter() - start
 
 
-def alternate(
+def alternate_samples(
     commands: dict[str, Sequence[str]], rounds: int, **kwargs: object
-) -> dict[str, float]:
-    """Run every command once per round, in turn, and return each one's median seconds."""
+) -> dict[str, list[float]]:
+    """Run every command once per round, in turn; every command's times in seconds."""
     samples: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(rounds):
         for name, argv in commands.items():
             samples[name].append(time_command(argv, **kwargs))  # type: ignore[arg-type]
+    return samples
+
+
+def alternate(
+    commands: dict[str, Sequence[str]], rounds: int, **kwargs: object
+) -> dict[str, float]:
+    """Run every command once per round, in turn, and return each one's median seconds."""
+    samples = alternate_samples(commands, rounds, **kwargs)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def p90(values: Sequence[float]) -> float:
+    """The 90th percentile (nearest rank): with 9 rounds, the second slowest."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
 
 
 def report(

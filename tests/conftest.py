@@ -15,6 +15,15 @@ import run_helpers
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--launch-preload",
+        action="store_true",
+        help="every launch the tests make forks its workers from a preloaded template "
+        "(launch.preload); tests/launch must pass both ways",
+    )
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"

@@ -128,7 +128,8 @@ def _explicit(params: Mapping[str, Any]) -> dict[str, Any]:
         if not params.get(name) and params.get(alias):
             params[name] = params[alias]
     flags = {key: params.get(name) for name, key in _FLAG_KEYS.items()}
-    flags["launch.fsdp"] = _fsdp(params)
+    flags["launch.fsdp"] = _on_off(params, "fsdp")
+    flags["launch.preload"] = _on_off(params, "preload")
     if flags["launch.num_processes"] is not None:
         flags["launch.num_processes"] = _per_node(str(flags["launch.num_processes"]))
     if flags["launch.num_machines"] is not None:
@@ -141,11 +142,11 @@ def _explicit(params: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in flags.items() if value is not None}
 
 
-def _fsdp(params: Mapping[str, Any]) -> bool | None:
-    """``--fsdp`` (or Accelerate's ``--use_fsdp``) on, ``--no-fsdp`` off, else unset."""
-    on, off = bool(params.get("fsdp")), bool(params.get("no_fsdp"))
+def _on_off(params: Mapping[str, Any], name: str) -> bool | None:
+    """``--NAME`` on, ``--no-NAME`` off, else unset (the config decides)."""
+    on, off = bool(params.get(name)), bool(params.get(f"no_{name}"))
     if on and off:
-        raise UsageError("give --fsdp or --no-fsdp, not both")
+        raise UsageError(f"give --{name} or --no-{name}, not both")
     return True if on else False if off else None
 
 

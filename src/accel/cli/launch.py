@@ -92,6 +92,13 @@ def launch(
         "(config launch.fsdp)",
     ),
     no_fsdp: bool = typer.Option(False, "--no-fsdp", hidden=True),
+    preload: bool = typer.Option(
+        False,
+        "--preload",
+        help="Fork workers from a process that has imported torch (faster start); "
+        "--no-preload: exec each. (config launch.preload)",
+    ),
+    no_preload: bool = typer.Option(False, "--no-preload", hidden=True),
     fsdp_wrap: str | None = typer.Option(
         None,
         "--fsdp-wrap",
@@ -250,7 +257,7 @@ def launch(
         main_endpoint=given.main_endpoint,
     )
     ws = _app.workspace(ctx, flags=given.flags)
-    plan = prepare(ws, request)
+    plan = prepare(ws, request, early=not dry_run)
     if dry_run:
         _show_plan(plan, as_json)
         return 0

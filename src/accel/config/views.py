@@ -36,6 +36,8 @@ class LaunchSettings:
     stop_grace_period: float
     hang_timeout: float | None
     hang_action: str
+    preload: bool
+    preload_modules: list[str]
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ _HANG_WORKER = os.path.join(
 )
 
 
-def _die_with_launcher() -> None:
+def _die_with_launcher(parent: int | None = None) -> None:
+    """``parent``: the preload template that forked this worker (else the launcher)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -49,7 +50,7 @@ def _die_with_launcher() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    launcher = os.environ.get("ACCEL_LAUNCHER_PID", "")
+    launcher = str(parent) if parent is not None else os.environ.get("ACCEL_LAUNCHER_PID", "")
     if launcher.isdigit() and os.getppid() != int(launcher):
         os._exit(1)  # the launcher died before prctl took effect: nobody to report to
 
@@ -70,9 +71,9 @@ def _install_stack_dumps() -> None:
         return
 
 
-def _install_hooks() -> None:
+def _install_hooks(parent: int | None) -> None:
     """Worker-side hooks that need no cooperation from the script."""
-    _die_with_launcher()
+    _die_with_launcher(parent)
     _install_stack_dumps()
 
 
@@ -163,8 +164,8 @@ def _exec(program: str, args: list[str]) -> None:
         raise SystemExit(127 if isinstance(exc, FileNotFoundError) else 126) from None
 
 
-def main(argv: list[str]) -> int:
-    _install_hooks()
+def main(argv: list[str], parent: int | None = None) -> int:
+    _install_hooks(parent)
     try:
         _run(argv)
     except SystemExit as exc:

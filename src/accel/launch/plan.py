@@ -75,6 +75,9 @@ class LaunchPlan:
     console: str
     console_ranks: frozenset[int] | None
     config: Mapping[str, Any]
+    # launch.preload: workers forked from a template that imported torch (launch/preload.py)
+    preload: bool = False
+    preload_modules: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -127,6 +130,8 @@ def plan_launch(
         console=request.console,
         console_ranks=request.console_ranks,
         config=config.nested(),
+        preload=config.settings.launch.preload,
+        preload_modules=tuple(config.settings.launch.preload_modules),
     )
 
 

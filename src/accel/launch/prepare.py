@@ -18,26 +18,40 @@ if TYPE_CHECKING:
 __all__ = ["dry_run", "prepare"]
 
 
-def prepare(ws: Workspace, request: LaunchRequest) -> LaunchPlan:
-    """The plan of ``request`` in ``ws``; bad input fails before torch is imported."""
+def prepare(ws: Workspace, request: LaunchRequest, *, early: bool = False) -> LaunchPlan:
+    """The plan of ``request`` in ``ws``; bad input fails before torch is imported.
+
+    ``early``: a run is about to start; with ``launch.preload`` its template starts now.
+    """
     from accel import runs
 
     now = datetime.now(timezone.utc)
     config = ws.config
     check_launch(config, request, os.environ, Path.cwd())
-    return plan_launch(
-        config,
-        request,
-        env=os.environ,
-        cwd=Path.cwd(),
-        now=now,
-        run_id=runs.new_run_id(now),
-        workspace=ws.path,
-        runs_dir=ws.runs_dir,
-        cache_dir=ws.cache_dir,
-        python=sys.executable,
-        gpu_count=_gpu_count(config),
-    )
+    values: dict[str, Any] = {
+        "env": os.environ,
+        "cwd": Path.cwd(),
+        "now": now,
+        "run_id": runs.new_run_id(now),
+        "workspace": ws.path,
+        "runs_dir": ws.runs_dir,
+        "cache_dir": ws.cache_dir,
+        "python": sys.executable,
+    }
+    if early and config.settings.launch.preload:
+        _start_template(config, request, values)
+    return plan_launch(config, request, gpu_count=_gpu_count(config), **values)
+
+
+def _start_template(config: ResolvedConfig, request: LaunchRequest, values: Any) -> None:
+    """launch.preload: the template imports torch while this process does (GPU count)."""
+    from accel.errors import UsageError
+    from accel.launch.preload import start_early
+
+    try:
+        start_early(plan_launch(config, request, gpu_count=0, **values))
+    except UsageError:
+        return  # only the GPU count makes this plan valid: the runner starts the template
 
 
 def _gpu_count(config: ResolvedConfig) -> int:

@@ -105,6 +105,10 @@ def launch(
             stack.enter_context(_series_lease(ws, plan))
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="accel-run-")))
             stack.callback(guard.end_descendants)  # while the run is still live
+            if plan.preload:  # launch.preload: workers forked from a template (preload.py)
+                from accel.launch.preload import template
+
+                plan = stack.enter_context(template(plan, scratch))
             return _Run(plan, scratch, sink, notify or (lambda _: None)).execute()
     finally:
         guard.stop()
@@ -148,10 +152,17 @@ class _Run:
         self.router = LogRouter(
             plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=secrets
         )
-        self.observer = RunObserver(plan, lambda: dict(self.pids), self.router.last_output, notify)
+        self.observer = RunObserver(plan, self._worker_pids, self.router.last_output, notify)
         self.timing = rendezvous.Timing.from_env(os.environ)
         self.handler: Any = None
         self.reporter: rendezvous.WaitReporter | None = None
+
+    def _worker_pids(self) -> dict[int, int]:
+        if not self.plan.preload:
+            return dict(self.pids)
+        from accel.launch.preload import worker_pids  # the forked workers, not their shims
+
+        return worker_pids(self.plan, self.pids)
 
     def _show(self, rank: int) -> bool:
         if self.plan.console == "quiet":

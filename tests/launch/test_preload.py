@@ -1,0 +1,153 @@
+"""launch.preload: workers forked from a template that imported torch, seen as exec'd.
+
+The whole launch suite also runs with ``--launch-preload`` (every launch preloaded);
+these tests compare the two modes directly and cover what only preload has: the
+template's thread check and the shim standing in for its worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from launchutil import SCRIPTS, pid_alive, run_folder, run_json, wait_for
+
+from accel.launch.plan import BOOTSTRAP
+from accel.launch.preload import SHIM, first_path, shim_args
+
+Accel = Callable[..., subprocess.CompletedProcess[str]]
+StartAccel = Callable[..., subprocess.Popen[str]]
+PER_RUN = (
+    "ACCEL_RUN_ID",
+    "ACCEL_RUN_DIR",
+    "ACCEL_LAUNCHER_PID",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE",
+)
+
+
+def _probe(accel: Accel, project: Path, mode: str, *extra: str) -> dict[int, dict[str, object]]:
+    out = project / mode.strip("-")
+    out.mkdir()
+    done = accel("launch", "-n", "2", mode, *extra, str(SCRIPTS / "preload_probe.py"), str(out))
+    assert done.returncode == 0, done.stderr
+    return {r: json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)}
+
+
+def _comparable(data: dict[str, object]) -> dict[str, object]:
+    env = {k: v for k, v in dict(data["env"]).items() if k not in PER_RUN}  # type: ignore[call-overload]
+    same = {
+        k: v for k, v in data.items() if k not in ("env", "argv", "preloaded", "stdout_fd_target")
+    }
+    return {**same, "env": env, "argv0": data["argv"][0]}  # type: ignore[index]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_preloaded_worker_sees_what_an_exec_worker_sees(accel: Accel, project: Path) -> None:
+    exec_ranks = _probe(accel, project, "--no-preload")
+    fork_ranks = _probe(accel, project, "--preload")
+    for rank in (0, 1):
+        exec_data, fork_data = exec_ranks[rank], fork_ranks[rank]
+        assert exec_data["preloaded"] is False
+        assert fork_data["preloaded"] is True  # torch came from the template
+        assert _comparable(fork_data) == _comparable(exec_data)
+        assert sorted(fork_data["env"]) == sorted(exec_data["env"])  # type: ignore[call-overload]
+        assert fork_data["env"]["RANK"] == str(rank)  # type: ignore[index]
+        assert fork_data["c_env_rank"] == str(rank)  # the C environment too (a shell sees it)
+        assert fork_data["session_leader"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_module_that_starts_a_thread_makes_workers_start_by_exec(
+    accel: Accel, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "threaded.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    (project / "probe.py").write_text((SCRIPTS / "preload_probe.py").read_text())
+    monkeypatch.setenv("ACCEL_LAUNCH_PRELOAD_MODULES", "threaded")
+    out = project / "out"
+    out.mkdir()
+    done = accel("launch", "-n", "2", "--preload", "probe.py", str(out), timeout=150)
+    assert done.returncode == 0, done.stderr
+    assert "the template has" in done.stderr and "forking it is unsafe" in done.stderr
+    for rank in (0, 1):
+        assert json.loads((out / f"rank-{rank}.json").read_text())["preloaded"] is False
+
+
+def test_preload_config_keys_and_their_view(project: Path) -> None:
+    from accel.config import schema
+
+    assert schema.field("launch.preload").default is False
+    assert schema.field("launch.preload").env_var == "ACCEL_LAUNCH_PRELOAD"
+    assert schema.field("launch.preload_modules").default == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_shim_takes_its_worker_and_the_run_fails(
+    start_accel: StartAccel, project: Path
+) -> None:
+    out = project / "out"
+    out.mkdir()
+    proc = start_accel("launch", "-n", "2", "--preload", str(SCRIPTS / "sleeper.py"), str(out))
+    wait_for(lambda: all((out / f"ready-{r}").exists() for r in (0, 1)), 60, "workers to start")
+    worker, grandchild = (int(p) for p in (out / "ready-1").read_text().split())
+    wait_for(lambda: (run_folder(project) / "workers.json").exists(), 10, "workers.json")
+    shims = json.loads((run_folder(project) / "workers.json").read_text())["pids"]
+    assert int(shims["1"]) != worker  # the agent's child is the shim, the worker its stand-in
+    os.kill(int(shims["1"]), signal.SIGKILL)
+    wait_for(lambda: not pid_alive(worker) and not pid_alive(grandchild), 10, "worker to die")
+    proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert run_json(project)["status"] == "failed"
+
+
+def test_shim_arguments_keep_the_interpreter_flags_and_the_bootstrap_arguments(
+    tmp_path: Path,
+) -> None:
+    args = ("-u", str(BOOTSTRAP), "-m", "pkg.train", "--lr", "1")
+    sock = tmp_path / "preload.sock"
+    assert shim_args(args, sock) == ("-u", str(SHIM), str(sock), "-m", "pkg.train", "--lr", "1")
+    with pytest.raises(ValueError):
+        shim_args(("-u", "other.py"), sock)
+    assert first_path(tmp_path, ("-m", "pkg")) == str(tmp_path)
+    (tmp_path / "sub").mkdir()
+    assert first_path(tmp_path, ("sub/train.py", "x")) == str(tmp_path / "sub")
+
+
+def test_preload_and_no_preload_together_are_refused(accel: Accel) -> None:
+    done = accel("launch", "--preload", "--no-preload", "x.py")
+    assert done.returncode == 2
+    assert "give --preload or --no-preload, not both" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_telemetry_samples_the_forked_workers_not_their_shims(
+    accel: Accel, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "pid.py").write_text(
+        "import os, sys, time\n"
+        "open(os.path.join(sys.argv[1], 'pid-' + os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "time.sleep(3)\n"
+    )
+    monkeypatch.setenv("ACCEL_LOGS_RESOURCE_INTERVAL", "0.2s")
+    done = accel("launch", "-n", "2", "--preload", "pid.py", str(project))
+    assert done.returncode == 0, done.stderr
+    workers = {r: int((project / f"pid-{r}").read_text()) for r in (0, 1)}
+    samples = [
+        json.loads(line)
+        for line in (run_folder(project) / "resources.jsonl").read_text().splitlines()
+    ]
+    sampled = {int(r): s["pid"] for sample in samples for r, s in sample["ranks"].items()}
+    assert sampled == workers
