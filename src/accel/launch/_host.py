@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -65,6 +65,13 @@ def _is_fd(stream: Any, fd: int) -> bool:
         return bool(stream.fileno() == fd)
     except (AttributeError, OSError, ValueError):
         return False
+
+
+def kill_groups(pids: Iterable[int]) -> None:
+    """SIGKILL each worker's process group: normally the agent has stopped them already."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def signal_of(exc: BaseException) -> int | None:

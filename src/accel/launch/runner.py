@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +27,7 @@ from accel.launch._host import (
     HANDLED_SIGNALS,
     Signalled,
     facts,
+    kill_groups,
     native_stderr_to,
     quiet_torch_logs,
     signal_of,
@@ -39,6 +39,7 @@ from accel.launch.divergence import NonFinite
 from accel.launch.guard import Guard
 from accel.launch.observe import RunObserver
 from accel.launch.plan import LaunchPlan
+from accel.launch.preload import worker_pids
 from accel.runs import report
 from accel.runs.failures import (
     BY_DIVERGENCE,
@@ -152,17 +153,12 @@ class _Run:
         self.router = LogRouter(
             plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=secrets
         )
-        self.observer = RunObserver(plan, self._worker_pids, self.router.last_output, notify)
+        # Under preload, telemetry reads the forked workers, not their shims.
+        observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
+        self.observer = RunObserver(plan, observed, self.router.last_output, notify)
         self.timing = rendezvous.Timing.from_env(os.environ)
         self.handler: Any = None
         self.reporter: rendezvous.WaitReporter | None = None
-
-    def _worker_pids(self) -> dict[int, int]:
-        if not self.plan.preload:
-            return dict(self.pids)
-        from accel.launch.preload import worker_pids  # the forked workers, not their shims
-
-        return worker_pids(self.plan, self.pids)
 
     def _show(self, rank: int) -> bool:
         if self.plan.console == "quiet":
@@ -201,7 +197,7 @@ class _Run:
             status, code = RunStatus.INTERRUPTED, 128 + sig
         finally:
             self._stop_reporting()
-            self._kill_workers()
+            kill_groups(self.pids.values())  # left alive only by a second Ctrl-C
             self.observer.stop()
             self.router.close()
         return self._finish(status, code)
@@ -311,12 +307,6 @@ class _Run:
         return (Stop(at, reason) if at is not None else None), None
 
     # -- end ----------------------------------------------------------------------------
-
-    def _kill_workers(self) -> None:
-        # Normally the agent has stopped them; after a second Ctrl-C it has not.
-        for pid in self.pids.values():
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
 
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
         if status == RunStatus.INTERRUPTED and self.pids:
