@@ -31,7 +31,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel.fsutil import TMP_PREFIX, fsync_dir, remove_tree
+from accel._fs import TMP_PREFIX, fsync_dir, remove_tree
 
 __all__ = ["LAYOUT_VERSION", "Layout", "lock_file", "run_lock", "series_holder", "series_lock"]
 
@@ -202,7 +202,7 @@ def is_empty_dir(path: Path) -> bool:
 
 
 def is_atomic_temp(name: str) -> bool:
-    """An interrupted :func:`accel.fsutil.atomic_write` (mkstemp adds 8 random characters)."""
+    """An interrupted :func:`accel._fs.atomic_write` (mkstemp adds 8 random characters)."""
     return name.startswith(TMP_PREFIX) and len(name) == len(TMP_PREFIX) + 8
 
 

@@ -14,9 +14,9 @@ import pytest
 from clean_factory import DAY, age_tree, checkpoint, entry, run, tree_digest, workspace
 
 from accel import _faults
+from accel._fs import remove_tree
 from accel.clean import _execute as execute_mod
 from accel.clean import clean
-from accel.fsutil import remove_tree
 from accel.layout import make_owned_dir
 from accel.workspace import Workspace
 from accel.wslog import format_line

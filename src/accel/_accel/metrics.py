@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import AccelError, UsageError
-from accel.fsutil import open_private_append
+from accel._fs import open_private_append
 
 if TYPE_CHECKING:
     from accel.metrics_tb import TensorBoardLogger

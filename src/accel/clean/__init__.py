@@ -126,10 +126,7 @@ def policy_for(
 
 def log_result(ws: Workspace, result: CleanResult) -> None:
     """One line in logs/training.log for an executed clean."""
-    from accel.wslog import log_event
-
-    log_event(
-        ws,
+    ws.log(
         f"clean removed {len(result.removed)} item(s), freed {result.freed_bytes} bytes"
         + (f", kept {len(result.skipped)} in use" if result.skipped else ""),
         command="accel clean",

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel import _faults, layout
-from accel.clean import _live
+from accel._locks import locked, try_hold
 from accel.clean._plan import CleanPlan, PlanItem
 from accel.clean._scan import META, Item, _read_json, proves_item
 from accel.errors import WorkspaceError
-from accel.locking import locked
 from accel.runs import is_live
 from accel.store import series as series_mod
 from accel.workspace import Workspace
@@ -51,7 +50,7 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     skipped: list[Skipped] = []
     freed = 0
     root = os.path.realpath(plan.scan.root)
-    with locked(ws.lock_path("clean"), ws):
+    with locked(ws.lock_path("clean"), ws.lock_timeout):
         device = os.lstat(root).st_dev
         for planned in plan.items:
             why = _remove(ws, planned.item, root, device)
@@ -101,13 +100,13 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
 def _guard(ws: Workspace, item: Item) -> Iterator[bool]:
     """Hold what writers of ``item`` hold: the cache lock, the series lease, the run lock."""
     if item.series is not None:
-        with _live.try_hold(layout.series_lock(ws.path, item.series), create=True) as free:
+        with try_hold(layout.series_lock(ws.path, item.series), create=True) as free:
             yield free
     elif item.kind == "run" and item.run_id is not None:
-        with _live.try_hold(layout.run_lock(ws.path, item.run_id), create=False) as free:
+        with try_hold(layout.run_lock(ws.path, item.run_id), create=False) as free:
             yield free
     elif item.category == "cache" and _under(item.path, ws.cache_dir):
-        with locked(ws.lock_path("cache"), ws):
+        with locked(ws.lock_path("cache"), ws.lock_timeout):
             yield True
     else:
         yield True
@@ -180,7 +179,7 @@ def _inside(path: Path, root: str) -> bool:
 def _drop_empty_series(ws: Workspace, plan: CleanPlan) -> None:
     series = {p.item.series for p in plan.items if p.item.series is not None}
     for name in sorted(series):
-        with _live.try_hold(layout.series_lock(ws.path, name), create=True) as free:
+        with try_hold(layout.series_lock(ws.path, name), create=True) as free:
             if free:
                 with contextlib.suppress(OSError):
                     os.rmdir(ws.checkpoints_dir / name)

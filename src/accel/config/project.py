@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from accel._fs import atomic_write
+from accel._locks import locked
 from accel.config import schema
 from accel.config.edit import (
     checked,
@@ -21,15 +23,13 @@ from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
 from accel.config.yamlio import load_yaml_file
 from accel.errors import ConfigError
-from accel.fsutil import atomic_write
-from accel.locking import locked
 from accel.workspace import Workspace
 
 
 @contextlib.contextmanager
 def _editing(ws: Workspace) -> Iterator[tuple[str, dict[str, Any]]]:
     ws.ensure()
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path("config"), ws.lock_timeout):
         path = ws.config_file
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         values: dict[str, Any] = {}
@@ -48,7 +48,7 @@ def exists(ws: Workspace) -> bool:
 def write(ws: Workspace, values: dict[str, Any]) -> Path:
     """Write a fresh project file holding ``values`` (flat keys, already validated)."""
     ws.ensure().ensure_gitignore()
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path("config"), ws.lock_timeout):
         rewrite(ws.config_file, "", dump(values), values)
     return ws.config_file
 
@@ -70,7 +70,7 @@ def plan_edit(ws: Workspace, values: dict[str, Any]) -> tuple[str, str]:
 def write_edit(ws: Workspace, before: str, after: str) -> Path:
     """Write what :func:`plan_edit` planned, unless the file changed since it was read."""
     ws.ensure().ensure_gitignore()
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path("config"), ws.lock_timeout):
         path = ws.config_file
         now = path.read_text(encoding="utf-8") if path.exists() else ""
         if now != before:
@@ -110,7 +110,7 @@ def unset_value(ws: Workspace, key: str) -> bool:
 
 
 def _remove_broken_key(ws: Workspace, key: str) -> bool:
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path("config"), ws.lock_timeout):
         current = ws.config_file.read_text(encoding="utf-8")
         edited = unset_in_text(current, key)
         if edited == current:
