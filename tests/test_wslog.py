@@ -102,7 +102,12 @@ def test_several_processes_append_and_rotate_without_losing_or_tearing_lines(
         subprocess.Popen([sys.executable, "-c", WRITER, str(ws.path), str(n)]) for n in range(4)
     ]
     assert [p.wait(timeout=80) for p in procs] == [0, 0, 0, 0]
-    lines = [line for p in log_paths(ws.logs_dir, 50) if p.exists() for line in p.read_text().splitlines()]
+    lines = [
+        line
+        for p in log_paths(ws.logs_dir, 50)
+        if p.exists()
+        for line in p.read_text().splitlines()
+    ]
     assert len(lines) == 600
     assert all(line.endswith("z" * 30) and " w: writer " in line for line in lines)
     for n in range(4):

@@ -71,6 +71,13 @@ class CleanOutcome:
     plan: CleanPlan
     result: CleanResult | None  # None on a dry run
 
+    def to_json(self, *, dry_run: bool) -> dict[str, Any]:
+        """What ``accel clean --json`` prints: the plan and, once executed, its result."""
+        data = self.plan.to_json(dry_run=dry_run)
+        if self.result is not None:
+            data.update(self.result.to_json())
+        return data
+
 
 def plan_for(ws: Workspace, policy: Policy, now: float | None = None) -> CleanPlan:
     """Scan ``ws`` and plan ``policy`` against it (reads only)."""
@@ -114,13 +121,16 @@ def policy_for(
     only: Iterable[str] | None = None,
 ) -> Policy:
     """The policy for these selectors; none given means the configured retention."""
-    config = ws.config
+    settings = ws.settings
     return parse_policy(
         older_than=older_than,
         keep_last=keep_last,
         max_size=max_size,
         only=only,
-        defaults={k: config[k] for k in ("checkpoints.keep_last", "cache.max_size")},
+        defaults={
+            "checkpoints.keep_last": settings.checkpoints.keep_last,
+            "cache.max_size": settings.cache.max_size,
+        },
     )
 
 

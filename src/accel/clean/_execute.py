@@ -16,11 +16,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from accel import _faults, layout
 from accel._locks import locked, try_hold
 from accel.clean._plan import CleanPlan, PlanItem
-from accel.clean._scan import META, Item, _read_json, proves_item
+from accel.clean._proof import proves_item
+from accel.clean._scan import META, Item
+from accel.clean._walk import read_json as _read_json
 from accel.errors import WorkspaceError
 from accel.runs import is_live
 from accel.store import series as series_mod
@@ -40,6 +43,13 @@ class CleanResult:
     removed: tuple[PlanItem, ...]
     skipped: tuple[Skipped, ...]
     freed_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "freed_bytes": self.freed_bytes,
+            "removed": [str(p.item.path) for p in self.removed],
+            "skipped": [{"path": str(s.path), "reason": s.reason} for s in self.skipped],
+        }
 
 
 def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:

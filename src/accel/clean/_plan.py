@@ -73,6 +73,31 @@ class CleanPlan:
     def size_after(self) -> int:
         return self.scan.total_size - self.total_bytes
 
+    def to_json(self, *, dry_run: bool) -> dict[str, Any]:
+        """What ``accel clean --json`` prints for this plan."""
+        return {
+            "workspace": str(self.scan.root),
+            "dry_run": dry_run,
+            "policy": self.policy.to_json(),
+            "size_before": self.scan.total_size,
+            "total_bytes": self.total_bytes,
+            "items": [item_json(p.item, p.reason) for p in self.items],
+            "kept": [item_json(k.item, k.reason) for k in self.kept],
+            "warnings": list(self.warnings),
+        }
+
+
+def item_json(item: Item, reason: str) -> dict[str, Any]:
+    return {
+        "category": item.category,
+        "kind": item.kind,
+        "name": item.name,
+        "path": item.location,
+        "size": item.size,
+        "last_used": item.last_used,
+        "reason": reason,
+    }
+
 
 def parse_policy(
     *,

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
-from accel._fs import fsync_dir, remove_tree
+from accel._fs import remove_tree
 from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError
 from accel.identity import ensure
@@ -50,20 +49,19 @@ from accel.store._checkpoint_info import (
     refuse_links,
     series_from_env,
 )
+from accel.store._commit import commit, new_manifest, write_files
 from accel.store._crossrank import attempt, collect
 from accel.store._dist import DistContext, current_context
 from accel.store._serial import (
-    FileDigest,
     WriteFailed,
     load_tensor_file,
-    save_tensor_file,
     write_error,
 )
 from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
 from accel.store.lease import SeriesLease, ensure_lease
-from accel.store.manifest import Manifest, read_manifest, write_manifest
+from accel.store.manifest import read_manifest
 from accel.store.series import Found, Reaper, Unreadable, step_dir_name
 
 __all__ = [
@@ -320,7 +318,7 @@ class Checkpoints:
                 prepared = attempt(ctx, lambda: str(self._prepare(series, step)))
         tmp = Path(collect(ctx.broadcast(prepared)))
         try:
-            written = attempt(ctx, lambda: self._write_files(tmp, state, rank_state, ctx, sharded))
+            written = attempt(ctx, lambda: write_files(tmp, state, rank_state, ctx, sharded))
             files: dict[str, Any] = {}
             for part in ctx.all_gather(written):
                 files.update(collect(part, WriteFailed))
@@ -347,19 +345,6 @@ class Checkpoints:
             raise write_error(tmp, exc) from exc
         return tmp
 
-    def _write_files(
-        self, tmp: Path, state: Any, rank_state: Any, ctx: DistContext, sharded: Any
-    ) -> dict[str, Any]:
-        files = {}
-        if sharded is not None:  # first: a collective that every rank must reach
-            files.update(_sharded.save(sharded, tmp / _sharded.FOLDER, ctx))
-        if ctx.rank == 0:
-            files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
-        if rank_state is not None:
-            name = f"rank-{ctx.rank}.tensors"
-            files[name] = save_tensor_file(rank_state, tmp / name).to_json()
-        return files
-
     def _commit(
         self,
         tmp: Path,
@@ -370,29 +355,8 @@ class Checkpoints:
         ctx: DistContext,
     ) -> dict[str, Any]:
         """Rank 0: manifest last, rename into place (or swap), then retention."""
-        target = tmp.parent / step_dir_name(step)
-        manifest = Manifest(
-            series=series_name,
-            step=step,
-            created=time.time(),
-            tag=tag,
-            run_id=os.environ.get("ACCEL_RUN_ID"),
-            world_size=ctx.world_size,
-            files={n: FileDigest(int(f["size"]), str(f["checksum"])) for n, f in files.items()},
-        )
-        try:
-            with phase("manifest"):
-                write_manifest(tmp, manifest)
-            with phase("fsync-dir"):
-                fsync_dir(tmp)
-            with phase("rename"):
-                if os.path.lexists(target):
-                    series_mod.swap_in(tmp, target, self._reaper)
-                else:
-                    os.rename(tmp, target)
-                    fsync_dir(tmp.parent)
-        except OSError as exc:
-            raise write_error(target, exc) from exc
+        manifest = new_manifest(series_name, step, tag, files, ctx.world_size)
+        target = commit(tmp, manifest, self._reaper)
         with phase("retention"):
             self._apply_retention(series_name, keep_step=step)
         return {"path": str(target), "manifest": manifest.to_json()}
