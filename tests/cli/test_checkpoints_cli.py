@@ -47,11 +47,6 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
-
-
-@pytest.fixture
 def saved(ws: Workspace, project: Path) -> dict[str, Any]:
     """Accelerator.save_state at steps 10 and 20 (series default), a plain state dict at
     step 5 of series 'plain'; ``state``: the model's state dict at step 20 and 5."""
