@@ -128,7 +128,7 @@ class Workspace:
     @cached_property
     def data_path(self) -> Path:
         """Where cache, checkpoints, logs and state live (``workspace.path`` moves them)."""
-        relocated = self.config.get("workspace.path")
+        relocated = self.settings.workspace.path
         if not relocated:
             return self.path
         return _absolute(Path(relocated), self.project_root)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accel.clean._items import CATEGORIES, LEFT_ALONE, Item, WorkspaceScan
 from accel.clean._plan import (
     DEBRIS_GRACE,
     CleanPlan,
@@ -23,7 +24,7 @@ from accel.clean._plan import (
     parse_policy,
     protection,
 )
-from accel.clean._scan import CATEGORIES, LEFT_ALONE, Item, WorkspaceScan, scan
+from accel.clean._scan import scan
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:

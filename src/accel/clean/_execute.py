@@ -20,9 +20,9 @@ from typing import Any
 
 from accel import _faults, layout
 from accel._locks import locked, try_hold
+from accel.clean._items import META, Item
 from accel.clean._plan import CleanPlan, PlanItem
 from accel.clean._proof import proves_item
-from accel.clean._scan import META, Item
 from accel.clean._walk import read_json as _read_json
 from accel.errors import WorkspaceError
 from accel.runs import is_live

@@ -1,6 +1,6 @@
 """The clean policy and the pure planner: from a scan to what to delete, and why.
 
-No IO here: :func:`make_plan` takes a :class:`~accel.clean._scan.WorkspaceScan` (which
+No IO here: :func:`make_plan` takes a :class:`~accel.clean._items.WorkspaceScan` (which
 carries ``now`` and the live runs) and returns a :class:`CleanPlan`. Tested without a
 filesystem.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel.clean._scan import CATEGORIES, LEFT_ALONE, UNKNOWN, Item, WorkspaceScan
+from accel.clean._items import CATEGORIES, LEFT_ALONE, UNKNOWN, Item, WorkspaceScan
 from accel.errors import UsageError
 from accel.units import parse_duration, parse_size
 

@@ -24,9 +24,7 @@ from typing import Any
 from accel import layout
 from accel.clean import _live
 from accel.clean._items import (
-    CATEGORIES,
     FRAMEWORKS,
-    LEFT_ALONE,
     META,
     UNKNOWN,
     UNREADABLE,
@@ -37,7 +35,6 @@ from accel.clean._proof import accel_log as _accel_log
 from accel.clean._proof import debris as _debris
 from accel.clean._proof import in_flight as _in_flight
 from accel.clean._proof import provably_debris as _provably_debris
-from accel.clean._proof import proves_debris, proves_item
 from accel.clean._walk import children as _children
 from accel.clean._walk import read_json as _read_json
 from accel.clean._walk import recorded_time as _time
@@ -50,19 +47,7 @@ from accel.store import series as series_mod
 from accel.store.entry import MetaMissing, parse_cache_meta
 from accel.workspace import Workspace
 
-__all__ = [
-    "CATEGORIES",
-    "LEFT_ALONE",
-    "META",
-    "UNKNOWN",
-    "UNREADABLE",
-    "Item",
-    "WorkspaceScan",
-    "checkpoint_item",
-    "proves_debris",
-    "proves_item",
-    "scan",
-]
+__all__ = ["checkpoint_item", "scan"]
 
 _MAX_THREADS = 8
 _PARALLEL_FROM = 2000
