@@ -30,6 +30,7 @@ from accel.layout import (
     GITIGNORE,
     HOLDER_SUFFIX,
     LAYOUT_FILE,
+    LAYOUT_LOCK,
     LAYOUT_VERSION,
     LOCK_SUFFIX,
     LOCKS_DIR,
@@ -210,7 +211,7 @@ def establish(layout: Layout) -> None:
     if identify(layout) and _complete(layout):
         return
     layout.locks_dir.mkdir(parents=True, exist_ok=True)
-    with _locks.locked(layout.lock("layout"), timeout=30.0):
+    with _locks.locked(layout.lock(LAYOUT_LOCK), timeout=30.0):
         identify(layout)  # again, under the lock: another process may have made it
         marker = read_marker(layout.layout_file)
         if marker is None or marker.id is None:

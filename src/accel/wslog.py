@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 from accel.config.views import LogSettings
-from accel.layout import TRAINING_LOG, Layout
+from accel.layout import LOG_LOCK, TRAINING_LOG, Layout
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 LOG_NAME = TRAINING_LOG
-LOCK_NAME = "training-log"
+LOCK_NAME = LOG_LOCK
 LOCK_TIMEOUT = 5.0
 
 

@@ -25,6 +25,7 @@ from accel.clean._plan import CleanPlan, PlanItem
 from accel.clean._proof import proves_item
 from accel.clean._walk import read_json as _read_json
 from accel.errors import WorkspaceError
+from accel.layout import CACHE_LOCK, CLEAN_LOCK
 from accel.runs import is_live
 from accel.store import series as series_mod
 from accel.workspace import Workspace
@@ -60,7 +61,7 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     skipped: list[Skipped] = []
     freed = 0
     root = os.path.realpath(plan.scan.root)
-    with locked(ws.lock_path("clean"), ws.lock_timeout):
+    with locked(ws.lock_path(CLEAN_LOCK), ws.lock_timeout):
         device = os.lstat(root).st_dev
         for planned in plan.items:
             why = _remove(ws, planned.item, root, device)
@@ -116,7 +117,7 @@ def _guard(ws: Workspace, item: Item) -> Iterator[bool]:
         with try_hold(layout.run_lock(ws.path, item.run_id), create=False) as free:
             yield free
     elif item.category == "cache" and _under(item.path, ws.cache_dir):
-        with locked(ws.lock_path("cache"), ws.lock_timeout):
+        with locked(ws.lock_path(CACHE_LOCK), ws.lock_timeout):
             yield True
     else:
         yield True

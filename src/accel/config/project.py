@@ -27,6 +27,7 @@ from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
 from accel.config.yamlio import load_yaml_file
 from accel.errors import ConfigError
+from accel.layout import CONFIG_LOCK
 
 
 class ProjectFiles(Protocol):
@@ -48,7 +49,7 @@ class ProjectFiles(Protocol):
 @contextlib.contextmanager
 def _editing(ws: ProjectFiles) -> Iterator[tuple[str, dict[str, Any]]]:
     ws.ensure()
-    with locked(ws.lock_path("config"), ws.lock_timeout):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         values: dict[str, Any] = {}
@@ -67,7 +68,7 @@ def exists(ws: ProjectFiles) -> bool:
 def write(ws: ProjectFiles, values: dict[str, Any]) -> Path:
     """Write a fresh project file holding ``values`` (flat keys, already validated)."""
     ws.ensure().ensure_gitignore()
-    with locked(ws.lock_path("config"), ws.lock_timeout):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         rewrite(ws.config_file, "", dump(values), values)
     return ws.config_file
 
@@ -89,7 +90,7 @@ def plan_edit(ws: ProjectFiles, values: dict[str, Any]) -> tuple[str, str]:
 def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
     """Write what :func:`plan_edit` planned, unless the file changed since it was read."""
     ws.ensure().ensure_gitignore()
-    with locked(ws.lock_path("config"), ws.lock_timeout):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         now = path.read_text(encoding="utf-8") if path.exists() else ""
         if now != before:
@@ -129,7 +130,7 @@ def unset_value(ws: ProjectFiles, key: str) -> bool:
 
 
 def _remove_broken_key(ws: ProjectFiles, key: str) -> bool:
-    with locked(ws.lock_path("config"), ws.lock_timeout):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         current = ws.config_file.read_text(encoding="utf-8")
         edited = unset_in_text(current, key)
         if edited == current:

@@ -33,7 +33,7 @@ from accel._locks import locked
 from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
 from accel.identity import ensure
-from accel.layout import CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
+from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
 from accel.store._keys import check_key
 from accel.store._memoize import args_digest, safe_segment
 from accel.store._payload import file_name, read_plain, verify_file, write_payload
@@ -102,7 +102,7 @@ class Cache:
         self.layout = layout
         self.settings = settings
         self.root = layout.entries_dir
-        self.lock_path = layout.lock("cache")
+        self.lock_path = layout.lock(CACHE_LOCK)
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"

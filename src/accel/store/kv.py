@@ -25,7 +25,7 @@ from accel._locks import locked
 from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
 from accel.identity import ensure
-from accel.layout import Layout
+from accel.layout import STATE_LOCK, Layout
 from accel.store._values import require_json
 
 __all__ = ["Store", "decode_state", "encode_state"]
@@ -84,7 +84,7 @@ class Store:
         self.layout = layout
         self.settings = settings
         self.path = layout.state_file
-        self.lock_path = layout.lock("state")
+        self.lock_path = layout.lock(STATE_LOCK)
         self._ensured = False
 
     def __repr__(self) -> str:

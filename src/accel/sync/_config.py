@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel._redact import REDACTED, redact_text
 from accel.errors import ConfigError, IntegrityError
+from accel.layout import CONFIG_LOCK
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -52,7 +53,7 @@ def apply_pulled(ws: Workspace) -> list[str] | None:
     aside = pulled_path(ws)
     if not aside.is_file():
         return None
-    with locked(ws.lock_path("config"), ws.lock_timeout):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         pulled = aside.read_text(encoding="utf-8")
         values = checked(pulled, str(aside))
         local = read_layer("project", ws.config_file)

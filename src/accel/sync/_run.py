@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from accel._locks import locked
 from accel.errors import AccelError, UsageError
+from accel.layout import SYNC_LOCK
 from accel.sync._checksum import hash_file
 from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
@@ -65,7 +66,7 @@ def push(
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
     with (
-        locked(ws.lock_path("sync"), ws.lock_timeout),
+        locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout),
         tempfile.TemporaryDirectory(prefix="accel-") as tmp,
     ):
         index = _guard(remote, remote.read_index) or {}
@@ -103,7 +104,7 @@ def pull(
     if dry_run:
         return SyncResult(plan, remote.url, True)
     ws.ensure()
-    with locked(ws.lock_path("sync"), ws.lock_timeout):
+    with locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout):
         return _execute(plan, remote, reporter or NullReporter(), PullUnit(ws, remote, accepted))
 
 
