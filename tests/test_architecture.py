@@ -11,8 +11,6 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "accel"
 
@@ -33,16 +31,15 @@ FLOORS: dict[str, int] = {
     "accel.devices": BASE,
     "accel.store": STORES,
     "accel.runs": STORES,
-    "accel.runview": STORES,  # becomes part of accel.runs
     "accel.hang": STORES,
     "accel.telemetry": STORES,
     "accel.metrics_tb": STORES,
     "accel.frameworks": STORES,
     "accel.wslog": STORES,
+    "accel.crashlog": STORES,
     "accel.workspace": FACADE,
     "accel": OPERATIONS,  # the public API: Accelerator, Workspace, AccelError
     "accel.clean": OPERATIONS,
-    "accel.budget": OPERATIONS,  # becomes accel.clean.budget
     "accel.sync": OPERATIONS,
     "accel.launch": OPERATIONS,
     "accel.env": OPERATIONS,
@@ -57,10 +54,6 @@ FLOORS: dict[str, int] = {
 # Imports that run back up a floor, allowed while they are at most this many.
 MAX_BACK_UP = 2
 MAX_LINES = 400
-# Modules their owners are still re-layering (issue 15: runs+cli makes runview part of
-# the runs/ package). The rules hold for every other module now; for these, the
-# xfailed test_the_runs_package_follows_the_rules says what is left.
-PENDING = ("accel.runview",)
 
 
 def module_files(root: Path = PACKAGE) -> dict[str, Path]:
@@ -198,16 +191,12 @@ def back_up(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(a, b) for a, b in pairs if floor_of(a) < floor_of(b)]
 
 
-def settled(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(a, b) for a, b in pairs if not a.startswith(PENDING)]
-
-
 def test_the_ground_floor_imports_nothing_above_it() -> None:
     assert ground_breaches(edges(GRAPH)) == []
 
 
 def test_nothing_below_the_workspace_imports_it() -> None:
-    assert workspace_breaches(settled(edges(GRAPH))) == []
+    assert workspace_breaches(edges(GRAPH)) == []
 
 
 def test_nothing_imports_the_cli() -> None:
@@ -215,42 +204,14 @@ def test_nothing_imports_the_cli() -> None:
 
 
 def test_at_most_two_imports_run_back_up_a_floor() -> None:
-    assert len(back_up(settled(edges(GRAPH)))) <= MAX_BACK_UP, back_up(edges(GRAPH))
+    assert len(back_up(edges(GRAPH))) <= MAX_BACK_UP, back_up(edges(GRAPH))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 15: runview/show.py imports accel.workspace and accel.launch.blame until "
-    "runs+cli folds it into the runs/ package",
-)
-def test_the_runs_package_follows_the_rules() -> None:
-    pairs = edges(GRAPH)
-    assert workspace_breaches(pairs) == []
-    assert len(back_up(pairs)) <= MAX_BACK_UP, back_up(pairs)
-
-
-# Over 400 lines on main, split by their owner in issue 15 (runs+cli).
-BEING_SPLIT = frozenset({"accel.launch.runner", "accel.launch.blame", "accel.cli.launch"})
-
-
-def long_modules() -> dict[str, int]:
-    return {m: n for m, p in MODULES.items() if (n := _lines(p)) > MAX_LINES}
-
-
-def test_no_other_module_is_over_400_lines() -> None:
-    assert set(long_modules()) <= BEING_SPLIT, long_modules()
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 15: launch/runner.py, launch/blame.py and cli/launch.py are split by "
-    "their owner (runs+cli)",
-)
 def test_no_module_is_over_400_lines() -> None:
-    assert long_modules() == {}
+    long = {m: n for m, p in MODULES.items() if (n := _lines(p)) > MAX_LINES}
+    assert long == {}
 
 
-@pytest.mark.xfail(strict=False, reason="issue 15: runs.py becomes a package (runs+cli)")
 def test_a_run_is_one_package() -> None:
     assert (PACKAGE / "runs" / "__init__.py").is_file()
     assert not (PACKAGE / "runview").exists()
