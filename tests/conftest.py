@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import run_helpers
-
 from accel.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -74,8 +74,8 @@ def clean(
 
 def _auto(ws: Workspace, selectors: tuple[Any, ...], dry_run: bool, as_json: bool) -> int:
     """``--auto``: the size budget (:mod:`accel.clean.budget`), like ``git gc --auto``."""
-    from accel.clean.budget import OFF, OVER, UNDER, check
     from accel.clean import CleanOutcome
+    from accel.clean.budget import OFF, OVER, UNDER, check
     from accel.errors import UsageError
     from accel.units import format_size
 
