@@ -11,8 +11,6 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "accel"
 
@@ -209,25 +207,9 @@ def test_at_most_two_imports_run_back_up_a_floor() -> None:
     assert len(back_up(edges(GRAPH))) <= MAX_BACK_UP, back_up(edges(GRAPH))
 
 
-# Over 400 lines on main since launch.preload landed (issue 17): its owner splits it.
-OVER_400_ON_MAIN = frozenset({"accel.launch.runner"})
-
-
-def long_modules() -> dict[str, int]:
-    return {m: n for m, p in MODULES.items() if (n := _lines(p)) > MAX_LINES}
-
-
-def test_no_other_module_is_over_400_lines() -> None:
-    assert set(long_modules()) <= OVER_400_ON_MAIN, long_modules()
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="launch/runner.py grew to 406 lines with launch.preload (issue 17); its owner "
-    "(launch) splits it",
-)
 def test_no_module_is_over_400_lines() -> None:
-    assert long_modules() == {}
+    long = {m: n for m, p in MODULES.items() if (n := _lines(p)) > MAX_LINES}
+    assert long == {}
 
 
 def test_a_run_is_one_package() -> None:
