@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import run_helpers
+from accel.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,6 +52,13 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def project(isolated: Path) -> Path:
     """The current folder of the test: an empty project without a workspace yet."""
     return isolated
+
+
+@pytest.fixture
+def ws(project: Path) -> Workspace:
+    """The project's workspace, created (a test module may override it to add state,
+    taking this one as its ``ws`` argument)."""
+    return Workspace.discover().ensure()
 
 
 @pytest.fixture

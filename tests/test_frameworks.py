@@ -37,7 +37,7 @@ def test_scan_reports_enabled_and_present_caches(project: Path) -> None:
     hub = ws.cache_dir / "frameworks" / "torch_hub" / "checkpoints"
     hub.mkdir(parents=True)
     (hub / "resnet.pth").write_bytes(b"x" * 100)
-    found = {c.name: c for c in scan_framework_caches(ws)}
+    found = {c.name: c for c in scan_framework_caches(ws.cache_dir, ws.settings.cache)}
     assert set(found) == {"inductor", "triton", "torch_hub"}
     assert found["inductor"].enabled and found["inductor"].size == 0
     assert not found["torch_hub"].enabled

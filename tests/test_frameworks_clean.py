@@ -17,11 +17,6 @@ from accel.runs import run_lock
 DAY = 86400.0
 
 
-@pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
-
-
 def framework_cache(ws: Workspace, name: str, size: int, age_days: float = 0.0) -> Path:
     folder = ws.cache_dir / "frameworks" / name / "fxgraph" / "ab"
     folder.mkdir(parents=True)

@@ -11,7 +11,7 @@ from accel import layout
 from accel.workspace import Workspace
 from tests_paths import ROOT
 
-GROUND_FLOOR = {"accel.errors", "accel.fsutil", "accel.locking", "accel._faults", "accel.layout"}
+GROUND_FLOOR = {"accel.errors", "accel._fs", "accel._locks", "accel._faults", "accel.layout"}
 
 
 @pytest.mark.parametrize("module", ["layout", "identity", "_faults"])

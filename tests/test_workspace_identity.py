@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from accel.clean import clean
 from accel.errors import WorkspaceError
 from accel.identity import ABSENT, FOREIGN, OURS, root_state
 from accel.status import collect
@@ -155,9 +156,9 @@ def test_the_data_folder_of_another_workspace_is_refused(project: Path, tmp_path
     with pytest.raises(WorkspaceError, match="holds the data of another accel workspace"):
         second.cache.put("theirs", b"second")
     with pytest.raises(WorkspaceError, match="another accel workspace"):
-        second.clean(older_than="0s")
+        clean(second, older_than="0s")
     assert first.cache.get("mine") == b"first"
-    assert Workspace(first.path).clean(older_than="1h").plan.items == ()
+    assert clean(Workspace(first.path), older_than="1h").plan.items == ()
 
 
 def test_a_relocated_data_folder_gets_its_own_marker_and_works(
@@ -169,7 +170,7 @@ def test_a_relocated_data_folder_gets_its_own_marker_and_works(
     assert (tmp_path / "fresh" / "data" / "accel-data.json").exists()
     assert ws.cache.get("k") == b"v" and ws.checkpoints.latest() is not None
     (tmp_path / "fresh" / "data" / "mine.txt").write_text("user")
-    outcome = ws.clean(older_than="0s", keep_last=0, now=time.time() + DAY)
+    outcome = clean(ws, older_than="0s", keep_last=0, now=time.time() + DAY)
     assert (tmp_path / "fresh" / "data" / "mine.txt").read_text() == "user"
     kept = {k.item.path.name: k.reason for k in outcome.plan.kept}
     assert kept["mine.txt"] == "unknown, left alone"

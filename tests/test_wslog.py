@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from accel.workspace import Workspace
-from accel.wslog import format_line, log_event, log_paths
+from accel.wslog import format_line, log_paths
 
 
 def make_ws(project: Path, max_bytes: int = 1000, backups: int = 2) -> Workspace:
@@ -35,10 +35,10 @@ def test_multi_line_messages_stay_on_one_line() -> None:
     assert format_line("a\nb\tc", "info", command="x", now=0.0, pid=1).endswith("x: a b c\n")
 
 
-def test_log_event_appends_and_respects_the_level(project: Path) -> None:
+def test_a_log_line_appends_and_respects_the_level(project: Path) -> None:
     ws = make_ws(project)
-    assert log_event(ws, "first", command="accel clean")
-    assert not log_event(ws, "noise", level="debug")
+    assert ws.log("first", command="accel clean")
+    assert not ws.log("noise", level="debug")
     lines = (ws.logs_dir / "training.log").read_text().splitlines()
     assert len(lines) == 1 and lines[0].endswith("accel clean: first")
 
@@ -46,8 +46,8 @@ def test_log_event_appends_and_respects_the_level(project: Path) -> None:
 def test_rotation_keeps_backup_count_files(project: Path) -> None:
     ws = make_ws(project, max_bytes=300, backups=2)
     for i in range(40):
-        assert log_event(ws, f"event {i:03d} " + "x" * 40, command="t")
-    paths = [p for p in log_paths(ws, 5) if p.exists()]
+        assert ws.log(f"event {i:03d} " + "x" * 40, command="t")
+    paths = [p for p in log_paths(ws.logs_dir, 5) if p.exists()]
     assert [p.name for p in paths] == ["training.log", "training.log.1", "training.log.2"]
     assert all(p.stat().st_size <= 300 for p in paths)
     text = "".join(p.read_text() for p in reversed(paths))
@@ -59,7 +59,7 @@ def test_rotation_keeps_backup_count_files(project: Path) -> None:
 def test_backup_count_zero_starts_over(project: Path) -> None:
     ws = make_ws(project, max_bytes=200, backups=0)
     for i in range(10):
-        log_event(ws, f"event {i} " + "y" * 50, command="t")
+        ws.log(f"event {i} " + "y" * 50, command="t")
     assert [p.name for p in ws.logs_dir.iterdir() if p.name.startswith("training")] == [
         "training.log"
     ]
@@ -68,27 +68,26 @@ def test_backup_count_zero_starts_over(project: Path) -> None:
 
 def test_logging_never_creates_a_workspace_or_raises(project: Path) -> None:
     ws = Workspace(project / ".accelerate")
-    assert log_event(ws, "hello") is False
+    assert ws.log("hello") is False
     assert not ws.path.exists()
     ws.ensure()
     (ws.logs_dir / "training.log").mkdir(parents=True)  # something in the way
-    assert log_event(ws, "hello") is False
+    assert ws.log("hello") is False
 
 
 def test_an_invalid_config_still_gets_logged_with_defaults(project: Path) -> None:
     ws = make_ws(project)
     ws.config_file.write_text("logs:\n  nope: 1\n")
-    assert log_event(Workspace(ws.path), "still here")
+    assert Workspace(ws.path).log("still here")
 
 
 WRITER = textwrap.dedent(
     """
     import sys
     from accel.workspace import Workspace
-    from accel.wslog import log_event
     ws = Workspace(sys.argv[1])
     for i in range(150):
-        assert log_event(ws, f"writer {sys.argv[2]} line {i:04d} " + "z" * 30, command="w")
+        assert ws.log(f"writer {sys.argv[2]} line {i:04d} " + "z" * 30, command="w")
     """
 )
 
@@ -103,7 +102,12 @@ def test_several_processes_append_and_rotate_without_losing_or_tearing_lines(
         subprocess.Popen([sys.executable, "-c", WRITER, str(ws.path), str(n)]) for n in range(4)
     ]
     assert [p.wait(timeout=80) for p in procs] == [0, 0, 0, 0]
-    lines = [line for p in log_paths(ws, 50) if p.exists() for line in p.read_text().splitlines()]
+    lines = [
+        line
+        for p in log_paths(ws.logs_dir, 50)
+        if p.exists()
+        for line in p.read_text().splitlines()
+    ]
     assert len(lines) == 600
     assert all(line.endswith("z" * 30) and " w: writer " in line for line in lines)
     for n in range(4):

@@ -24,12 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from accel.fsutil import tree_usage
-
-if TYPE_CHECKING:
-    from accel.workspace import Workspace
+from accel._fs import tree_usage
+from accel.config.views import CacheSettings
+from accel.layout import FRAMEWORKS_DIR
 
 __all__ = [
     "DEFAULT",
@@ -48,7 +46,7 @@ FRAMEWORKS: dict[str, str] = {
     "torch_hub": "TORCH_HOME",
 }
 DEFAULT = ("inductor", "triton")
-DIRNAME = "frameworks"
+DIRNAME = FRAMEWORKS_DIR
 
 
 def frameworks_root(cache_dir: Path) -> Path:
@@ -95,15 +93,13 @@ class FrameworkCache:
         }
 
 
-def scan_framework_caches(ws: Workspace) -> list[FrameworkCache]:
-    """Every framework cache enabled in the config or present on disk."""
-    try:
-        enabled = set(ws.config["cache.framework_caches"])
-    except Exception:  # noqa: BLE001 - an invalid config still shows what is on disk
-        enabled = set(DEFAULT)
+def scan_framework_caches(cache_dir: Path, settings: CacheSettings | None) -> list[FrameworkCache]:
+    """Every framework cache enabled in ``settings`` (None, for an invalid config: the
+    default ones) or present on disk under ``cache_dir``."""
+    enabled = set(DEFAULT if settings is None else settings.framework_caches)
     found = []
     for name, var in FRAMEWORKS.items():
-        path = framework_dir(ws.cache_dir, name)
+        path = framework_dir(cache_dir, name)
         size, files, newest = tree_usage(path)
         if name in enabled or files:
             found.append(FrameworkCache(name, var, path, name in enabled, size, files, newest))

@@ -8,7 +8,8 @@ project config (a config committed to git) and lock files; any other folder is r
 marker, ``accel-data.json``, naming the workspace it belongs to (the ``id`` in its
 ``layout.json``), so a shared folder, or another workspace's data, is refused too.
 
-Ground floor: it takes a :class:`~accel.layout.Layout` (paths), never the workspace.
+Floor 1 (see docs/architecture.md): it takes a :class:`~accel.layout.Layout` (paths),
+never the workspace.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accel import _locks
+from accel._fs import atomic_write, atomic_write_json, read_json
 from accel.errors import WorkspaceError
-from accel.fsutil import atomic_write_json, read_json
 from accel.layout import (
     CONFIG_DIR,
     CONFIG_NAME,
     GITIGNORE,
     HOLDER_SUFFIX,
     LAYOUT_FILE,
+    LAYOUT_LOCK,
     LAYOUT_VERSION,
     LOCK_SUFFIX,
     LOCKS_DIR,
@@ -39,12 +42,24 @@ __all__ = [
     "FOREIGN",
     "OURS",
     "NotAWorkspace",
+    "ensure",
+    "ensure_gitignore",
     "establish",
     "identify",
     "not_a_workspace",
     "read_marker",
     "root_state",
 ]
+
+# Like the one `python -m venv` writes: the workspace stays out of git, except the
+# project configuration, which belongs with the code.
+GITIGNORE_TEXT = f"""\
+# Written by accel: git tracks the project configuration, nothing else of the workspace.
+*
+!{GITIGNORE}
+!{CONFIG_DIR}/
+!{CONFIG_DIR}/{CONFIG_NAME}
+"""
 
 ABSENT = "absent"  # nothing there yet (or only a project config): created on first write
 OURS = "workspace"
@@ -195,10 +210,8 @@ def establish(layout: Layout) -> None:
     """
     if identify(layout) and _complete(layout):
         return
-    from accel.locking import locked
-
     layout.locks_dir.mkdir(parents=True, exist_ok=True)
-    with locked(layout.lock("layout"), None, timeout=30.0):
+    with _locks.locked(layout.lock(LAYOUT_LOCK), timeout=30.0):
         identify(layout)  # again, under the lock: another process may have made it
         marker = read_marker(layout.layout_file)
         if marker is None or marker.id is None:
@@ -239,3 +252,39 @@ def _claim_data(layout: Layout, root: Marker) -> None:
         layout.data_marker,
         {"layout_version": LAYOUT_VERSION, "workspace_id": root.id, "workspace": str(layout.root)},
     )
+
+
+def ensure(layout: Layout) -> None:
+    """Create the workspace if needed, or check it is accel's (idempotent, safe to race).
+
+    Every write comes through here: a folder accel did not make is refused before
+    anything is written to it. A new workspace gets its ``.gitignore``.
+    """
+    if not layout.root.exists():
+        _create_root(layout.root)
+    try:
+        establish(layout)
+    except OSError as exc:
+        raise WorkspaceError(
+            f"cannot create the workspace at {layout.root}: {exc.strerror}; "
+            "choose another with --workspace or ACCEL_WORKSPACE"
+        ) from None
+
+
+def _create_root(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # establish() reports it
+    ensure_gitignore(root)
+
+
+def ensure_gitignore(root: Path) -> None:
+    """Write ``.accelerate/.gitignore`` unless there is one (``accel config`` calls it)."""
+    target = root / GITIGNORE
+    if target.exists() or target.is_symlink():
+        return
+    try:
+        atomic_write(target, GITIGNORE_TEXT, durable=False)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot write {target}: {exc.strerror}") from None

@@ -19,8 +19,8 @@ their one reader); a folder accel is still writing, or is deleting, by the empty
 ``OWNER_MARKER`` file created first and removed last; an interrupted atomic write by its
 ``.accel-tmp-`` name. Everything else is someone else's and is left alone.
 
-This module sits on the ground floor: it takes paths and imports only ``errors``,
-``fsutil`` and ``locking``, never the workspace facade, the config, the store or clean.
+This module sits on floor 1 (docs/architecture.md): it takes paths and imports only the
+ground floor, never the workspace facade, the config, the store or clean.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel.fsutil import TMP_PREFIX, fsync_dir, remove_tree
+from accel._fs import TMP_PREFIX, fsync_dir, remove_tree
 
 __all__ = ["LAYOUT_VERSION", "Layout", "lock_file", "run_lock", "series_holder", "series_lock"]
 
@@ -48,6 +48,15 @@ LOCKS_DIR = "locks"
 LOCK_SUFFIX = ".lock"
 SERIES_LOCK_PREFIX = "series-"
 RUN_LOCK_PREFIX = "run-"
+# The other locks (locks/<name>.lock), by what they guard:
+LAYOUT_LOCK = "layout"  # creating the workspace
+CONFIG_LOCK = "config"  # the project file
+STATE_LOCK = "state"  # state.bin
+CACHE_LOCK = "cache"  # cache entries (put, touch, delete, clean, sync)
+CLEAN_LOCK = "clean"  # one clean at a time
+SYNC_LOCK = "sync"  # one push or pull at a time
+SYNC_COMMIT_LOCK = "sync-commit"  # a pulled checkpoint or run moving into place
+LOG_LOCK = "training-log"  # logs/training.log and its rotation
 # -- the data folder ---------------------------------------------------------------------
 STATE_FILE = "state.bin"
 CACHE_DIR = "cache"
@@ -202,7 +211,7 @@ def is_empty_dir(path: Path) -> bool:
 
 
 def is_atomic_temp(name: str) -> bool:
-    """An interrupted :func:`accel.fsutil.atomic_write` (mkstemp adds 8 random characters)."""
+    """An interrupted :func:`accel._fs.atomic_write` (mkstemp adds 8 random characters)."""
     return name.startswith(TMP_PREFIX) and len(name) == len(TMP_PREFIX) + 8
 
 

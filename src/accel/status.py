@@ -9,9 +9,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from accel._fs import tree_size
+from accel.config.views import CacheSettings
 from accel.errors import AccelError
 from accel.frameworks import FrameworkCache, scan_framework_caches
-from accel.fsutil import tree_size
 from accel.workspace import Workspace
 
 TOP = 5
@@ -114,9 +115,16 @@ def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
         live_runs=tuple(sorted(found.live_runs)),
         largest=tuple(largest),
         oldest=tuple(oldest),
-        frameworks=tuple(scan_framework_caches(ws)),
+        frameworks=tuple(scan_framework_caches(ws.cache_dir, _cache_settings(ws))),
         left_alone=tuple(sorted((i for i in items if i.kind in LEFT_ALONE), key=_by_path)),
     )
+
+
+def _cache_settings(ws: Workspace) -> CacheSettings | None:
+    try:
+        return ws.settings.cache
+    except Exception:  # noqa: BLE001 - an invalid config still shows what is on disk
+        return None
 
 
 def _by_path(item: StatusItem) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel import identity as _identity
 from accel import layout as _layout
+from accel._locks import DEFAULT_TIMEOUT as DEFAULT_LOCK_TIMEOUT
 from accel.config.resolve import (
     PROJECT_FILE,
     ConfigLayer,
@@ -26,12 +27,10 @@ from accel.config.resolve import (
     user_config_path,
 )
 from accel.config.views import Settings
-from accel.errors import AccelError, ConfigError, WorkspaceError
-from accel.fsutil import atomic_write
+from accel.errors import AccelError, ConfigError
 from accel.layout import LAYOUT_VERSION, Layout
 
-if TYPE_CHECKING:
-    from accel.clean import CleanOutcome
+if TYPE_CHECKING:  # imported when first used: `accel --help` and friends need no store
     from accel.store.cache import Cache
     from accel.store.checkpoints import Checkpoints
     from accel.store.kv import Store
@@ -42,15 +41,6 @@ DIRNAME = _layout.DIRNAME
 ENV_VAR = "ACCEL_WORKSPACE"
 LAYOUT_FILE = _layout.LAYOUT_FILE
 GITIGNORE = _layout.GITIGNORE
-# Like the one `python -m venv` writes: the workspace stays out of git, except the
-# project configuration, which belongs with the code.
-GITIGNORE_TEXT = f"""\
-# Written by accel: git tracks the project configuration, nothing else of the workspace.
-*
-!{GITIGNORE}
-!{PROJECT_FILE.parent.as_posix()}/
-!{PROJECT_FILE.as_posix()}
-"""
 
 
 def find_workspace(
@@ -137,7 +127,7 @@ class Workspace:
     @cached_property
     def data_path(self) -> Path:
         """Where cache, checkpoints, logs and state live (``workspace.path`` moves them)."""
-        relocated = self.config.get("workspace.path")
+        relocated = self.settings.workspace.path
         if not relocated:
             return self.path
         return _absolute(Path(relocated), self.project_root)
@@ -169,6 +159,15 @@ class Workspace:
     def lock_path(self, name: str) -> Path:
         """The lock file for resource ``name`` (created on demand, never deleted)."""
         return _layout.lock_file(self.path, name)
+
+    @property
+    def lock_timeout(self) -> float:
+        """``store.lock_timeout``: how long an acquire waits (the default when the config
+        is invalid: it must not make locks unbounded)."""
+        try:
+            return self.settings.store.lock_timeout
+        except Exception:  # noqa: BLE001 - see the docstring
+            return DEFAULT_LOCK_TIMEOUT
 
     def layout_version(self) -> int | None:
         """The version recorded on disk, None for a workspace without a marker."""
@@ -206,39 +205,14 @@ class Workspace:
         return None
 
     def ensure(self) -> Workspace:
-        """Create the layout if needed, or check it is accel's (idempotent, safe to race).
-
-        Every command that writes comes through here: a folder accel did not make is
-        refused before anything is written to it. A new workspace gets its ``.gitignore``.
-        """
-        if not self.path.exists():
-            self._create_folder()
-        try:
-            _identity.establish(self.layout)
-        except OSError as exc:
-            raise WorkspaceError(
-                f"cannot create the workspace at {self.path}: {exc.strerror}; "
-                "choose another with --workspace or ACCEL_WORKSPACE"
-            ) from None
+        """Create the layout if needed, or check it is accel's (idempotent, safe to race);
+        see :func:`accel.identity.ensure`."""
+        _identity.ensure(self.layout)
         return self
-
-    def _create_folder(self) -> None:
-        """A new workspace comes with its ``.gitignore``."""
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            return  # ensure() reports it
-        self.ensure_gitignore()
 
     def ensure_gitignore(self) -> None:
         """Write ``.accelerate/.gitignore`` unless there is one (``accel config`` calls it)."""
-        target = self.path / GITIGNORE
-        if target.exists() or target.is_symlink():
-            return
-        try:
-            atomic_write(target, GITIGNORE_TEXT, durable=False)
-        except OSError as exc:
-            raise WorkspaceError(f"cannot write {target}: {exc.strerror}") from None
+        _identity.ensure_gitignore(self.path)
 
     # -- configuration ------------------------------------------------------------------
 
@@ -294,30 +268,39 @@ class Workspace:
                 continue
         return self.path
 
-    # -- state (see accel.store) --------------------------------------------------------
+    # -- state (see accel.store): each store gets the paths and settings it needs -------
 
     @cached_property
     def store(self) -> Store:
         from accel.store.kv import Store
 
-        return Store(self)
+        return Store(self.layout, self.settings.store)
 
     @cached_property
     def cache(self) -> Cache:
         from accel.store.cache import Cache
 
-        return Cache(self)
+        return Cache(self.layout, self.settings.store)
 
     @cached_property
     def checkpoints(self) -> Checkpoints:
         from accel.store.checkpoints import Checkpoints
 
-        return Checkpoints(self)
+        return Checkpoints(
+            self.layout, self.settings.checkpoints, run_name=self.settings.launch.run_name
+        )
 
-    # -- maintenance --------------------------------------------------------------------
+    def log(self, message: str, level: str = "info", *, command: str | None = None) -> bool:
+        """Append one line to ``logs/training.log`` (see :func:`accel.wslog.log_event`);
+        False when it was not written. Never raises, never creates the workspace."""
+        from accel.wslog import log_event
 
-    def clean(self, **selectors: Any) -> CleanOutcome:
-        """Plan and (unless ``dry_run=True``) execute a clean; see :func:`accel.clean.clean`."""
-        from accel.clean import clean
-
-        return clean(self, **selectors)
+        try:
+            layout = self.layout
+        except Exception:  # noqa: BLE001 - an invalid config cannot say where data lives
+            layout = Layout(self.path, self.path)
+        try:
+            settings = self.settings.logs
+        except Exception:  # noqa: BLE001 - an invalid config still gets its errors logged
+            settings = None
+        return log_event(layout, settings, message, level, command=command)

@@ -1,6 +1,7 @@
 """``logs/training.log``: one line per thing the workspace did, rotated by size.
 
-``log_event(ws, "clean removed 3 items")`` appends::
+``ws.log("clean removed 3 items")`` (:meth:`accel.workspace.Workspace.log`, which calls
+:func:`log_event` with the workspace's layout and ``logs`` settings) appends::
 
     2026-11-29T15:02:39.123+00:00 INFO pid=4242 clean: clean removed 3 items
 
@@ -19,30 +20,37 @@ import re
 import sys
 from pathlib import Path
 
-from accel.workspace import Workspace
+from accel.config.views import LogSettings
+from accel.layout import LOG_LOCK, TRAINING_LOG, Layout
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-LOG_NAME = "training.log"
-LOCK_NAME = "training-log"
+LOG_NAME = TRAINING_LOG
+LOCK_NAME = LOG_LOCK
 LOCK_TIMEOUT = 5.0
-_DEFAULTS = {"logs.level": "info", "logs.rotate_max_bytes": 10 * 1024**2, "logs.backup_count": 5}
 
 
 def log_event(
-    ws: Workspace, message: str, level: str = "info", *, command: str | None = None
+    layout: Layout,
+    settings: LogSettings | None,
+    message: str,
+    level: str = "info",
+    *,
+    command: str | None = None,
 ) -> bool:
-    """Append one line to the workspace log; False when it was not written (never raises).
+    """Append one line to ``layout``'s log; False when it was not written (never raises).
 
-    Nothing is written for a workspace that does not exist yet: logging never creates one.
+    ``settings``: the ``logs`` section, None when the configuration is invalid (then
+    the schema's defaults). Nothing is written for a workspace that does not exist yet:
+    logging never creates one.
     """
     try:
-        if not _loggable(ws):
+        if not _loggable(layout):
             return False
-        settings = _settings(ws)
-        if LEVELS.get(level, 20) < LEVELS.get(str(settings["logs.level"]), 20):
+        settings = settings or _defaults()
+        if LEVELS.get(level, 20) < LEVELS.get(settings.level, 20):
             return False
         line = format_line(message, level, command=command or _command())
-        _append(ws, line.encode("utf-8", "replace"), settings)
+        _append(layout, line.encode("utf-8", "replace"), settings)
         return True
     except Exception:  # noqa: BLE001 - a log line is never worth failing a command for
         return False
@@ -90,45 +98,33 @@ def _head(path: Path) -> bytes:
         os.close(fd)
 
 
-def log_paths(ws: Workspace, backup_count: int) -> list[Path]:
+def log_paths(logs_dir: Path, backup_count: int) -> list[Path]:
     """``training.log`` then its backups ``.1`` (newest) .. ``.N`` (oldest)."""
-    return _numbered(_logs_dir(ws) / LOG_NAME, backup_count)
+    return _numbered(logs_dir / LOG_NAME, backup_count)
 
 
 def _numbered(base: Path, backup_count: int) -> list[Path]:
     return [base] + [base.with_name(f"{base.name}.{n}") for n in range(1, backup_count + 1)]
 
 
-def _loggable(ws: Workspace) -> bool:
+def _loggable(layout: Layout) -> bool:
     """Only into an accel workspace: never a folder (or data folder) accel did not make."""
-    from accel.errors import ConfigError
-    from accel.identity import OURS, root_state
+    from accel.identity import identify
 
-    try:
-        return ws.identify()
-    except ConfigError:  # the config cannot say where data lives: the root's logs/ it is
-        return root_state(ws.path) == OURS
+    return identify(layout)
 
 
-def _logs_dir(ws: Workspace) -> Path:
-    try:
-        return ws.logs_dir
-    except Exception:  # noqa: BLE001 - an invalid config cannot say where data lives
-        return ws.path / "logs"
+def _append(layout: Layout, line: bytes, settings: LogSettings) -> None:
+    from accel._fs import open_private_append
+    from accel._locks import locked
 
-
-def _append(ws: Workspace, line: bytes, settings: dict[str, object]) -> None:
-    from accel.fsutil import open_private_append
-    from accel.locking import locked
-
-    folder = _logs_dir(ws)
+    folder = layout.logs_dir
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOG_NAME
-    max_bytes = int(str(settings["logs.rotate_max_bytes"]))
-    backups = int(str(settings["logs.backup_count"]))
-    with locked(ws.lock_path(LOCK_NAME), ws, timeout=LOCK_TIMEOUT):
+    max_bytes = settings.rotate_max_bytes
+    with locked(layout.lock(LOCK_NAME), timeout=LOCK_TIMEOUT):
         if max_bytes > 0 and _size(path) + len(line) > max_bytes and _size(path) > 0:
-            _rotate(path, backups)
+            _rotate(path, settings.backup_count)
         fd = open_private_append(path)
         try:
             os.write(fd, line)
@@ -147,12 +143,12 @@ def _rotate(path: Path, backups: int) -> None:
             os.replace(newer, older)
 
 
-def _settings(ws: Workspace) -> dict[str, object]:
-    try:
-        config = ws.config
-        return {k: config[k] for k in _DEFAULTS}
-    except Exception:  # noqa: BLE001 - an invalid config still gets its errors logged
-        return dict(_DEFAULTS)
+def _defaults() -> LogSettings:
+    """What an invalid configuration logs with: the schema's defaults."""
+    from accel.config import schema
+    from accel.config.views import Settings
+
+    return Settings.of(schema.defaults()).logs
 
 
 def _size(path: Path) -> int:

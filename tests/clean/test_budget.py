@@ -16,11 +16,6 @@ from accel.runs import run_lock
 DAY = 86400.0
 
 
-@pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
-
-
 def old_run(ws: Workspace, run_id: str, age_days: float, size: int = 10_000) -> Path:
     folder = ws.runs_dir / run_id
     folder.mkdir(parents=True)

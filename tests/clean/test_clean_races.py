@@ -36,7 +36,7 @@ LAUNCHER = textwrap.dedent(
         log.write_text("start\\n")
         for i in range(3):
             ws.cache.put(f"live/{i}", b"L" * 100)
-        lease = SeriesLease(ws, "live", run_id).acquire()
+        lease = SeriesLease(ws.layout, "live", run_id).acquire()
         for step in (1, 2, 3):
             ckpt = ws.checkpoints_dir / "live" / f"step-{step:012d}"
             ckpt.mkdir(parents=True)

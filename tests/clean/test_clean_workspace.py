@@ -14,9 +14,9 @@ import pytest
 from clean_factory import DAY, age_tree, checkpoint, entry, run, tree_digest, workspace
 
 from accel import _faults
+from accel._fs import remove_tree
 from accel.clean import _execute as execute_mod
 from accel.clean import clean
-from accel.fsutil import remove_tree
 from accel.layout import make_owned_dir
 from accel.workspace import Workspace
 from accel.wslog import format_line
@@ -313,7 +313,7 @@ def test_from_cron_one_line_no_prompt(project: Path, accel_exe: list[str]) -> No
     ],
 )
 def test_the_fast_json_reader_reads_what_json_reads(tmp_path: Path, content: str, ok: bool) -> None:
-    from accel.clean._scan import _read_json
+    from accel.clean._walk import read_json as _read_json
 
     path = tmp_path / "meta.json"
     path.write_text(content)

@@ -30,8 +30,7 @@ def keys(ws: Workspace) -> list[str]:
 
 
 @pytest.fixture
-def ws(project: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
-    ws = Workspace.discover().ensure()
+def ws(ws: Workspace, project: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     ws.cache.put("datasets/train-index", {"shards": [1, 2, 3]})
     ws.cache.put("datasets/valid-index", b"\x00" * 100)
     (project / "vocab.txt").write_text("a\nb\n")

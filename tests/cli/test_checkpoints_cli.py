@@ -47,11 +47,6 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
-
-
-@pytest.fixture
 def saved(ws: Workspace, project: Path) -> dict[str, Any]:
     """Accelerator.save_state at steps 10 and 20 (series default), a plain state dict at
     step 5 of series 'plain'; ``state``: the model's state dict at step 20 and 5."""
@@ -158,7 +153,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_a_step_in_two_series_needs_series(ws: Workspace) -> None:
     for name in ("a", "b"):
-        Checkpoints(ws, name).save({"w": torch.ones(2)}, 7)
+        Checkpoints(ws.layout, ws.settings.checkpoints, series=name).save({"w": torch.ones(2)}, 7)
     result = cli("checkpoints", "show", "7")
     assert result.exit_code == 2 and "several series (a, b): pass --series" in result.stderr
     assert json.loads(cli("checkpoints", "show", "7", "-s", "b", "--json").stdout)["series"] == "b"
@@ -453,7 +448,7 @@ HOLDER = textwrap.dedent(
     import sys, time
     from accel.workspace import Workspace
     from accel.store.lease import SeriesLease
-    lease = SeriesLease(Workspace(sys.argv[1]), "default", "20990101-000000-abcdef").acquire()
+    lease = SeriesLease(Workspace(sys.argv[1]).layout, "default", "20990101-000000-abcdef").acquire()
     print("ready", flush=True)
     time.sleep(600)
     """

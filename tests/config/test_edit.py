@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -51,8 +50,7 @@ def test_unset_removes_the_key_with_its_block() -> None:
 
 
 @pytest.fixture
-def ws(project: Path) -> Workspace:
-    ws = Workspace.discover().ensure()
+def ws(ws: Workspace) -> Workspace:
     ws.config_file.write_text(COMMENTED)
     return ws
 

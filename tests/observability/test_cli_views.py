@@ -32,11 +32,6 @@ def _app() -> typer.Typer:
     return app
 
 
-@pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
-
-
 def _run(ws: Workspace, run_id: str = RUN_ID, **raw: object) -> Path:
     folder = runs.run_dir(ws.layout, run_id)
     folder.mkdir(parents=True)

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +19,6 @@ def _write(ws: Workspace, run_id: str, **fields: object) -> None:
     folder = runs.run_dir(ws.layout, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.json").write_text(json.dumps({"id": run_id, **fields}))
-
-
-@pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
 
 
 def test_new_run_id_sorts_by_time() -> None:

@@ -149,11 +149,6 @@ def _make_run(ws: Workspace, run_id: str, **raw: object) -> Path:
     return folder
 
 
-@pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
-
-
 def test_load_view_gathers_summary_diff_ranks_resources_and_metrics(ws: Workspace) -> None:
     _make_run(ws, "20261129-100000-aaaaaa")
     view = load_view(ws.layout, "latest", lambda: ws.config.nested())

@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
-from pathlib import Path
 
 import pytest
-
-from accel import Workspace
-
-
-@pytest.fixture
-def ws(project: Path) -> Workspace:
-    return Workspace.discover().ensure()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from accel import Workspace
+from accel.clean import clean
 from accel.errors import AccelError
 
 from . import workers
@@ -48,7 +49,7 @@ def _cleaner(ws_path: str, stop: Any) -> None:
         ws.cache.put(f"race/other-{n % 5}", b"o" * 1000)
         time.time = real  # type: ignore[assignment]
         ws.cache.delete(f"race/other-{(n + 2) % 5}")
-        ws.clean(older_than="1h", only=["cache"])
+        clean(ws, older_than="1h", only=["cache"])
         n += 1
 
 

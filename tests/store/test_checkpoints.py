@@ -66,10 +66,10 @@ def test_series_from_run_name(ws: Workspace, monkeypatch: pytest.MonkeyPatch) ->
     ckpts = Workspace.discover().checkpoints
     ckpts.save(_state(1), 1)
     assert ckpts.series() == ["exp-1"] and ckpts.latest() is not None
-    assert Checkpoints(ws, series="default").latest() is None
+    assert Checkpoints(ws.layout, ws.settings.checkpoints, series="default").latest() is None
     assert [i.series for i in ckpts.all()] == ["exp-1"]
     with pytest.raises(UsageError, match="run name"):
-        Checkpoints(ws, series="../x")
+        Checkpoints(ws.layout, ws.settings.checkpoints, series="../x")
 
 
 @pytest.mark.parametrize("step", [-1, 1.5, "3", True, 10**12])
@@ -243,7 +243,7 @@ def test_a_second_live_run_fails_fast_naming_the_holder(ws: Workspace, fork: Ctx
     child.start()
     assert workers.finish(child) == 0  # a plain process leased the series and died: free
     ws.checkpoints.save(_state(2), 2)  # this process takes it over at once
-    holder = holder_of(ws, "default")
+    holder = holder_of(ws.layout, "default")
     assert holder is not None and holder.pid == os.getpid()
 
     rival = workers.process(fork, workers.save_in_child, str(ws.path), 3, {})
@@ -251,7 +251,7 @@ def test_a_second_live_run_fails_fast_naming_the_holder(ws: Workspace, fork: Ctx
     rival.start()
     assert workers.finish(rival) not in (0, None) and time.monotonic() - started < 20
     with pytest.raises(LeaseHeld, match=rf"pid {os.getpid()} on {socket.gethostname()}"):
-        SeriesLease(ws, "default").acquire()  # a fresh lease object conflicts as well
+        SeriesLease(ws.layout, "default").acquire()  # a fresh lease object conflicts as well
     assert [i.step for i in ws.checkpoints.list()] == [1, 2]
 
 
@@ -269,7 +269,7 @@ def test_workers_of_the_holding_run_save_without_acquiring(
             Workspace.discover().checkpoints.save(_state(1), 1)
         monkeypatch.setenv("ACCEL_RUN_ID", "run-A")
         Workspace.discover().checkpoints.save(_state(2), 2)
-        holder = holder_of(ws, "default")
+        holder = holder_of(ws.layout, "default")
         assert holder is not None and holder.pid == launcher.pid
         assert Workspace.discover().checkpoints.load()["step"] == 2  # reading needs no lease
     finally:
@@ -277,7 +277,7 @@ def test_workers_of_the_holding_run_save_without_acquiring(
         launcher.join()
     monkeypatch.setenv("ACCEL_RUN_ID", "run-B")
     Workspace.discover().checkpoints.save(_state(3), 3)  # the dead holder's lease is taken
-    holder = holder_of(ws, "default")
+    holder = holder_of(ws.layout, "default")
     assert holder is not None and holder.pid == os.getpid() and holder.run_id == "run-B"
 
 

@@ -74,7 +74,7 @@ def update_forever(ws_path: str) -> None:
 
 
 def hold_lease(ws_path: str, run_id: str | None, ready: Any) -> None:
-    SeriesLease(Workspace(ws_path), "default", run_id=run_id).acquire()
+    SeriesLease(Workspace(ws_path).layout, "default", run_id=run_id).acquire()
     ready.set()
     time.sleep(60)
 

@@ -14,8 +14,7 @@ pytest.importorskip("fsspec")
 
 
 @pytest.fixture
-def ws(project: Path) -> Workspace:
-    ws = Workspace.discover().ensure()
+def ws(ws: Workspace) -> Workspace:
     assert main(["config", "--default"]) == 0
     return ws
 

@@ -276,7 +276,7 @@ HOLD = """
 import sys, time
 from accel import Workspace
 from accel.store.lease import SeriesLease
-lease = SeriesLease(Workspace(sys.argv[1]), "default", run_id="20261130-120000-abcdef").acquire()
+lease = SeriesLease(Workspace(sys.argv[1]).layout, "default", run_id="20261130-120000-abcdef").acquire()
 print("held", flush=True)
 time.sleep(60)
 """

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel._fs import open_private_append
 from accel.errors import AccelError, UsageError
-from accel.fsutil import open_private_append
 
 if TYPE_CHECKING:
     from accel.metrics_tb import TensorBoardLogger

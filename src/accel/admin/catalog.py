@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel import layout
+from accel._fs import tree_size
 from accel.clean._live import held_series
 from accel.errors import IntegrityError, UsageError
-from accel.fsutil import tree_size
 from accel.store import series as series_mod
 from accel.store.checkpoints import check_series, check_step
 from accel.store.manifest import Manifest

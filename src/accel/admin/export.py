@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel import _faults
+from accel._fs import TMP_PREFIX, file_mode, fsync_dir
 from accel.admin import _dcp, _model
 from accel.admin.catalog import find_checkpoint
 from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
 from accel.errors import IntegrityError, UsageError, storage_error
-from accel.fsutil import TMP_PREFIX, file_mode, fsync_dir
 from accel.store._hashing import fsync_file
 from accel.store._outline import TensorRef, read_outline
 from accel.store.checkpoints import STATE_FILE

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel import layout
+from accel._locks import held as lock_held
 from accel.admin.cache import DEBRIS, CacheRow, check_prefix, list_cache, read_entry
 from accel.admin.catalog import find_checkpoint
-from accel.clean._live import lock_held
-from accel.clean._scan import Item, checkpoint_item
+from accel.clean._items import Item
+from accel.clean._scan import checkpoint_item
 from accel.errors import AccelError, UsageError
 from accel.runs import is_live
 from accel.store import series as series_mod
@@ -170,7 +171,7 @@ def _holder(ws: Workspace, series: str) -> str | None:
     """Who holds ``series``' lease now, in words; None when nobody does."""
     if not lock_held(layout.series_lock(ws.path, series)):
         return None
-    holder = read_holder(ws, series)
+    holder = read_holder(ws.layout, series)
     if holder is None:
         return "another process"
     run = f" (run {holder.run_id})" if holder.run_id else ""
@@ -275,14 +276,11 @@ def _remove_entries(
 
 
 def _log(ws: Workspace, result: RemovalResult) -> None:
-    from accel.wslog import log_event
-
     if not result.removed:
         return
     names = ", ".join(r.name for r in result.removed[:5])
     more = f" and {len(result.removed) - 5} more" if len(result.removed) > 5 else ""
-    log_event(
-        ws,
+    ws.log(
         f"removed {len(result.removed)} item(s) ({names}{more}), freed {result.freed_bytes} bytes",
         command=f"accel {result.plan.part} rm",
     )

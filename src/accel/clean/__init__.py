@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accel.clean._items import CATEGORIES, LEFT_ALONE, Item, WorkspaceScan
 from accel.clean._plan import (
     DEBRIS_GRACE,
     CleanPlan,
@@ -23,7 +24,7 @@ from accel.clean._plan import (
     parse_policy,
     protection,
 )
-from accel.clean._scan import CATEGORIES, LEFT_ALONE, Item, WorkspaceScan, scan
+from accel.clean._scan import scan
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -71,6 +72,13 @@ class CleanOutcome:
     plan: CleanPlan
     result: CleanResult | None  # None on a dry run
 
+    def to_json(self, *, dry_run: bool) -> dict[str, Any]:
+        """What ``accel clean --json`` prints: the plan and, once executed, its result."""
+        data = self.plan.to_json(dry_run=dry_run)
+        if self.result is not None:
+            data.update(self.result.to_json())
+        return data
+
 
 def plan_for(ws: Workspace, policy: Policy, now: float | None = None) -> CleanPlan:
     """Scan ``ws`` and plan ``policy`` against it (reads only)."""
@@ -114,22 +122,22 @@ def policy_for(
     only: Iterable[str] | None = None,
 ) -> Policy:
     """The policy for these selectors; none given means the configured retention."""
-    config = ws.config
+    settings = ws.settings
     return parse_policy(
         older_than=older_than,
         keep_last=keep_last,
         max_size=max_size,
         only=only,
-        defaults={k: config[k] for k in ("checkpoints.keep_last", "cache.max_size")},
+        defaults={
+            "checkpoints.keep_last": settings.checkpoints.keep_last,
+            "cache.max_size": settings.cache.max_size,
+        },
     )
 
 
 def log_result(ws: Workspace, result: CleanResult) -> None:
     """One line in logs/training.log for an executed clean."""
-    from accel.wslog import log_event
-
-    log_event(
-        ws,
+    ws.log(
         f"clean removed {len(result.removed)} item(s), freed {result.freed_bytes} bytes"
         + (f", kept {len(result.skipped)} in use" if result.skipped else ""),
         command="accel clean",

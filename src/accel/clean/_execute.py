@@ -16,13 +16,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from accel import _faults, layout
-from accel.clean import _live
+from accel._locks import locked, try_hold
+from accel.clean._items import META, Item
 from accel.clean._plan import CleanPlan, PlanItem
-from accel.clean._scan import META, Item, _read_json, proves_item
+from accel.clean._proof import proves_item
+from accel.clean._walk import read_json as _read_json
 from accel.errors import WorkspaceError
-from accel.locking import locked
+from accel.layout import CACHE_LOCK, CLEAN_LOCK
 from accel.runs import is_live
 from accel.store import series as series_mod
 from accel.workspace import Workspace
@@ -42,6 +45,13 @@ class CleanResult:
     skipped: tuple[Skipped, ...]
     freed_bytes: int
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "freed_bytes": self.freed_bytes,
+            "removed": [str(p.item.path) for p in self.removed],
+            "skipped": [{"path": str(s.path), "reason": s.reason} for s in self.skipped],
+        }
+
 
 def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     """Remove what ``plan`` lists; one clean at a time per workspace."""
@@ -51,7 +61,7 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     skipped: list[Skipped] = []
     freed = 0
     root = os.path.realpath(plan.scan.root)
-    with locked(ws.lock_path("clean"), ws):
+    with locked(ws.lock_path(CLEAN_LOCK), ws.lock_timeout):
         device = os.lstat(root).st_dev
         for planned in plan.items:
             why = _remove(ws, planned.item, root, device)
@@ -101,13 +111,13 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
 def _guard(ws: Workspace, item: Item) -> Iterator[bool]:
     """Hold what writers of ``item`` hold: the cache lock, the series lease, the run lock."""
     if item.series is not None:
-        with _live.try_hold(layout.series_lock(ws.path, item.series), create=True) as free:
+        with try_hold(layout.series_lock(ws.path, item.series), create=True) as free:
             yield free
     elif item.kind == "run" and item.run_id is not None:
-        with _live.try_hold(layout.run_lock(ws.path, item.run_id), create=False) as free:
+        with try_hold(layout.run_lock(ws.path, item.run_id), create=False) as free:
             yield free
     elif item.category == "cache" and _under(item.path, ws.cache_dir):
-        with locked(ws.lock_path("cache"), ws):
+        with locked(ws.lock_path(CACHE_LOCK), ws.lock_timeout):
             yield True
     else:
         yield True
@@ -180,7 +190,7 @@ def _inside(path: Path, root: str) -> bool:
 def _drop_empty_series(ws: Workspace, plan: CleanPlan) -> None:
     series = {p.item.series for p in plan.items if p.item.series is not None}
     for name in sorted(series):
-        with _live.try_hold(layout.series_lock(ws.path, name), create=True) as free:
+        with try_hold(layout.series_lock(ws.path, name), create=True) as free:
             if free:
                 with contextlib.suppress(OSError):
                     os.rmdir(ws.checkpoints_dir / name)

@@ -1,6 +1,6 @@
 """The clean policy and the pure planner: from a scan to what to delete, and why.
 
-No IO here: :func:`make_plan` takes a :class:`~accel.clean._scan.WorkspaceScan` (which
+No IO here: :func:`make_plan` takes a :class:`~accel.clean._items.WorkspaceScan` (which
 carries ``now`` and the live runs) and returns a :class:`CleanPlan`. Tested without a
 filesystem.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel.clean._scan import CATEGORIES, LEFT_ALONE, UNKNOWN, Item, WorkspaceScan
+from accel.clean._items import CATEGORIES, LEFT_ALONE, UNKNOWN, Item, WorkspaceScan
 from accel.errors import UsageError
 from accel.units import parse_duration, parse_size
 
@@ -72,6 +72,31 @@ class CleanPlan:
     @property
     def size_after(self) -> int:
         return self.scan.total_size - self.total_bytes
+
+    def to_json(self, *, dry_run: bool) -> dict[str, Any]:
+        """What ``accel clean --json`` prints for this plan."""
+        return {
+            "workspace": str(self.scan.root),
+            "dry_run": dry_run,
+            "policy": self.policy.to_json(),
+            "size_before": self.scan.total_size,
+            "total_bytes": self.total_bytes,
+            "items": [item_json(p.item, p.reason) for p in self.items],
+            "kept": [item_json(k.item, k.reason) for k in self.kept],
+            "warnings": list(self.warnings),
+        }
+
+
+def item_json(item: Item, reason: str) -> dict[str, Any]:
+    return {
+        "category": item.category,
+        "kind": item.kind,
+        "name": item.name,
+        "path": item.location,
+        "size": item.size,
+        "last_used": item.last_used,
+        "reason": reason,
+    }
 
 
 def parse_policy(

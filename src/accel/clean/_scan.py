@@ -15,84 +15,45 @@ that is not accel's is refused (``WorkspaceError``) before anything is read.
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from accel import layout
 from accel.clean import _live
+from accel.clean._items import (
+    FRAMEWORKS,
+    META,
+    UNKNOWN,
+    UNREADABLE,
+    Item,
+    WorkspaceScan,
+)
+from accel.clean._proof import accel_log as _accel_log
+from accel.clean._proof import debris as _debris
+from accel.clean._proof import in_flight as _in_flight
+from accel.clean._proof import provably_debris as _provably_debris
+from accel.clean._walk import children as _children
+from accel.clean._walk import read_json as _read_json
+from accel.clean._walk import recorded_time as _time
+from accel.clean._walk import walk as _walk
 from accel.errors import IntegrityError
 from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
-from accel.layout import CACHE_META, ENTRY_SUFFIX, MANIFEST, RUN_RECORD, is_atomic_temp
+from accel.layout import ENTRY_SUFFIX, MANIFEST, RUN_RECORD, is_atomic_temp
 from accel.runs import live_run_ids, read_record, records_this_run
 from accel.store import series as series_mod
 from accel.store.entry import MetaMissing, parse_cache_meta
 from accel.workspace import Workspace
-from accel.wslog import is_crash_log, is_log_file
 
-CATEGORIES = ("cache", "checkpoints", "frameworks", "logs", "runs")
-FRAMEWORKS = "frameworks"  # cache/frameworks/<name>/: torch.compile's caches (accel.frameworks)
-META = CACHE_META
-UNKNOWN = "unknown"  # not made by accel: left alone
-UNREADABLE = "unreadable"  # accel's name, but its record is refused: left alone
-LEFT_ALONE = frozenset({UNKNOWN, UNREADABLE})
+__all__ = ["checkpoint_item", "scan"]
+
 _MAX_THREADS = 8
 _PARALLEL_FROM = 2000
 # On 2 cores the reader threads fight over the GIL: a serial scan of 20,000 entries
 # took 0.26-0.33 s against 0.38-0.54 s on threads. Only larger machines use them.
 _PARALLEL_MIN_CPUS = 4
-
-
-class Item(NamedTuple):
-    """One thing found. ``kind`` is entry, checkpoint, framework, run, log, debris (all
-    removable) or unknown, unreadable (never removed); ``last_used`` is a unix time;
-    ``marker`` the file that proves accel made it; ``detail`` why it is left alone.
-
-    Immutable like a frozen dataclass, and three times cheaper to build: a scan makes
-    one per cache entry, 100,000 of them in a large workspace.
-    """
-
-    category: str
-    kind: str
-    location: str
-    size: int
-    last_used: float
-    marker: str | None = None
-    name: str = ""
-    series: str | None = None
-    step: int | None = None
-    run_id: str | None = None
-    status: str | None = None
-    detail: str | None = None
-
-    @property
-    def path(self) -> Path:
-        return Path(self.location)
-
-
-@dataclass(frozen=True)
-class WorkspaceScan:
-    """Everything found, with the facts the planner needs (no IO after this)."""
-
-    root: Path
-    now: float
-    items: tuple[Item, ...]
-    other_size: int
-    live_runs: frozenset[str]
-    held_series: frozenset[str]
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def total_size(self) -> int:
-        return self.other_size + sum(i.size for i in self.items)
-
-    @property
-    def left_alone(self) -> tuple[Item, ...]:
-        return tuple(i for i in self.items if i.kind in LEFT_ALONE)
 
 
 @dataclass
@@ -357,12 +318,6 @@ def _scan_logs(folder: Path, acc: _Acc) -> None:
             acc.unknown("logs", entry.path)
 
 
-def _accel_log(name: str, path: Path) -> bool:
-    if layout.ROTATED_LOG_RE.fullmatch(name):
-        return is_log_file(path)
-    return layout.CRASH_LOG_RE.fullmatch(name) is not None and is_crash_log(path)
-
-
 def _scan_tmp(folder: Path, acc: _Acc) -> None:
     """Staging: what carries accel's marker (any name) or is an atomic-write temp file."""
     for entry in _children(folder):
@@ -370,132 +325,3 @@ def _scan_tmp(folder: Path, acc: _Acc) -> None:
             acc.items.append(_debris("cache", entry))
         else:
             acc.unknown("cache", entry.path)
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def _in_flight(name: str, is_dir: bool) -> bool:
-    """A name accel gives what it is writing or deleting (the marker must still prove it)."""
-    if not is_dir:
-        return is_atomic_temp(name)
-    return bool(layout.DELETED_RE.fullmatch(name) or layout.SYNC_STAGE_RE.fullmatch(name))
-
-
-def _provably_debris(entry: os.DirEntry[str]) -> bool:
-    """A folder carrying accel's marker (or holding nothing), or an atomic-write temp."""
-    if not entry.is_dir(follow_symlinks=False):
-        return not entry.is_symlink() and is_atomic_temp(entry.name)
-    path = Path(entry.path)
-    return layout.is_owned(path) or layout.is_empty_dir(path)
-
-
-def _debris(
-    category: str,
-    entry: os.DirEntry[str],
-    *,
-    series: str | None = None,
-    name: str | None = None,
-) -> Item:
-    size, mtime = _walk(entry.path)
-    return Item(category, "debris", entry.path, size, mtime, name=name or entry.name, series=series)
-
-
-def proves_debris(path: Path) -> bool:
-    """Re-check, just before removal, that ``path`` is still accel's debris."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    if stat.S_ISDIR(st.st_mode):
-        return layout.is_owned(path) or layout.is_empty_dir(path)
-    return stat.S_ISREG(st.st_mode) and is_atomic_temp(path.name)
-
-
-def proves_item(item: Item) -> bool:
-    """Re-check, just before removal, what proved ``item`` accel's when it was scanned
-    (checkpoints and entries are re-checked by their own protocols)."""
-    path = item.path
-    if item.kind == "debris":
-        return proves_debris(path)
-    if item.kind == "run":
-        return not os.path.islink(path) and records_this_run(read_record(path), path)
-    if item.kind == "log":
-        return not os.path.islink(path) and _accel_log(path.name, path)
-    if item.kind == "framework":
-        return path.name in _FRAMEWORK_NAMES and not os.path.islink(path) and path.is_dir()
-    return item.kind in ("entry", "checkpoint")
-
-
-def _children(folder: str | Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(folder) as it:
-            return list(it)
-    except OSError:
-        return []
-
-
-def _walk(path: str | Path) -> tuple[int, float]:
-    """(bytes, newest mtime) of ``path`` and what is under it; links are not followed."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return 0, 0.0
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_size, st.st_mtime
-    total, newest, stack = 0, st.st_mtime, [str(path)]
-    while stack:
-        for entry in _children(stack.pop()):
-            try:
-                est = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            newest = max(newest, est.st_mtime)
-            if stat.S_ISDIR(est.st_mode):
-                if est.st_dev == st.st_dev:  # never measure across a mount
-                    stack.append(entry.path)
-            else:
-                total += est.st_size
-    return total, newest
-
-
-_RAW_DECODE = json.JSONDecoder().raw_decode
-_CHUNK = 16384
-
-
-def _read_json(path: str) -> Any:
-    # The hot path of a 100,000-entry scan: raw descriptors, no text layer, and small
-    # reads (os.read(fd, 1 MiB) allocates, and maps, the whole buffer every time).
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        data = os.read(fd, _CHUNK)
-        while len(data) % _CHUNK == 0 and data:
-            more = os.read(fd, _CHUNK)
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(fd)
-    text = data.decode("utf-8")
-    try:
-        value, end = _RAW_DECODE(text)
-    except ValueError:
-        return json.loads(text)  # leading whitespace, or the error message for the warning
-    if text[end:].strip():
-        raise ValueError(f"extra data after the JSON value at {end}")
-    return value
-
-
-def _time(value: Any) -> float:
-    """A recorded time: unix seconds or an ISO 8601 string (run.json); 0 when unknown."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str) and value:
-        from datetime import datetime, timezone
-
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            return 0.0
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
-    return 0.0

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accel.fsutil import tree_size
+from accel._fs import tree_size
 
 if TYPE_CHECKING:
     from accel.clean import CleanPlan, Policy
@@ -160,10 +160,6 @@ def _result(
 
 
 def _log(ws: Workspace, outcome: BudgetResult) -> None:
-    try:
-        from accel.wslog import log_event
-    except ImportError:
-        return
     text = (
         f"size budget: workspace {outcome.size_before} bytes > cache.max_size "
         f"{outcome.max_size}: removed {outcome.removed} item(s), freed {outcome.freed} bytes, "
@@ -171,4 +167,4 @@ def _log(ws: Workspace, outcome: BudgetResult) -> None:
     )
     if outcome.action == OVER:
         text += " (still over: the rest is checkpoints, live runs or the config)"
-    log_event(ws, text, "info" if outcome.action == TRIMMED else "warning", command="budget")
+    ws.log(text, "info" if outcome.action == TRIMMED else "warning", command="budget")

@@ -74,6 +74,7 @@ def clean(
 
 def _auto(ws: Workspace, selectors: tuple[Any, ...], dry_run: bool, as_json: bool) -> int:
     """``--auto``: the size budget (:mod:`accel.clean.budget`), like ``git gc --auto``."""
+    from accel.clean import CleanOutcome
     from accel.clean.budget import OFF, OVER, UNDER, check
     from accel.errors import UsageError
     from accel.units import format_size
@@ -84,7 +85,7 @@ def _auto(ws: Workspace, selectors: tuple[Any, ...], dry_run: bool, as_json: boo
     if as_json:
         data = {"auto": result.to_json()}
         if result.plan is not None:
-            data.update(plan_json(result.plan, None, dry_run=dry_run))
+            data.update(CleanOutcome(result.plan, None).to_json(dry_run=dry_run))
         _output.print_json(data)
         return 0
     if result.action == OFF:
@@ -135,10 +136,11 @@ def _interactive() -> bool:
 def _show_plan(
     plan: CleanPlan, as_json: bool, *, dry_run: bool, list_left_alone: bool = True
 ) -> None:
+    from accel.clean import CleanOutcome
     from accel.units import format_size
 
     if as_json:
-        _output.print_json(plan_json(plan, None, dry_run=dry_run))
+        _output.print_json(CleanOutcome(plan, None).to_json(dry_run=dry_run))
         return
     _show_left_alone(plan, dry_run and list_left_alone)
     if not plan.items:
@@ -185,10 +187,11 @@ def _plain_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 
 def _show_result(plan: CleanPlan, result: CleanResult, as_json: bool) -> None:
+    from accel.clean import CleanOutcome
     from accel.units import format_size
 
     if as_json:
-        _output.print_json(plan_json(plan, result, dry_run=False))
+        _output.print_json(CleanOutcome(plan, result).to_json(dry_run=False))
         return
     for skipped in result.skipped:
         _output.warn(f"kept {skipped.path}: {skipped.reason}")
@@ -227,34 +230,3 @@ REASONS = {
     "keep_last": "beyond --keep-last",
     "max_size": "least recently used (--max-size)",
 }
-
-
-def plan_json(plan: CleanPlan, result: CleanResult | None, *, dry_run: bool) -> dict[str, Any]:
-    """The JSON form of a plan and, after execution, of its result."""
-    data: dict[str, Any] = {
-        "workspace": str(plan.scan.root),
-        "dry_run": dry_run,
-        "policy": plan.policy.to_json(),
-        "size_before": plan.scan.total_size,
-        "total_bytes": plan.total_bytes,
-        "items": [_item_json(p.item, p.reason) for p in plan.items],
-        "kept": [_item_json(k.item, k.reason) for k in plan.kept],
-        "warnings": list(plan.warnings),
-    }
-    if result is not None:
-        data["freed_bytes"] = result.freed_bytes
-        data["removed"] = [str(p.item.path) for p in result.removed]
-        data["skipped"] = [{"path": str(s.path), "reason": s.reason} for s in result.skipped]
-    return data
-
-
-def _item_json(item: Any, reason: str) -> dict[str, Any]:
-    return {
-        "category": item.category,
-        "kind": item.kind,
-        "name": item.name,
-        "path": item.location,
-        "size": item.size,
-        "last_used": item.last_used,
-        "reason": reason,
-    }

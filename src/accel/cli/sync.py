@@ -149,14 +149,9 @@ def _render(result: SyncResult) -> None:
 def _log(ws: Workspace, result: SyncResult) -> None:
     if result.dry_run or not ws.exists:
         return
-    try:
-        from accel.wslog import log_event
-    except ImportError:
-        return
     bad = len(result.failed) + len(result.plan.refused)
     state = "ok" if result.ok else f"{bad} units failed or refused"
-    log_event(
-        ws,
+    ws.log(
         f"sync {result.plan.direction} {result.url}: {result.files} files, "
         f"{result.bytes} bytes, {result.plan.unchanged} unchanged, {state}",
         "info" if result.ok else "warning",

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
+from accel._fs import atomic_write
 from accel.config import schema
 from accel.config.resolve import validate_document
 from accel.config.yamlio import load_yaml_text
 from accel.errors import ConfigError
-from accel.fsutil import atomic_write
 
 HEADER = "# accel project configuration: `accel config schema` documents every key.\n"
 

@@ -1,13 +1,19 @@
 """Changes to the project file: write, set, unset, import. Each is a locked
-read-modify-write so two concurrent ``accel config set`` never lose an update."""
+read-modify-write so two concurrent ``accel config set`` never lose an update.
+
+The functions take the workspace as a :class:`ProjectFiles`: the few things of it they
+use. The config sits below the workspace (which reads it), so it never imports it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from accel._fs import atomic_write
+from accel._locks import locked
 from accel.config import schema
 from accel.config.edit import (
     checked,
@@ -21,15 +27,29 @@ from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
 from accel.config.yamlio import load_yaml_file
 from accel.errors import ConfigError
-from accel.fsutil import atomic_write
-from accel.locking import locked
-from accel.workspace import Workspace
+from accel.layout import CONFIG_LOCK
+
+
+class ProjectFiles(Protocol):
+    """What editing the project file needs of a workspace (:class:`accel.Workspace`)."""
+
+    @property
+    def config_file(self) -> Path: ...
+
+    @property
+    def lock_timeout(self) -> float: ...
+
+    def lock_path(self, name: str) -> Path: ...
+
+    def ensure(self) -> ProjectFiles: ...
+
+    def ensure_gitignore(self) -> None: ...
 
 
 @contextlib.contextmanager
-def _editing(ws: Workspace) -> Iterator[tuple[str, dict[str, Any]]]:
+def _editing(ws: ProjectFiles) -> Iterator[tuple[str, dict[str, Any]]]:
     ws.ensure()
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         values: dict[str, Any] = {}
@@ -40,20 +60,20 @@ def _editing(ws: Workspace) -> Iterator[tuple[str, dict[str, Any]]]:
         yield text, values
 
 
-def exists(ws: Workspace) -> bool:
+def exists(ws: ProjectFiles) -> bool:
     """Whether the project has a config file of its own (else the defaults apply)."""
     return ws.config_file.exists()
 
 
-def write(ws: Workspace, values: dict[str, Any]) -> Path:
+def write(ws: ProjectFiles, values: dict[str, Any]) -> Path:
     """Write a fresh project file holding ``values`` (flat keys, already validated)."""
     ws.ensure().ensure_gitignore()
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         rewrite(ws.config_file, "", dump(values), values)
     return ws.config_file
 
 
-def plan_edit(ws: Workspace, values: dict[str, Any]) -> tuple[str, str]:
+def plan_edit(ws: ProjectFiles, values: dict[str, Any]) -> tuple[str, str]:
     """(the project file now, the file with ``values`` set): comments, key order and every
     other key kept. Nothing is written (see :func:`write_edit`)."""
     path = ws.config_file
@@ -67,10 +87,10 @@ def plan_edit(ws: Workspace, values: dict[str, Any]) -> tuple[str, str]:
     return before, checked(path, edited, {**current, **values})
 
 
-def write_edit(ws: Workspace, before: str, after: str) -> Path:
+def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
     """Write what :func:`plan_edit` planned, unless the file changed since it was read."""
     ws.ensure().ensure_gitignore()
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         now = path.read_text(encoding="utf-8") if path.exists() else ""
         if now != before:
@@ -79,7 +99,7 @@ def write_edit(ws: Workspace, before: str, after: str) -> Path:
     return path
 
 
-def set_value(ws: Workspace, key: str, text: str) -> Any:
+def set_value(ws: ProjectFiles, key: str, text: str) -> Any:
     f = schema.field(key)
     value = flag_value(f.key, text, named=f.key)
     with _editing(ws) as (current, values):
@@ -89,7 +109,7 @@ def set_value(ws: Workspace, key: str, text: str) -> Any:
     return value
 
 
-def unset_value(ws: Workspace, key: str) -> bool:
+def unset_value(ws: ProjectFiles, key: str) -> bool:
     """Remove ``key`` from the project file; False when it was not set there.
 
     A file that is invalid because of that very key (an unknown key, a bad value) is
@@ -109,8 +129,8 @@ def unset_value(ws: Workspace, key: str) -> bool:
         return _remove_broken_key(ws, key)
 
 
-def _remove_broken_key(ws: Workspace, key: str) -> bool:
-    with locked(ws.lock_path("config"), ws):
+def _remove_broken_key(ws: ProjectFiles, key: str) -> bool:
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         current = ws.config_file.read_text(encoding="utf-8")
         edited = unset_in_text(current, key)
         if edited == current:
@@ -129,7 +149,7 @@ def read_hf(source: Path) -> ImportResult:
     return map_hf_config(loaded.data, str(source))
 
 
-def import_hf(ws: Workspace, source: Path) -> ImportResult:
+def import_hf(ws: ProjectFiles, source: Path) -> ImportResult:
     """Write what ``source`` means into the project file; a refused file changes nothing."""
     result = read_hf(source)
     with _editing(ws) as (current, values):

@@ -114,7 +114,7 @@ def _read_from(path: Path, offset: int) -> str:
 
 def write_workers(run_dir: Path, attempt: int, pids: Mapping[int, int]) -> None:
     """Record this node's live workers for ``accel stack`` (rewritten at every attempt)."""
-    from accel.fsutil import atomic_write_json
+    from accel._fs import atomic_write_json
 
     data = {"attempt": attempt, "pids": {str(r): p for r, p in sorted(pids.items())}}
     atomic_write_json(Path(run_dir) / WORKERS_FILE, data, durable=False)

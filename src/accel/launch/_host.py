@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from accel.fsutil import open_private_append
+from accel._fs import open_private_append
 
 __all__ = ["HANDLED_SIGNALS", "Signalled", "facts", "native_stderr_to", "quiet_torch_logs"]
 

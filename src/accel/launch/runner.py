@@ -127,7 +127,7 @@ def _series_lease(ws: Workspace, plan: LaunchPlan) -> Iterator[None]:
         return
     from accel.store.lease import SeriesLease
 
-    lease = SeriesLease(ws, plan.run_name, run_id=plan.run_id)
+    lease = SeriesLease(ws.layout, plan.run_name, run_id=plan.run_id)
     lease.acquire()
     try:
         yield

@@ -1,18 +1,17 @@
 """Liveness of a run: the launcher's exclusive ``flock`` on ``locks/run-<run-id>.lock``.
 
 The kernel drops the lock when the launcher dies, even by SIGKILL, so liveness never
-depends on what run.json says.
+depends on what run.json says. The lock and the probe are :mod:`accel._locks`'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from accel.errors import LockTimeout, storage_error
+from accel import _locks
+from accel.errors import LockTimeout
 from accel.layout import LOCK_SUFFIX, RUN_LOCK_PREFIX, Layout
 from accel.layout import run_lock as run_lock_file
 
@@ -30,44 +29,20 @@ def run_lock(layout: Layout, run_id: str, timeout: float = 10.0) -> Iterator[Non
     Probes by readers hold it for an instant, so the acquire retries until ``timeout``.
     The descriptor is close-on-exec so workers never inherit the lock.
     """
-    import time
-
     path = run_lock_path(layout, run_id)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        raise storage_error(exc, "take the lock", path) from None
+        fd = _locks.acquire(path, timeout, poll_interval=0.01)
+    except LockTimeout:
+        raise LockTimeout(f"run {run_id} is already live (lock {path})") from None
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LockTimeout(f"run {run_id} is already live (lock {path})") from None
-                time.sleep(0.01)
         yield
     finally:
-        os.close(fd)  # closing the last descriptor releases the flock
+        _locks.release(fd)
 
 
 def is_live(layout: Layout, run_id: str) -> bool:
     """True while a launcher holds the run's lock (probed without blocking, never created)."""
-    try:
-        fd = os.open(run_lock_path(layout, run_id), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return _locks.held(run_lock_path(layout, run_id))
 
 
 def live_run_ids(layout: Layout) -> set[str]:
@@ -87,13 +62,7 @@ def live_run_ids(layout: Layout) -> set[str]:
 def held_unless_live(layout: Layout, run_id: str) -> Iterator[None]:
     """Hold the run's lock for a moment, for a reader that rewrites its record; raises
     ``BlockingIOError`` while a launcher holds it. A missing lock file: nobody can."""
-    try:
-        fd = os.open(run_lock_path(layout, run_id), os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
+    with _locks.try_hold(run_lock_path(layout, run_id), create=False) as free:
+        if not free:
+            raise BlockingIOError(f"run {run_id} is live")
         yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        yield
-    finally:
-        os.close(fd)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from accel.fsutil import open_private_append
+from accel._fs import open_private_append
 from accel.runs.logindex import LogIndexWriter
 from accel.runs.streams import (
     LOG_REDRAW_EVERY,

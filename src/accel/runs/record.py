@@ -154,7 +154,7 @@ def records_this_run(record: Mapping[str, Any] | None, folder: Path) -> bool:
 
 def write_record(folder: Path, record: Mapping[str, Any]) -> None:
     """Write the run.json of ``folder`` atomically, private, every secret in it hidden."""
-    from accel.fsutil import PRIVATE_MODE, atomic_write_json
+    from accel._fs import PRIVATE_MODE, atomic_write_json
 
     path = folder / RUN_FILE
     atomic_write_json(path, redact_mapping(record), durable=False, perms=PRIVATE_MODE)
@@ -240,7 +240,7 @@ def mark_crashed(layout: Layout) -> list[str]:
 
 
 def _heal(layout: Layout, run_id: str) -> bool:
-    from accel.fsutil import tree_usage
+    from accel._fs import tree_usage
 
     folder = run_dir(layout, run_id)
     with held_unless_live(layout, run_id):  # BlockingIOError while live

@@ -25,13 +25,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from accel import _faults
+from accel._fs import fsync_dir, remove_tree
+from accel._locks import locked
+from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
-from accel.fsutil import fsync_dir, remove_tree
-from accel.layout import CACHE_META, ENTRY_SUFFIX, dispose, make_owned_dir
-from accel.locking import locked
+from accel.identity import ensure
+from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
 from accel.store._keys import check_key
 from accel.store._memoize import args_digest, safe_segment
 from accel.store._payload import file_name, read_plain, verify_file, write_payload
@@ -50,9 +52,6 @@ from accel.store.entry import (
     write_cache_meta,
 )
 from accel.units import parse_duration
-
-if TYPE_CHECKING:
-    from accel.workspace import Workspace
 
 __all__ = ["Cache", "CacheEntryInfo"]
 
@@ -99,10 +98,11 @@ def _kind_of(obj: Any) -> str:
 class Cache:
     """Artifacts by key under ``cache/entries/``; safe across processes."""
 
-    def __init__(self, ws: Workspace) -> None:
-        self.ws = ws
-        self.root = ws.layout.entries_dir
-        self.lock_path = ws.lock_path("cache")
+    def __init__(self, layout: Layout, settings: StoreSettings) -> None:
+        self.layout = layout
+        self.settings = settings
+        self.root = layout.entries_dir
+        self.lock_path = layout.lock(CACHE_LOCK)
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
@@ -213,7 +213,7 @@ class Cache:
 
     def _touch(self, entry: Path, read: CacheMeta, stamp: Stamp | None) -> None:
         # Under the lock so that a concurrent delete or put cannot be undone by it.
-        with locked(self.lock_path, self.ws, poll_interval=0.001):
+        with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
             try:
                 meta = self._meta(entry, read.key)
             except IntegrityError:
@@ -229,14 +229,14 @@ class Cache:
         """Store ``obj`` under ``key``, replacing what was there."""
         entry = self.entry_dir(key)
         kind = _kind_of(obj)
-        self.ws.ensure()
+        ensure(self.layout)
         version = secrets.token_hex(16)
-        stage = make_owned_dir(self.ws.tmp_dir / f"cache-{version}", parents=True)
+        stage = make_owned_dir(self.layout.tmp_dir / f"cache-{version}", parents=True)
         try:
             meta = self._stage(stage, f"v{version[:16]}", key, kind, obj)
             entry.parent.mkdir(parents=True, exist_ok=True)
             self._inside(entry)
-            with locked(self.lock_path, self.ws, poll_interval=0.001):
+            with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
                 self._commit(entry, stage, meta)
         finally:
             remove_tree(stage)  # a no-op once committed: the folder was moved
@@ -280,7 +280,7 @@ class Cache:
         Only a folder accel made goes (a link or a stranger's folder stays, False).
         """
         entry = self.entry_dir(key)
-        with locked(self.lock_path, self.ws, poll_interval=0.001):
+        with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
             committed = self._meta_or_none(entry, key) is not None
             doomed = detach_entry(entry, self.root, key)
         if doomed is None:

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from accel import _faults
+from accel._fs import atomic_write_json, remove_tree
 from accel.errors import IntegrityError
-from accel.fsutil import atomic_write_json, remove_tree
 from accel.layout import CACHE_META, ENTRY_SUFFIX, OWNER_MARKER, VERSION_RE, detach, is_owned
 from accel.store._hashing import FileDigest
 from accel.store._records import (

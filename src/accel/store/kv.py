@@ -18,15 +18,15 @@ import json
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from accel._fs import atomic_write
+from accel._locks import locked
+from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
-from accel.fsutil import atomic_write
-from accel.locking import locked
+from accel.identity import ensure
+from accel.layout import STATE_LOCK, Layout
 from accel.store._values import require_json
-
-if TYPE_CHECKING:
-    from accel.workspace import Workspace
 
 __all__ = ["Store", "decode_state", "encode_state"]
 
@@ -80,10 +80,11 @@ def _check_key(key: Any) -> str:
 class Store:
     """Key-value state in ``state.bin``; every method is safe across processes."""
 
-    def __init__(self, ws: Workspace) -> None:
-        self.ws = ws
-        self.path = ws.state_file
-        self.lock_path = ws.lock_path("state")
+    def __init__(self, layout: Layout, settings: StoreSettings) -> None:
+        self.layout = layout
+        self.settings = settings
+        self.path = layout.state_file
+        self.lock_path = layout.lock(STATE_LOCK)
         self._ensured = False
 
     def __repr__(self) -> str:
@@ -141,9 +142,9 @@ class Store:
 
     def _modify(self, change: Callable[[dict[str, Any]], None]) -> None:
         if not self._ensured:
-            self.ws.ensure()
+            ensure(self.layout)
             self._ensured = True
-        with locked(self.lock_path, self.ws, poll_interval=_POLL):
+        with locked(self.lock_path, self.settings.lock_timeout, poll_interval=_POLL):
             data = self.read()
             before = encode_state(data)
             change(data)

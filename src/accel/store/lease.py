@@ -16,16 +16,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from filelock import FileLock, Timeout
-
-from accel.errors import AccelError
-from accel.fsutil import atomic_write_json, read_json
-from accel.layout import series_holder, series_lock
-
-if TYPE_CHECKING:
-    from accel.workspace import Workspace
+from accel import _locks
+from accel._fs import atomic_write_json, read_json
+from accel.errors import AccelError, LockTimeout
+from accel.identity import ensure
+from accel.layout import Layout, series_holder, series_lock
 
 __all__ = ["LeaseHeld", "LeaseHolder", "SeriesLease", "holder_of"]
 
@@ -48,18 +45,10 @@ class LeaseHolder:
     since: float
 
 
-def _lock_file(ws: Workspace, series: str) -> Path:
-    return series_lock(ws.path, series)
-
-
-def _holder_file(ws: Workspace, series: str) -> Path:
-    return series_holder(ws.path, series)
-
-
-def read_holder(ws: Workspace, series: str) -> LeaseHolder | None:
+def read_holder(layout: Layout, series: str) -> LeaseHolder | None:
     """What holder.json says, whether or not that holder is still alive."""
     try:
-        data: Any = read_json(_holder_file(ws, series))
+        data: Any = read_json(series_holder(layout.root, series))
         return LeaseHolder(
             pid=int(data["pid"]),
             host=str(data["host"]),
@@ -70,21 +59,11 @@ def read_holder(ws: Workspace, series: str) -> LeaseHolder | None:
         return None
 
 
-def _flock_is_free(path: Path) -> bool:
-    probe = FileLock(str(path), timeout=0)
-    try:
-        probe.acquire()
-    except Timeout:
-        return False
-    probe.release()
-    return True
-
-
-def holder_of(ws: Workspace, series: str) -> LeaseHolder | None:
+def holder_of(layout: Layout, series: str) -> LeaseHolder | None:
     """The live holder of ``series``, None when nobody holds it (for ``accel clean``)."""
-    path = _lock_file(ws, series)
-    if _held_here(path) or (path.exists() and not _flock_is_free(path)):
-        return read_holder(ws, series) or LeaseHolder(-1, "unknown", None, 0.0)
+    path = series_lock(layout.root, series)
+    if _held_here(path) or _locks.held(path):
+        return read_holder(layout, series) or LeaseHolder(-1, "unknown", None, 0.0)
     return None
 
 
@@ -105,44 +84,41 @@ def _held_here(path: Path) -> SeriesLease | None:
 class SeriesLease:
     """Hold the right to save into ``series`` for the life of this process."""
 
-    def __init__(self, ws: Workspace, series: str, run_id: str | None = None) -> None:
-        self.ws = ws
+    def __init__(self, layout: Layout, series: str, run_id: str | None = None) -> None:
+        self.layout = layout
         self.series = series
         self.run_id = run_id
-        self.lock_file = _lock_file(ws, series)
-        self.holder_file = _holder_file(ws, series)
-        self._lock: FileLock | None = None
+        self.lock_file = series_lock(layout.root, series)
+        self.holder_file = series_holder(layout.root, series)
+        self._fd: int | None = None  # the descriptor holding the flock
 
     @property
     def held(self) -> bool:
-        return self._lock is not None and self._lock.is_locked
+        return self._fd is not None
 
     def acquire(self) -> SeriesLease:
         """Take the lease now; :class:`LeaseHeld` naming the live holder otherwise."""
         with _HELD_LOCK:
             if self.held:
                 return self
-            self.ws.ensure()
-            # Not thread-local: an async save checks the lease from its own thread.
-            lock = FileLock(str(self.lock_file), timeout=_ACQUIRE_WAIT, thread_local=False)
+            ensure(self.layout)
             try:
-                lock.acquire()
-            except Timeout:
+                self._fd = _locks.acquire(self.lock_file, _ACQUIRE_WAIT, poll_interval=0.01)
+            except LockTimeout:
                 raise self._held_error() from None
-            self._lock = lock
             atomic_write_json(self.holder_file, self._holder_record())
             _HELD[str(self.lock_file)] = (os.getpid(), self)
         return self
 
     def release(self) -> None:
         with _HELD_LOCK:
-            if self._lock is None:
+            if self._fd is None:
                 return
             if _HELD.get(str(self.lock_file), (0, None))[1] is self:
                 del _HELD[str(self.lock_file)]
             # holder.json stays: without the flock it names nobody alive.
-            self._lock.release()
-            self._lock = None
+            _locks.release(self._fd)
+            self._fd = None
 
     def __enter__(self) -> SeriesLease:
         return self.acquire()
@@ -160,7 +136,7 @@ class SeriesLease:
         }
 
     def _held_error(self) -> LeaseHeld:
-        holder = read_holder(self.ws, self.series)
+        holder = read_holder(self.layout, self.series)
         who = f"pid {holder.pid} on {holder.host}" if holder else "another process"
         run = f" (run {holder.run_id})" if holder and holder.run_id else ""
         return LeaseHeld(
@@ -169,17 +145,17 @@ class SeriesLease:
         )
 
 
-def ensure_lease(ws: Workspace, series: str, run_id: str | None) -> SeriesLease | None:
+def ensure_lease(layout: Layout, series: str, run_id: str | None) -> SeriesLease | None:
     """Make sure this process may save into ``series``; take the lease if needed.
 
     None when the lease belongs to this process's run (held by its launcher).
     """
-    path = _lock_file(ws, series)
+    path = series_lock(layout.root, series)
     own = _held_here(path)
     if own is not None:
         return own
     if run_id is not None:
-        holder = read_holder(ws, series)
-        if holder is not None and holder.run_id == run_id and not _flock_is_free(path):
+        holder = read_holder(layout, series)
+        if holder is not None and holder.run_id == run_id and _locks.held(path):
             return None
-    return SeriesLease(ws, series, run_id).acquire()
+    return SeriesLease(layout, series, run_id).acquire()

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel import _faults
+from accel._fs import fsync_dir
 from accel.errors import IntegrityError
-from accel.fsutil import fsync_dir
 from accel.layout import (
     ASIDE_RE,
     DELETED_RE,

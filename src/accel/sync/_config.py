@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel._redact import REDACTED, redact_text
 from accel.errors import ConfigError, IntegrityError
+from accel.layout import CONFIG_LOCK
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -45,14 +46,14 @@ def checked(text: str, source: str) -> dict[str, Any]:
 
 def apply_pulled(ws: Workspace) -> list[str] | None:
     """Apply the config pulled aside; the difference shown (redacted), None when none."""
+    from accel._locks import locked
     from accel.config.edit import rewrite
     from accel.config.resolve import read_layer
-    from accel.locking import locked
 
     aside = pulled_path(ws)
     if not aside.is_file():
         return None
-    with locked(ws.lock_path("config"), ws):
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         pulled = aside.read_text(encoding="utf-8")
         values = checked(pulled, str(aside))
         local = read_layer("project", ws.config_file)

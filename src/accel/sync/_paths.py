@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accel._fs import TMP_PREFIX
 from accel.errors import IntegrityError
-from accel.fsutil import TMP_PREFIX
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel._fs import TMP_PREFIX, fsync_dir, read_json
+from accel._locks import locked
 from accel.errors import IntegrityError, JobFailed, UsageError
-from accel.fsutil import TMP_PREFIX, fsync_dir, read_json
-from accel.layout import OWNER_MARKER, make_owned_dir
-from accel.locking import locked
+from accel.layout import CACHE_LOCK, OWNER_MARKER, SYNC_COMMIT_LOCK, make_owned_dir
 from accel.sync._inventory import MANIFEST, RUN_RECORD
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
 from accel.sync._paths import local_path
@@ -71,8 +71,8 @@ class PullUnit:
             self._download(unit, transfers, stage, reporter)
             verify_checkpoint(stage, unit, self.index)
             try:
-                with SeriesLease(self.ws, series):  # a live run may have taken it meanwhile
-                    self._commit(stage, final, self.ws.lock_path("sync-commit"))
+                with SeriesLease(self.ws.layout, series):  # a live run may have taken it meanwhile
+                    self._commit(stage, final, self.ws.lock_path(SYNC_COMMIT_LOCK))
             except LeaseHeld as exc:
                 raise JobFailed(f"{exc}: pull never writes into a live series") from None
 
@@ -82,7 +82,7 @@ class PullUnit:
             self._download(unit, transfers, stage, reporter)
             verify_cache_entry(stage, unit, self.index)
             final.parent.mkdir(parents=True, exist_ok=True)
-            self._commit(stage, final, self.ws.lock_path("cache"))
+            self._commit(stage, final, self.ws.lock_path(CACHE_LOCK))
 
     def _new_run(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
         final = local_path(self.ws, unit + "/" + RUN_RECORD).parent
@@ -91,7 +91,7 @@ class PullUnit:
             verify_run(stage, unit)
             final.parent.mkdir(parents=True, exist_ok=True)
             (stage / OWNER_MARKER).unlink()  # a run folder is proved by its run.json
-            self._commit(stage, final, self.ws.lock_path("sync-commit"))
+            self._commit(stage, final, self.ws.lock_path(SYNC_COMMIT_LOCK))
 
     def _config(self, t: Transfer, reporter: Reporter) -> None:
         from accel.sync._config import checked, pulled_path
@@ -137,7 +137,7 @@ class PullUnit:
 
     def _commit(self, stage: Path, final: Path, lock: Path) -> None:
         fsync_dir(stage)
-        with locked(lock, self.ws):
+        with locked(lock, self.ws.lock_timeout):
             if final.exists():
                 raise UsageError(f"{final} appeared while it was pulled; kept the local one")
             os.rename(stage, final)

@@ -17,8 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from accel._locks import locked
 from accel.errors import AccelError, UsageError
-from accel.locking import locked
+from accel.layout import SYNC_LOCK
 from accel.sync._checksum import hash_file
 from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
@@ -64,7 +65,10 @@ def push(
     if not ws.exists:
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
-    with locked(ws.lock_path("sync"), ws), tempfile.TemporaryDirectory(prefix="accel-") as tmp:
+    with (
+        locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout),
+        tempfile.TemporaryDirectory(prefix="accel-") as tmp,
+    ):
         index = _guard(remote, remote.read_index) or {}
         files, skipped = inventory(ws, include_cache)
         files = [redacted_copy(f, Path(tmp)) for f in files]
@@ -100,7 +104,7 @@ def pull(
     if dry_run:
         return SyncResult(plan, remote.url, True)
     ws.ensure()
-    with locked(ws.lock_path("sync"), ws):
+    with locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout):
         return _execute(plan, remote, reporter or NullReporter(), PullUnit(ws, remote, accepted))
 
 
@@ -118,7 +122,7 @@ def _without_live_series(ws: Workspace, plan: SyncPlan, refused: list[Skipped]) 
     series = {t.unit.split("/")[1] for t in plan.transfers if t.kind == CHECKPOINT}
     held = {}
     for name in sorted(series) if ws.exists else ():
-        holder = holder_of(ws, name)
+        holder = holder_of(ws.layout, name)
         if holder is not None:
             who = f"run {holder.run_id}" if holder.run_id else f"pid {holder.pid}"
             held[name] = (

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from accel.fsutil import open_private_append
+from accel._fs import open_private_append
 from accel.telemetry import _gpu, _proc
 from accel.telemetry.samples import RankStats, Sample, to_line
 

@@ -31,7 +31,9 @@ def main() -> None:
             p.add_(1.0)
     acc.save_state(20, tag="best", extra={"loss": 0.25, "epoch": 2})
     acc.end()
-    Checkpoints(acc.workspace, "plain").save(net.state_dict(), 5)
+    Checkpoints(acc.workspace.layout, acc.workspace.settings.checkpoints, series="plain").save(
+        net.state_dict(), 5
+    )
     torch.save(net.state_dict(), "expected.pt")
 
 

@@ -1,0 +1,78 @@
+"""What proves an item of the workspace accel's, checked when it is scanned and again
+just before it is removed: the record of its format, accel's owner marker, or the name
+accel gives what it is writing or deleting. See :mod:`accel.layout` for the names.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from accel import layout
+from accel.clean._items import Item
+from accel.clean._walk import walk
+from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
+from accel.layout import is_atomic_temp
+from accel.runs import read_record, records_this_run
+from accel.wslog import is_crash_log, is_log_file
+
+__all__ = ["accel_log", "debris", "in_flight", "provably_debris", "proves_debris", "proves_item"]
+
+
+def in_flight(name: str, is_dir: bool) -> bool:
+    """A name accel gives what it is writing or deleting (the marker must still prove it)."""
+    if not is_dir:
+        return is_atomic_temp(name)
+    return bool(layout.DELETED_RE.fullmatch(name) or layout.SYNC_STAGE_RE.fullmatch(name))
+
+
+def provably_debris(entry: os.DirEntry[str]) -> bool:
+    """A folder carrying accel's marker (or holding nothing), or an atomic-write temp."""
+    if not entry.is_dir(follow_symlinks=False):
+        return not entry.is_symlink() and is_atomic_temp(entry.name)
+    path = Path(entry.path)
+    return layout.is_owned(path) or layout.is_empty_dir(path)
+
+
+def debris(
+    category: str,
+    entry: os.DirEntry[str],
+    *,
+    series: str | None = None,
+    name: str | None = None,
+) -> Item:
+    size, mtime = walk(entry.path)
+    return Item(category, "debris", entry.path, size, mtime, name=name or entry.name, series=series)
+
+
+def proves_debris(path: Path) -> bool:
+    """Re-check, just before removal, that ``path`` is still accel's debris."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return layout.is_owned(path) or layout.is_empty_dir(path)
+    return stat.S_ISREG(st.st_mode) and is_atomic_temp(path.name)
+
+
+def proves_item(item: Item) -> bool:
+    """Re-check, just before removal, what proved ``item`` accel's when it was scanned
+    (checkpoints and entries are re-checked by their own protocols)."""
+    path = item.path
+    if item.kind == "debris":
+        return proves_debris(path)
+    if item.kind == "run":
+        return not os.path.islink(path) and records_this_run(read_record(path), path)
+    if item.kind == "log":
+        return not os.path.islink(path) and accel_log(path.name, path)
+    if item.kind == "framework":
+        return path.name in _FRAMEWORK_NAMES and not os.path.islink(path) and path.is_dir()
+    return item.kind in ("entry", "checkpoint")
+
+
+def accel_log(name: str, path: Path) -> bool:
+    if layout.ROTATED_LOG_RE.fullmatch(name):
+        return is_log_file(path)
+    return layout.CRASH_LOG_RE.fullmatch(name) is not None and is_crash_log(path)

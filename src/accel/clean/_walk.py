@@ -1,0 +1,87 @@
+"""Reading the workspace for ``accel clean``: folder listings, sizes and ages, JSON
+records, recorded times. Nothing here follows a symlink or crosses a mount.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+__all__ = ["children", "read_json", "recorded_time", "walk"]
+
+
+def children(folder: str | Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def walk(path: str | Path) -> tuple[int, float]:
+    """(bytes, newest mtime) of ``path`` and what is under it; links are not followed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0, 0.0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size, st.st_mtime
+    total, newest, stack = 0, st.st_mtime, [str(path)]
+    while stack:
+        for entry in children(stack.pop()):
+            try:
+                est = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            newest = max(newest, est.st_mtime)
+            if stat.S_ISDIR(est.st_mode):
+                if est.st_dev == st.st_dev:  # never measure across a mount
+                    stack.append(entry.path)
+            else:
+                total += est.st_size
+    return total, newest
+
+
+_RAW_DECODE = json.JSONDecoder().raw_decode
+_CHUNK = 16384
+
+
+def read_json(path: str) -> Any:
+    # The hot path of a 100,000-entry scan: raw descriptors, no text layer, and small
+    # reads (os.read(fd, 1 MiB) allocates, and maps, the whole buffer every time).
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        data = os.read(fd, _CHUNK)
+        while len(data) % _CHUNK == 0 and data:
+            more = os.read(fd, _CHUNK)
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8")
+    try:
+        value, end = _RAW_DECODE(text)
+    except ValueError:
+        return json.loads(text)  # leading whitespace, or the error message for the warning
+    if text[end:].strip():
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
+
+
+def recorded_time(value: Any) -> float:
+    """A recorded time: unix seconds or an ISO 8601 string (run.json); 0 when unknown."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value:
+        from datetime import datetime, timezone
+
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return 0.0
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+    return 0.0

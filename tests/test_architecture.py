@@ -1,0 +1,259 @@
+"""The import rules of docs/architecture.md, read from the source (no module is imported).
+
+Every ``import`` counts: at the top of a module, inside a function, under
+``TYPE_CHECKING``. A type hint is a dependency too: it is what makes a module need
+another to be understood, and the circle it closes is what this test exists to prevent.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "accel"
+
+# The floors, low to high (docs/architecture.md). A module may import its own floor or
+# lower. A module belongs to the floor of the longest prefix that names it.
+GROUND, BASE, STORES, FACADE, OPERATIONS, EDGE = range(6)
+FLOORS: dict[str, int] = {
+    "accel.errors": GROUND,
+    "accel.units": GROUND,
+    "accel._redact": GROUND,
+    "accel._fs": GROUND,
+    "accel._locks": GROUND,
+    "accel._faults": GROUND,
+    "accel._version": GROUND,
+    "accel.layout": BASE,
+    "accel.config": BASE,
+    "accel.identity": BASE,
+    "accel.devices": BASE,
+    "accel.store": STORES,
+    "accel.runs": STORES,
+    "accel.hang": STORES,
+    "accel.telemetry": STORES,
+    "accel.metrics_tb": STORES,
+    "accel.frameworks": STORES,
+    "accel.wslog": STORES,
+    "accel.crashlog": STORES,
+    "accel.workspace": FACADE,
+    "accel": OPERATIONS,  # the public API: Accelerator, Workspace, AccelError
+    "accel.clean": OPERATIONS,
+    "accel.sync": OPERATIONS,
+    "accel.launch": OPERATIONS,
+    "accel.env": OPERATIONS,
+    "accel.status": OPERATIONS,
+    "accel.admin": OPERATIONS,
+    "accel.accelerator": OPERATIONS,
+    "accel._accel": OPERATIONS,  # the parts of the Accelerator
+    "accel._fsdp": OPERATIONS,
+    "accel.cli": EDGE,
+    "accel.__main__": EDGE,
+}
+# Imports that run back up a floor, allowed while they are at most this many.
+MAX_BACK_UP = 2
+MAX_LINES = 400
+
+
+def module_files(root: Path = PACKAGE) -> dict[str, Path]:
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """``module -> the accel modules it imports`` (all imports, wherever they are)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _targets(node, package, modules):
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target.startswith("accel") and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _targets(node: ast.AST, package: str, modules: dict[str, Path]) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    # `from accel.clean import _live` imports the module accel.clean._live.
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+
+
+def floor_of(module: str) -> int:
+    name = module
+    while name != "accel" or module == "accel":  # the package's floor is its own only
+        if name in FLOORS:
+            return FLOORS[name]
+        name = name.rpartition(".")[0]
+    raise KeyError(f"{module} has no floor")
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, targets in graph.items() for b in targets)
+
+
+MODULES = module_files()
+GRAPH = import_graph(MODULES)
+
+
+def test_every_module_has_a_floor() -> None:
+    missing = [m for m in MODULES if _has_no_floor(m)]
+    assert missing == [], f"add these to FLOORS here and to docs/architecture.md: {missing}"
+
+
+def _has_no_floor(module: str) -> bool:
+    try:
+        floor_of(module)
+    except KeyError:
+        return True
+    return False
+
+
+def test_there_is_no_import_circle() -> None:
+    assert circles(GRAPH) == []
+
+
+def ground_breaches(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in pairs if floor_of(a) == GROUND and floor_of(b) > GROUND]
+
+
+def workspace_breaches(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in pairs if b == "accel.workspace" and floor_of(a) < FACADE]
+
+
+def cli_breaches(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [
+        (a, b)
+        for a, b in pairs
+        if floor_of(b) == EDGE and floor_of(a) != EDGE and b != "accel.__main__"
+    ]
+
+
+def back_up(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in pairs if floor_of(a) < floor_of(b)]
+
+
+def test_the_ground_floor_imports_nothing_above_it() -> None:
+    assert ground_breaches(edges(GRAPH)) == []
+
+
+def test_nothing_below_the_workspace_imports_it() -> None:
+    assert workspace_breaches(edges(GRAPH)) == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    assert cli_breaches(edges(GRAPH)) == []
+
+
+def test_at_most_two_imports_run_back_up_a_floor() -> None:
+    assert len(back_up(edges(GRAPH))) <= MAX_BACK_UP, back_up(edges(GRAPH))
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {m: n for m, p in MODULES.items() if (n := _lines(p)) > MAX_LINES}
+    assert long == {}
+
+
+def test_a_run_is_one_package() -> None:
+    assert (PACKAGE / "runs" / "__init__.py").is_file()
+    assert not (PACKAGE / "runview").exists()
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+# -- the analysis itself, on made-up packages -------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    for name, text in files.items():
+        path = tmp_path / "accel" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return module_files(tmp_path / "accel")
+
+
+def test_every_kind_of_import_is_an_edge(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from accel.b import X\n",
+            "b.py": "def f():\n    from . import c\n",
+            "c.py": "import accel.d.e\n",
+            "d/__init__.py": "from .e import y\n",
+            "d/e.py": "from ..a import z\n",
+        },
+    )
+    graph = import_graph(modules)
+    assert edges(graph) == [
+        ("accel.a", "accel.b"),
+        ("accel.b", "accel.c"),
+        ("accel.c", "accel.d.e"),
+        ("accel.d", "accel.d.e"),
+        ("accel.d.e", "accel.a"),
+    ]
+    assert circles(graph) == [["accel.a", "accel.b", "accel.c", "accel.d.e"]]
+
+
+def test_a_graph_without_circles_has_none() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
