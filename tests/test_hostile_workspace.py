@@ -47,6 +47,7 @@ def populated(root: Path) -> Workspace:
     (root / "t.py").write_text("print('hello')\n")
     ws = Workspace(root / ".accelerate").ensure()
     ws.store.set("k", 1)
+    ws.cache.put("c", b"cached")
     return ws
 
 
@@ -67,9 +68,10 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 def api_refuses(ws: Workspace, *needles: str) -> None:
     fresh = Workspace(ws.path)  # no cached config
-    with pytest.raises(AccelError) as caught:
-        fresh.store.set("k", 2)
-    assert any(n in str(caught.value) for n in needles), caught.value
+    for write in (lambda: fresh.store.set("k", 2), lambda: fresh.cache.put("c2", b"x")):
+        with pytest.raises(AccelError) as caught:
+            write()
+        assert any(n in str(caught.value) for n in needles), caught.value
 
 
 # -- locks replaced by a file -------------------------------------------------------------
@@ -127,6 +129,12 @@ def test_a_read_only_workspace(read_only: Path, accel_exe: list[str], args: list
 
 def test_a_read_only_workspace_api(read_only: Path) -> None:
     api_refuses(Workspace(read_only / ".accelerate"), "Read-only", "Permission denied")
+
+
+def test_a_read_only_workspace_still_reads(read_only: Path) -> None:
+    ws = Workspace(read_only / ".accelerate")
+    assert ws.store.get("k") == 1
+    assert ws.cache.get("c") == b"cached"  # its last use cannot be recorded: still a hit
 
 
 # -- a full disk, a file-size limit --------------------------------------------------------

@@ -31,7 +31,7 @@ from accel import _faults
 from accel._fs import fsync_dir, remove_tree
 from accel._locks import locked
 from accel.config.views import StoreSettings
-from accel.errors import IntegrityError, UsageError
+from accel.errors import IntegrityError, StorageError, UsageError, storage_error
 from accel.identity import ensure
 from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
 from accel.store._keys import check_key
@@ -212,6 +212,15 @@ class Cache:
         return (json.loads(data) if meta.kind == "json" else data), None
 
     def _touch(self, entry: Path, read: CacheMeta, stamp: Stamp | None) -> None:
+        try:
+            self._record_use(entry, read, stamp)
+        except OSError as exc:
+            # Last use is bookkeeping: a read-only or full disk must not fail a read that
+            # worked (the entry just keeps its older last use).
+            if not isinstance(storage_error(exc, "record the last use of", entry), StorageError):
+                raise
+
+    def _record_use(self, entry: Path, read: CacheMeta, stamp: Stamp | None) -> None:
         # Under the lock so that a concurrent delete or put cannot be undone by it.
         with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
             try:
@@ -231,13 +240,17 @@ class Cache:
         kind = _kind_of(obj)
         ensure(self.layout)
         version = secrets.token_hex(16)
-        stage = make_owned_dir(self.layout.tmp_dir / f"cache-{version}", parents=True)
+        stage = self.layout.tmp_dir / f"cache-{version}"
         try:
+            make_owned_dir(stage, parents=True)
             meta = self._stage(stage, f"v{version[:16]}", key, kind, obj)
             entry.parent.mkdir(parents=True, exist_ok=True)
             self._inside(entry)
             with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
                 self._commit(entry, stage, meta)
+        except OSError as exc:  # a read-only or full disk, a file where a folder belongs
+            where = self.layout.data
+            raise storage_error(exc, f"write the cache entry {key!r} in", where) from None
         finally:
             remove_tree(stage)  # a no-op once committed: the folder was moved
         return _info(entry, meta)
