@@ -75,13 +75,14 @@ def pull(
 
 def _pulled_config(ws: Workspace, url: str, apply: bool) -> None:
     from accel._redact import redact_url
-    from accel.sync._config import apply_pulled, pulled_path
+    from accel.sync._config import apply_pulled, pulled_aside
 
-    if not pulled_path(ws).is_file():
+    aside = pulled_aside(ws)
+    if aside is None:
         return
     if not apply:
         _output.info(
-            f"the remote's config differs: it is in {pulled_path(ws)}; "
+            f"the remote's config differs: it is in {aside}; "
             f"`accel sync pull {redact_url(url)} --apply-config` shows the difference and "
             "applies it"
         )

@@ -28,6 +28,12 @@ def pulled_path(ws: Workspace) -> Path:
     return ws.config_file.with_name(PULLED_NAME)
 
 
+def pulled_aside(ws: Workspace) -> Path | None:
+    """The remote's config a pull wrote aside, when there is one to apply."""
+    aside = pulled_path(ws)
+    return aside if aside.is_file() else None
+
+
 def checked(text: str, source: str) -> dict[str, Any]:
     """The flat values of a pulled config; IntegrityError when it may not be used."""
     from accel.config.resolve import validate_document
