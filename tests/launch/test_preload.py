@@ -7,11 +7,12 @@ template's thread check and the shim standing in for its worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,30 @@ def _comparable(data: dict[str, object]) -> dict[str, object]:
     return {**same, "env": env, "argv0": data["argv"][0]}  # type: ignore[index]
 
 
+@contextlib.contextmanager
+def _ignoring(signals: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """What ``nohup`` and ``cmd &`` in a script do: the launcher inherits them ignored."""
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_preloaded_worker_sees_what_an_exec_worker_sees(accel: Accel, project: Path) -> None:
-    exec_ranks = _probe(accel, project, "--no-preload")
-    fork_ranks = _probe(accel, project, "--preload")
+@pytest.mark.parametrize(
+    "ignored",
+    [(), (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)],
+    ids=["from-a-shell", "under-nohup-in-a-script"],
+)
+def test_a_preloaded_worker_sees_what_an_exec_worker_sees(
+    accel: Accel, project: Path, ignored: tuple[signal.Signals, ...]
+) -> None:
+    with _ignoring(ignored):
+        exec_ranks = _probe(accel, project, "--no-preload")
+        fork_ranks = _probe(accel, project, "--preload")
     for rank in (0, 1):
         exec_data, fork_data = exec_ranks[rank], fork_ranks[rank]
         assert exec_data["preloaded"] is False

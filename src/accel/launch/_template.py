@@ -262,8 +262,23 @@ def become(request: Request) -> None:
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
+    _signals_as_after_exec()
     _reseed()
     _threads_as_told(request.env.get("OMP_NUM_THREADS"))
+
+
+# The signals the launcher catches while its agent runs (launch/_host.HANDLED_SIGNALS):
+# an exec'd worker starts with them at their default, whatever the launcher inherited
+# (nohup and `cmd &` in a script ignore SIGHUP, SIGINT and SIGQUIT), and Python then
+# turns SIGINT into KeyboardInterrupt. The template inherited them before the launcher
+# caught them: set them as exec would.
+_CAUGHT_BY_LAUNCHER = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _signals_as_after_exec() -> None:
+    for sig in _CAUGHT_BY_LAUNCHER:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _threads_as_told(wanted: str | None) -> None:
