@@ -51,8 +51,12 @@ def test_every_rank_that_waited_fails_with_the_same_line(project: Path) -> None:
         assert expected in (folder / f"rank-{rank}.log").read_text(), rank
     fates = {f["rank"]: f for f in _record(project)["attempts"][-1]["failures"]}  # type: ignore[index]
     waiters = [fates[r] for r in (0, 1)]
-    assert {f["fate"] for f in waiters} == {"failed", "also failed"}
-    assert all(f["type"] == "CollectiveMismatch" for f in waiters)
+    # The first to give up failed; the other either gave up too ("also failed") or was
+    # still polling the store when accel began stopping the job ("stopped", seen on torch
+    # 2.6 in CI): both logged the same line above.
+    first = [f for f in waiters if f["fate"] == "failed"]
+    assert len(first) == 1 and first[0]["type"] == "CollectiveMismatch"
+    assert {f["fate"] for f in waiters} - {"failed"} <= {"also failed", "stopped"}
 
 
 @pytest.mark.slow
