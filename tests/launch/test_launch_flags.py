@@ -77,6 +77,36 @@ def test_torchrun_multi_node_spelling(capsys: pytest.CaptureFixture[str]) -> Non
     assert p["rdzv"]["id"] == "job7" and p["max_restarts"] == 2 and p["world_size"] == 8
 
 
+def test_torchrun_elastic_node_range(capsys: pytest.CaptureFixture[str]) -> None:
+    endpoint = ("--rdzv-endpoint", "node0:29400")
+    p = plan(capsys, "--nnodes", "1:4", "-n", "2", *endpoint, SCRIPT)
+    assert (p["min_nnodes"], p["nnodes"], p["world_size"]) == (1, 4, 8)
+    assert p["config"]["launch"]["min_machines"] == 1
+    # N:N and N are a fixed size, even over a config's min_machines
+    (Path(".accelerate/config")).mkdir(parents=True)
+    Path(".accelerate/config/accelerate_config.yaml").write_text("launch:\n  min_machines: 1\n")
+    for nnodes in ("3:3", "3"):
+        p = plan(capsys, "--nnodes", nnodes, *endpoint, SCRIPT)
+        assert "min_nnodes" not in p and p["nnodes"] == 3
+        assert p["config"]["launch"]["min_machines"] is None
+    assert plan(capsys, "--nnodes", "4", *endpoint, SCRIPT)["nnodes"] == 4
+    Path(".accelerate/config/accelerate_config.yaml").write_text(
+        "launch:\n  min_machines: 1\n  num_machines: 2\n"
+    )
+    p = plan(capsys, *endpoint, SCRIPT)
+    assert p["min_nnodes"] == 1 and p["nnodes"] == 2  # the config's range
+
+
+def test_a_config_range_upside_down_is_refused(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    (project / ".accelerate/config").mkdir(parents=True)
+    (project / ".accelerate/config/accelerate_config.yaml").write_text(
+        "launch:\n  min_machines: 3\n  num_machines: 2\n  rdzv_endpoint: h:1\n"
+    )
+    assert "launch.min_machines 3 is more than launch.num_machines 2" in refused(capsys)
+
+
 def test_torchrun_static_rendezvous_spelling(capsys: pytest.CaptureFixture[str]) -> None:
     p = plan(
         capsys,
@@ -146,7 +176,12 @@ def test_config_file_is_the_config_for_this_launch(
         (["--log_dir", "logs"], "rank-N.log and on the console; read them with `accel logs`"),
         (["--log-dir=logs"], "--log-dir is not needed"),
         (["--redirects", "3"], "--redirects is not needed"),
-        (["--nnodes", "1:4", "--rdzv_endpoint", "h:1"], "elastic node ranges are not supported"),
+        (["--nnodes", "4:1", "--rdzv_endpoint", "h:1"], "1 <= MIN <= MAX, got '4:1'"),
+        (["--nnodes", "0:2", "--rdzv_endpoint", "h:1"], "invalid value for --nnodes"),
+        (["--nnodes", "1:x", "--rdzv_endpoint", "h:1"], "invalid value for --nnodes"),
+        (["--nnodes", "1:2"], "--nnodes 2 needs --rdzv-endpoint"),
+        (["--nnodes", "1:2", "--rdzv_endpoint", "h:1", "--num_processes", "4"], "is elastic"),
+        (["--standalone", "--nnodes", "1:2"], "--standalone runs on one node"),
         (["--rdzv_backend", "etcd"], "accel's rendezvous is c10d"),
         (["--num_processes", "3", "--num_machines", "2", "--main_process_ip", "h"], "evenly"),
         (["-n", "2", "--num_processes", "4"], "not both"),

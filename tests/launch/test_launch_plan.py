@@ -11,14 +11,8 @@ import pytest
 
 from accel.config.resolve import resolve
 from accel.errors import UsageError
-from accel.launch.plan import (
-    LaunchRequest,
-    first_host,
-    parse_env_pairs,
-    parse_ranks,
-    plan_launch,
-    slurm_defaults,
-)
+from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks, plan_launch
+from accel.launch.slurm import first_host, slurm_defaults
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 

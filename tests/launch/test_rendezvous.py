@@ -69,6 +69,11 @@ def test_endpoints_split_and_the_wait_message_counts_the_missing_nodes() -> None
     assert reporter.message(2, 60) == "accel: waiting for 1 more node at h:1, 60 s"
     assert reporter.message(0, 1) == "accel: waiting for 2 more nodes at h:1, 1 s"
     assert reporter.message(None, 5) == "accel: waiting for the other nodes at h:1, 5 s"
+    elastic = WaitReporter("h:1", 2, lambda: None, print, 30, most=4)  # --nnodes 2:4
+    assert elastic.message(1, 30) == "accel: waiting for at least 1 more node at h:1, 30 s"
+    assert elastic.message(3, 30) == (
+        "accel: 3 of at most 4 nodes have joined at h:1; starting unless more join soon, 30 s"
+    )
 
 
 @pytest.mark.timeout(60)

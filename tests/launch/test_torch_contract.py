@@ -188,8 +188,8 @@ def test_importing_the_agent_replaces_the_slow_method_name() -> None:
 
 def test_agent_environment_switches_store_sharing_off_only_with_restarts() -> None:
     signals = (signal.SIGINT, signal.SIGTERM)
-    assert compat.agent_environment(signals, 0, {}) == {compat.SIGNALS_ENV: "SIGINT,SIGTERM"}
-    with_restarts = compat.agent_environment(signals, 2, {})
+    assert compat.agent_environment(signals, False, {}) == {compat.SIGNALS_ENV: "SIGINT,SIGTERM"}
+    with_restarts = compat.agent_environment(signals, True, {})
     assert with_restarts[compat.SHARE_STORE_ENV] == "1"
-    mine = compat.agent_environment(signals, 2, {compat.SHARE_STORE_ENV: "0"})
+    mine = compat.agent_environment(signals, True, {compat.SHARE_STORE_ENV: "0"})
     assert compat.SHARE_STORE_ENV not in mine  # the user's own choice stands

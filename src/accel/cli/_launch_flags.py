@@ -9,7 +9,8 @@ launch`` command line means under ``accel launch`` what it meant before:
   ``-n`` / ``--nproc-per-node`` is torchrun's count per node.
 - ``--nproc-per-node cpu`` is the number of CPUs, ``gpu`` one worker per visible GPU
   (refused where none is visible), as torchrun counts them.
-- ``--nnodes N:N`` is a fixed size; an elastic range ``MIN:MAX`` is refused.
+- ``--nnodes MIN:MAX`` is torchrun's elastic range: ``launch.min_machines`` and
+  ``launch.num_machines`` (``N:N`` and ``N`` are a fixed size).
 - ``--master_addr/--master_port`` and ``--main_process_ip/--main_process_port`` name
   node 0 of a multi-node job; on one node accel binds a free port (like
   ``--standalone``), so two jobs on one machine never meet in one store.
@@ -133,7 +134,8 @@ def _explicit(params: Mapping[str, Any]) -> dict[str, Any]:
     if flags["launch.num_processes"] is not None:
         flags["launch.num_processes"] = _per_node(str(flags["launch.num_processes"]))
     if flags["launch.num_machines"] is not None:
-        flags["launch.num_machines"] = _fixed_nnodes(str(flags["launch.num_machines"]))
+        low, high = _nnodes(str(flags["launch.num_machines"]))
+        flags["launch.num_machines"], flags["launch.min_machines"] = high, low
     if flags["launch.dynamo_backend"] is not None:
         flags["launch.dynamo_backend"] = str(flags["launch.dynamo_backend"]).lower()
     if flags["launch.fsdp_wrap"] is not None:
@@ -190,21 +192,24 @@ def _torchrun_count(text: str) -> str:
     return "auto"
 
 
-def _fixed_nnodes(text: str) -> str:
-    low, sep, high = text.partition(":")
+def _nnodes(text: str) -> tuple[str, str]:
+    """``--nnodes N`` or torchrun's elastic ``MIN:MAX`` -> (min_machines, num_machines).
+
+    A fixed N sets min_machines to null, so a ``min_machines`` in the config cannot turn
+    the command line's fixed size into a range.
+    """
+    low, sep, high = (part.strip() for part in text.partition(":"))
     if not sep:
-        return text
-    if low.strip() != high.strip():
-        raise UsageError(
-            f"--nnodes {text}: elastic node ranges are not supported: accel starts a fixed "
-            "number of nodes; give --nnodes N, the same on every node"
-        )
-    return high.strip()
+        return "null", low
+    bad = f"invalid value for --nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got {text!r}"
+    if not (low.isdigit() and high.isdigit()) or not 1 <= int(low) <= int(high):
+        raise UsageError(bad)
+    return ("null" if low == high else low), high
 
 
 def _standalone(flags: Mapping[str, Any]) -> dict[str, Any]:
     """torchrun --standalone: one node, a rendezvous of its own on a free port."""
-    if str(flags.get("launch.num_machines", "1")) != "1":
+    if str(flags.get("launch.num_machines", "1")) != "1":  # 1:1 is 1; 1:2 is not
         raise UsageError("--standalone runs on one node: drop --nnodes (or give --nnodes 1)")
     return {
         "launch.num_machines": 1,

@@ -52,7 +52,8 @@ def launch(
         None,
         "--nnodes",
         "--num-machines",
-        help="Nodes in the job: N (or N:N). (config launch.num_machines)",
+        help="Nodes in the job: N, or MIN:MAX for an elastic job (torchrun's meaning). "
+        "(config launch.num_machines, launch.min_machines)",
     ),
     node_rank: int | None = typer.Option(
         None,
@@ -371,8 +372,8 @@ def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
         return
     _output.out(f"command    {' '.join(command)}")
     _output.out(
-        f"workers    {plan.nproc_per_node} per node x {plan.nnodes} node(s) = {plan.world_size}"
-        f" (this is node {plan.node_rank})"
+        f"workers    {plan.nproc_per_node} per node x {plan.nodes_text} node(s) = "
+        f"{plan.world_size_text} (this is node {plan.node_rank})"
     )
     _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
     _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")

@@ -107,6 +107,16 @@ FIELDS: tuple[Field, ...] = (
         "launch.num_machines", "int", 1, "Machines (nodes) in the job.", minimum=1, maximum=65536
     ),
     Field(
+        "launch.min_machines",
+        "int",
+        None,
+        "Elastic jobs (torchrun's --nnodes MIN:MAX): start once this many machines have "
+        "joined, up to num_machines; null: exactly num_machines.",
+        minimum=1,
+        maximum=65536,
+        nullable=True,
+    ),
+    Field(
         "launch.machine_rank",
         "int",
         0,

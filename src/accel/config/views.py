@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 class LaunchSettings:
     num_processes: int | str
     num_machines: int
+    min_machines: int | None
     machine_rank: int
     rdzv_endpoint: str | None
     rdzv_id: str | None

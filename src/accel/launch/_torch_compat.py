@@ -197,11 +197,15 @@ def speed_up_rendezvous_events() -> None:
 
 
 def agent_environment(
-    signals: Sequence[signal.Signals], max_restarts: int, env: Mapping[str, str]
+    signals: Sequence[signal.Signals], restarts: bool, env: Mapping[str, str]
 ) -> dict[str, str]:
-    """What the launcher sets in its own environment for torch's agent to read."""
+    """What the launcher sets in its own environment for torch's agent to read.
+
+    ``restarts``: whether the workers may start more than once (max_restarts > 0, or an
+    elastic job, restarted whenever a node joins).
+    """
     wanted = {SIGNALS_ENV: ",".join(s.name for s in signals)}  # 2.6-2.9: always these
-    if max_restarts > 0 and SHARE_STORE_ENV not in env:
+    if restarts and SHARE_STORE_ENV not in env:
         # The agent's shared TCPStore outlives an attempt, and torch does not prefix the
         # workers' keys per attempt: restarted gloo ranks would dial their predecessors'
         # stale addresses. Rank 0 of each attempt hosts a fresh store instead.

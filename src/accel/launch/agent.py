@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from torch.distributed.elastic.agent.server.api import WorkerGroup, WorkerState
+import torch.distributed.elastic.rendezvous.registry as registry
+from torch.distributed.elastic.agent.server.api import WorkerGroup, WorkerSpec, WorkerState
 from torch.distributed.elastic.multiprocessing import LogsDest, LogsSpecs
+from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from accel.launch._torch_compat import ERROR_FILE_ENV, CompatAgent, speed_up_rendezvous_events
+from accel.launch.plan import LaunchPlan
 
 speed_up_rendezvous_events()
 
@@ -25,8 +28,12 @@ speed_up_rendezvous_events()
 class RunHooks(Protocol):
     """What the runner learns from the agent (all calls on the launcher's main thread)."""
 
-    def attempt_started(self, attempt: int, pids: Mapping[int, int]) -> None:
-        """Workers of ``attempt`` are running: ``global rank -> pid``."""
+    def attempt_started(
+        self, attempt: int, pids: Mapping[int, int], nnodes: int, world_size: int
+    ) -> None:
+        """Workers of ``attempt`` are running: ``global rank -> pid``, in a job of
+        ``nnodes`` nodes and ``world_size`` workers (of an elastic job, what this
+        rendezvous gave; a change of membership starts the same attempt again)."""
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
         """``global rank -> torch ProcessFailure`` of the ranks that failed."""
@@ -77,7 +84,9 @@ class AccelAgent(CompatAgent):
 
     def workers_started(self, worker_group: WorkerGroup, pids: dict[int, Any]) -> None:
         by_rank = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers}
-        self._hooks.attempt_started(self.restart_count, by_rank)
+        world = worker_group.workers[0].world_size if worker_group.workers else 0
+        nnodes = int(worker_group.group_world_size or 1)
+        self._hooks.attempt_started(self.restart_count, by_rank, nnodes, int(world))
 
     def workers_monitored(self, result: Any) -> None:
         if result.state == WorkerState.FAILED:
@@ -91,3 +100,33 @@ class AccelAgent(CompatAgent):
 
     def rendezvous_waiting(self, waiting: bool) -> None:
         self._hooks.rendezvous(waiting)
+
+
+def rendezvous_handler(plan: LaunchPlan, last_call: float) -> Any:
+    """torch's c10d rendezvous for the plan's nodes (a range, when elastic)."""
+    configs: dict[str, Any] = {"timeout": 900}
+    if plan.nnodes > 1 and plan.rdzv_is_host is not None:
+        configs["is_host"] = plan.rdzv_is_host
+    if plan.elastic:  # once min_nodes are in, wait this long for more (torch: 30 s)
+        configs["last_call_timeout"] = last_call
+    params = RendezvousParameters(
+        backend=plan.rdzv_backend,
+        endpoint=plan.rdzv_endpoint,
+        run_id=plan.rdzv_id,
+        min_nodes=plan.min_nodes or plan.nnodes,
+        max_nodes=plan.nnodes,
+        **configs,
+    )
+    return registry.get_rendezvous_handler(params)
+
+
+def worker_spec(plan: LaunchPlan, handler: Any) -> Any:
+    return WorkerSpec(
+        role="default",
+        local_world_size=plan.nproc_per_node,
+        entrypoint=plan.entrypoint,
+        args=plan.worker_args,
+        rdzv_handler=handler,
+        max_restarts=plan.max_restarts,
+        monitor_interval=0.1,
+    )

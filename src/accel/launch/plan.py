@@ -19,8 +19,8 @@ from accel._fsdp.settings import worker_env as fsdp_env
 from accel.config.resolve import ResolvedConfig
 from accel.devices import gpu_mismatch, workers_for
 from accel.errors import UsageError
+from accel.launch.slurm import DEFAULT_RDZV_PORT, slurm_defaults
 
-DEFAULT_RDZV_PORT = 29400
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
 
@@ -64,7 +64,7 @@ class LaunchPlan:
     worker_args: tuple[str, ...]
     worker_env: Mapping[str, str]
     nproc_per_node: int
-    nnodes: int
+    nnodes: int  # the most nodes (torchrun's MAX); exactly this many unless elastic
     node_rank: int
     rdzv_backend: str
     rdzv_endpoint: str
@@ -78,10 +78,27 @@ class LaunchPlan:
     # launch.preload: workers forked from a template that imported torch (launch/preload.py)
     preload: bool = False
     preload_modules: tuple[str, ...] = ()
+    # An elastic job (--nnodes MIN:MAX) starts once min_nodes have joined; None: fixed.
+    min_nodes: int | None = None
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None and self.min_nodes < self.nnodes
 
     @property
     def world_size(self) -> int:
+        """Workers in the job; of an elastic job, the most it can have (the rendezvous
+        decides, attempt by attempt: run.json records each)."""
         return self.nproc_per_node * self.nnodes
+
+    @property
+    def nodes_text(self) -> str:
+        return f"{self.min_nodes}:{self.nnodes}" if self.elastic else str(self.nnodes)
+
+    @property
+    def world_size_text(self) -> str:
+        low = self.nproc_per_node * (self.min_nodes or self.nnodes)
+        return f"{low} to {self.world_size}" if self.elastic else str(self.world_size)
 
     @property
     def worker_command(self) -> tuple[str, ...]:
@@ -120,6 +137,7 @@ def plan_launch(
         worker_env=worker_env(config, request, env, nproc, gpu_count, workspace, cache_dir, run_id),
         nproc_per_node=nproc,
         nnodes=nodes.nnodes,
+        min_nodes=nodes.min_nodes if nodes.min_nodes < nodes.nnodes else None,
         node_rank=nodes.node_rank,
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
@@ -181,6 +199,11 @@ def _per_node(config: ResolvedConfig, request: LaunchRequest, nodes: _Nodes) -> 
         return "auto" if request.multi_gpu and unset else config.settings.launch.num_processes
     if total == "auto":
         return total
+    if nodes.min_nodes < nodes.nnodes:
+        raise UsageError(
+            f"--num-processes {total} is a total over a fixed number of nodes, but --nnodes "
+            f"{nodes.min_nodes}:{nodes.nnodes} is elastic; give -n/--nproc-per-node per node"
+        )
     if int(total) % nodes.nnodes == 0:
         return _checked_per_node(int(total) // nodes.nnodes)
     raise UsageError(
@@ -216,6 +239,7 @@ class _Nodes:
     node_rank: int
     endpoint: str | None
     rdzv_id: str | None
+    min_nodes: int  # == nnodes unless elastic
 
 
 def _nodes(
@@ -239,7 +263,13 @@ def _nodes(
         node_rank=int(pick("launch.machine_rank", launch.machine_rank, "node_rank")),
         endpoint=endpoint,
         rdzv_id=pick("launch.rdzv_id", launch.rdzv_id, "rdzv_id"),
+        min_nodes=nnodes if launch.min_machines is None else int(launch.min_machines),
     )
+    if nodes.min_nodes > nodes.nnodes:
+        raise UsageError(
+            f"launch.min_machines {nodes.min_nodes} is more than launch.num_machines "
+            f"{nodes.nnodes}; give --nnodes MIN:MAX with MIN <= MAX"
+        )
     if nodes.node_rank >= nodes.nnodes:
         raise UsageError(
             f"--node-rank {nodes.node_rank} is out of range for --nnodes {nodes.nnodes} "
@@ -264,33 +294,6 @@ def _rendezvous(
         endpoint = f"{endpoint}:{DEFAULT_RDZV_PORT}"
     # Node 0 hosts the store: deterministic even when every node is on one host.
     return endpoint, nodes.rdzv_id or "accel", nodes.node_rank == 0
-
-
-def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
-    """What a SLURM allocation says about the job's nodes (empty outside SLURM)."""
-    if not env.get("SLURM_JOB_ID"):
-        return {}
-    out: dict[str, Any] = {"rdzv_id": f"slurm-{env['SLURM_JOB_ID']}"}
-    nnodes = env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
-    if nnodes and nnodes.isdigit():
-        out["nnodes"] = int(nnodes)
-    if env.get("SLURM_NODEID", "").isdigit():
-        out["node_rank"] = int(env["SLURM_NODEID"])
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-    if nodelist:
-        out["endpoint"] = f"{first_host(nodelist)}:{DEFAULT_RDZV_PORT}"
-    return out
-
-
-def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if match is None:
-        raise UsageError(f"cannot read the SLURM node list {nodelist!r}")
-    prefix, ranges = match.groups()
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
 
 
 def worker_env(

@@ -72,6 +72,7 @@ def dry_run(plan: LaunchPlan) -> dict[str, Any]:
         "worker_command": redact_argv(plan.worker_command),
         "nproc_per_node": plan.nproc_per_node,
         "nnodes": plan.nnodes,
+        **({"min_nnodes": plan.min_nodes} if plan.elastic else {}),
         "node_rank": plan.node_rank,
         "world_size": plan.world_size,
         "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},

@@ -11,9 +11,13 @@ signal acts at once.
 While the nodes wait for each other, :class:`WaitReporter` prints how many are still
 missing every ``report`` seconds.
 
-Both intervals come from the environment so tests stay fast:
+An elastic job (``--nnodes MIN:MAX``) starts once MIN nodes have joined and another
+``last_call`` seconds have passed without reaching MAX (torch's ``last_call_timeout``).
+
+The times come from the environment so tests stay fast:
 ``ACCEL_RDZV_CONNECT_TIMEOUT`` (default 50 s: with start-up, the answer comes within
-a minute) and ``ACCEL_RDZV_REPORT_INTERVAL`` (default 30 s).
+a minute), ``ACCEL_RDZV_REPORT_INTERVAL`` (default 30 s) and ``ACCEL_RDZV_LAST_CALL``
+(default 30 s, as torchrun).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from accel.errors import JobFailed, UsageError
 
 CONNECT_TIMEOUT_ENV = "ACCEL_RDZV_CONNECT_TIMEOUT"
 REPORT_INTERVAL_ENV = "ACCEL_RDZV_REPORT_INTERVAL"
+LAST_CALL_ENV = "ACCEL_RDZV_LAST_CALL"
 CONNECT_TIMEOUT = 50.0
 REPORT_INTERVAL = 30.0
+LAST_CALL = 30.0  # torch's last_call_timeout
 
 Notify = Callable[[str], None]
 
@@ -38,12 +44,14 @@ Notify = Callable[[str], None]
 class Timing:
     connect_timeout: float = CONNECT_TIMEOUT
     report: float = REPORT_INTERVAL
+    last_call: float = LAST_CALL
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Timing:
         return cls(
             _seconds(env, CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT),
             _seconds(env, REPORT_INTERVAL_ENV, REPORT_INTERVAL),
+            _seconds(env, LAST_CALL_ENV, LAST_CALL),
         )
 
 
@@ -122,6 +130,8 @@ class WaitReporter:
     """While the nodes rendezvous, say every ``interval`` how many are still missing.
 
     ``joined`` returns how many nodes have joined so far (None when unknown).
+    ``nnodes`` is how many the job needs to start; ``most``, of an elastic job, how
+    many it can take.
     """
 
     def __init__(
@@ -131,9 +141,11 @@ class WaitReporter:
         joined: Callable[[], int | None],
         notify: Notify,
         interval: float,
+        most: int | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.nnodes = nnodes
+        self.most = most if most is not None else nnodes
         self._joined = joined
         self._notify = notify
         self._interval = interval
@@ -141,7 +153,7 @@ class WaitReporter:
         self._thread: threading.Thread | None = None
 
     def start(self) -> WaitReporter:
-        if self.nnodes > 1 and self._thread is None:
+        if self.most > 1 and self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(
                 target=self._loop, name="accel-rdzv-report", daemon=True
@@ -163,6 +175,12 @@ class WaitReporter:
     def message(self, joined: int | None, waited: float) -> str:
         if joined is None:
             return f"accel: waiting for the other nodes at {self.endpoint}, {waited:.0f} s"
+        if self.most > self.nnodes and joined >= self.nnodes:
+            return (
+                f"accel: {joined} of at most {self.most} nodes have joined at {self.endpoint}; "
+                f"starting unless more join soon, {waited:.0f} s"
+            )
         more = max(1, self.nnodes - max(joined, 1))
         nodes = "node" if more == 1 else "nodes"
-        return f"accel: waiting for {more} more {nodes} at {self.endpoint}, {waited:.0f} s"
+        more_text = f"at least {more}" if self.most > self.nnodes else str(more)
+        return f"accel: waiting for {more_text} more {nodes} at {self.endpoint}, {waited:.0f} s"

@@ -97,7 +97,7 @@ def launch(
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
     ws.ensure()
     (notify or (lambda _: None))(
-        f"accel: run {plan.run_id}: {plan.world_size} worker(s), logs in {plan.run_dir}"
+        f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
     )
     guard = Guard(plan.run_id).start()  # forked before torch is imported: cheap and safe
     try:
@@ -157,6 +157,7 @@ class _Run:
         observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
         self.observer = RunObserver(plan, observed, self.router.last_output, notify)
         self.timing = rendezvous.Timing.from_env(os.environ)
+        self.world: tuple[int, int] | None = None  # (nodes, workers) of the current start
         self.handler: Any = None
         self.reporter: rendezvous.WaitReporter | None = None
 
@@ -203,12 +204,12 @@ class _Run:
         return self._finish(status, code)
 
     def _run_agent(self) -> tuple[RunStatus, int]:
-        from accel.launch.agent import AccelAgent, RunLogsSpecs
+        from accel.launch.agent import AccelAgent, RunLogsSpecs, rendezvous_handler, worker_spec
 
         if self.plan.nnodes > 1 and not self.plan.rdzv_is_host:
             rendezvous.wait_for_host(self.plan.rdzv_endpoint, self.timing, self.notify)
-        self.handler = handler = _rendezvous_handler(self.plan)
-        spec = _worker_spec(self.plan, handler)
+        self.handler = handler = rendezvous_handler(self.plan, self.timing.last_call)
+        spec = worker_spec(self.plan, handler)
         quiet_torch_logs()
         router = self.router
         logs = RunLogsSpecs(
@@ -240,10 +241,11 @@ class _Run:
         handler = self.handler
         self.reporter = rendezvous.WaitReporter(
             self.plan.rdzv_endpoint,
-            self.plan.nnodes,
+            self.plan.min_nodes or self.plan.nnodes,
             lambda: rendezvous_participants(handler),
             self.notify,
             self.timing.report,
+            most=self.plan.nnodes,
         ).start()
 
     def _stop_reporting(self) -> None:
@@ -251,12 +253,25 @@ class _Run:
             self.reporter.stop()
             self.reporter = None
 
-    def attempt_started(self, attempt: int, pids: Mapping[int, int]) -> None:
+    def attempt_started(
+        self, attempt: int, pids: Mapping[int, int], nnodes: int, world_size: int
+    ) -> None:
+        if self.world is not None and attempt == self.attempt:
+            # torch restarted the workers for a node that joined (elastic): not a
+            # failure, and not counted as a restart. The stop it made is not a verdict.
+            self.stop_times.pop(attempt, None)
+            self.notify(
+                f"accel: the job now has {nnodes} node(s): restarted the workers with "
+                f"{world_size} in all"
+            )
+        elif self.plan.elastic:
+            self.notify(f"accel: {nnodes} node(s) joined: {world_size} worker(s) in all")
+        self.world = (nnodes, world_size)
         self.attempt = attempt
         self.started = time.time()
         self.pids = dict(pids)
         self.exits.watch(pids)
-        self.record = report.with_attempt(self.record, attempt, _now())
+        self.record = report.with_attempt(self.record, attempt, _now(), nnodes, world_size)
         self._save()
         self.observer.attempt_started(attempt, pids)
 
@@ -337,38 +352,6 @@ class _Run:
 # -- torch glue -------------------------------------------------------------------------
 
 
-def _rendezvous_handler(plan: LaunchPlan) -> Any:
-    import torch.distributed.elastic.rendezvous.registry as registry
-    from torch.distributed.elastic.rendezvous import RendezvousParameters
-
-    configs: dict[str, Any] = {"timeout": 900}
-    if plan.nnodes > 1 and plan.rdzv_is_host is not None:
-        configs["is_host"] = plan.rdzv_is_host
-    params = RendezvousParameters(
-        backend=plan.rdzv_backend,
-        endpoint=plan.rdzv_endpoint,
-        run_id=plan.rdzv_id,
-        min_nodes=plan.nnodes,
-        max_nodes=plan.nnodes,
-        **configs,
-    )
-    return registry.get_rendezvous_handler(params)
-
-
-def _worker_spec(plan: LaunchPlan, handler: Any) -> Any:
-    from torch.distributed.elastic.agent.server.api import WorkerSpec
-
-    return WorkerSpec(
-        role="default",
-        local_world_size=plan.nproc_per_node,
-        entrypoint=plan.entrypoint,
-        args=plan.worker_args,
-        rdzv_handler=handler,
-        max_restarts=plan.max_restarts,
-        monitor_interval=0.1,
-    )
-
-
 @contextlib.contextmanager
 def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
     """torch's agent hands ``os.environ`` to the workers: set ours there, for the run only."""
@@ -378,7 +361,7 @@ def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
         **plan.worker_env,
         "ACCEL_LAUNCHER_PID": str(os.getpid()),
         "ACCEL_RUN_DIR": str(plan.run_dir),
-        **agent_environment(HANDLED_SIGNALS, plan.max_restarts, os.environ),
+        **agent_environment(HANDLED_SIGNALS, plan.max_restarts > 0 or plan.elastic, os.environ),
     }
     saved = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)

@@ -64,6 +64,10 @@ class LaunchFacts(Protocol):
     @property
     def world_size(self) -> int: ...
     @property
+    def elastic(self) -> bool: ...
+    @property
+    def min_nodes(self) -> int | None: ...
+    @property
     def rdzv_backend(self) -> str: ...
     @property
     def rdzv_endpoint(self) -> str: ...
@@ -98,17 +102,33 @@ def start_record(plan: LaunchFacts, facts: Mapping[str, Any]) -> dict[str, Any]:
         "restarts": 0,
         "attempts": [],
         "nnodes": plan.nnodes,
+        **({"min_nnodes": plan.min_nodes} if plan.elastic else {}),
         "node_rank": plan.node_rank,
         "nproc_per_node": plan.nproc_per_node,
-        "world_size": plan.world_size,
+        # an elastic job's size is known once its nodes have met (then each start's)
+        "world_size": None if plan.elastic else plan.world_size,
         "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
         **facts,
     }
 
 
-def with_attempt(record: Mapping[str, Any], attempt: int, started_at: str) -> dict[str, Any]:
-    attempts = [*record.get("attempts", []), {"attempt": attempt, "started_at": started_at}]
-    return {**record, "restarts": attempt, "attempts": attempts}
+def with_attempt(
+    record: Mapping[str, Any],
+    attempt: int,
+    started_at: str,
+    nnodes: int | None = None,
+    world_size: int | None = None,
+) -> dict[str, Any]:
+    """A new start of the workers. torch's restart count does not grow when an elastic
+    job restarts for a node that joined: that start repeats the attempt number, and the
+    record's ``nnodes`` and ``world_size`` follow the latest start."""
+    entry: dict[str, Any] = {"attempt": attempt, "started_at": started_at}
+    sizes: dict[str, Any] = {}
+    if nnodes is not None and world_size is not None:
+        sizes = {"nnodes": nnodes, "world_size": world_size}
+        entry.update(sizes)
+    attempts = [*record.get("attempts", []), entry]
+    return {**record, **sizes, "restarts": attempt, "attempts": attempts}
 
 
 def with_failures(
@@ -116,7 +136,8 @@ def with_failures(
 ) -> dict[str, Any]:
     """The attempt's entry gains every rank's end and fate (and when accel stopped it)."""
     attempts = [dict(a) for a in record.get("attempts", [])]
-    for entry in attempts:
+    latest = [a for a in attempts if a.get("attempt") == attempt][-1:]  # its latest start
+    for entry in latest:
         if entry.get("attempt") == attempt:
             entry["failures"] = [f.to_json() for f in verdict.failures]
             if stop is not None:

@@ -1,0 +1,38 @@
+"""What a SLURM allocation says about a job's nodes: read from its environment, pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from accel.errors import UsageError
+
+DEFAULT_RDZV_PORT = 29400
+
+
+def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
+    """What a SLURM allocation says about the job's nodes (empty outside SLURM)."""
+    if not env.get("SLURM_JOB_ID"):
+        return {}
+    out: dict[str, Any] = {"rdzv_id": f"slurm-{env['SLURM_JOB_ID']}"}
+    nnodes = env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
+    if nnodes and nnodes.isdigit():
+        out["nnodes"] = int(nnodes)
+    if env.get("SLURM_NODEID", "").isdigit():
+        out["node_rank"] = int(env["SLURM_NODEID"])
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if nodelist:
+        out["endpoint"] = f"{first_host(nodelist)}:{DEFAULT_RDZV_PORT}"
+    return out
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if match is None:
+        raise UsageError(f"cannot read the SLURM node list {nodelist!r}")
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]

@@ -1,0 +1,138 @@
+"""Elastic jobs (torchrun's ``--nnodes MIN:MAX``), with real launchers on loopback: the
+job starts with the nodes it has, and grows when a node joins."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launchutil import SCRIPTS
+
+# Short waits: for more nodes once MIN are in (torch: 30 s), and for the messages.
+FAST = {"ACCEL_RDZV_LAST_CALL": "1", "ACCEL_RDZV_REPORT_INTERVAL": "1"}
+GROW = str(SCRIPTS / "elastic_grow.py")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def node(project: Path) -> Iterator[Any]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        exe = str(Path(sys.executable).parent / "accel")
+        proc = subprocess.Popen(
+            [exe, "launch", *args],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **FAST},
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def starts(out: Path) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(out.glob("start-*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except json.JSONDecodeError:  # being written
+            continue
+    return found
+
+
+def records(project: Path) -> dict[int, dict[str, Any]]:
+    runs = project / ".accelerate" / "logs" / "runs"
+    found = [json.loads((d / "run.json").read_text()) for d in runs.iterdir()]
+    return {r["node_rank"]: r for r in found}
+
+
+def elastic(rank: int, endpoint: str, *args: str) -> tuple[str, ...]:
+    return ("--nnodes", "1:2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint, *args)
+
+
+@pytest.mark.timeout(90)
+def test_an_elastic_job_starts_with_the_nodes_it_has(node: Any, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    alone = node(*elastic(0, endpoint, "-n", "2", GROW, str(out), "2"))
+    _, err = alone.communicate(timeout=80)
+    assert alone.returncode == 0, err
+    assert sorted((s["rank"], s["world"]) for s in starts(out)) == [(0, 2), (1, 2)]
+    assert "2 to 4 worker(s)" in err and "1 node(s) joined: 2 worker(s) in all" in err
+    record = records(project)[0]
+    assert (record["min_nnodes"], record["nnodes"], record["world_size"]) == (1, 1, 2)
+    assert [(a["nnodes"], a["world_size"]) for a in record["attempts"]] == [(1, 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_node_that_joins_grows_the_job(node: Any, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    first = node(*elastic(0, endpoint, "-n", "1", GROW, str(out), "2"))
+    deadline = time.monotonic() + 60
+    while not starts(out):  # node 0 runs alone: a world of 1
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.2)
+    assert [s["world"] for s in starts(out)] == [1]
+    second = node(*elastic(1, endpoint, "-n", "1", GROW, str(out), "2"))
+    outputs = [proc.communicate(timeout=100) for proc in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outputs
+    grown = sorted((s["rank"], s["world"], s["all_reduce"]) for s in starts(out) if s["world"] == 2)
+    assert grown == [(0, 2, 3.0), (1, 2, 3.0)]
+    # the restart for a joining node is not a failure and not counted as one
+    assert {s["restart"] for s in starts(out)} == {"0"}
+    assert "the job now has 2 node(s): restarted the workers with 2 in all" in outputs[0][1]
+    node0 = records(project)[0]
+    assert node0["status"] == "succeeded" and node0["restarts"] == 0
+    assert [(a["attempt"], a["world_size"]) for a in node0["attempts"]] == [(0, 1), (0, 2)]
+    assert node0["world_size"] == 2 and node0["nnodes"] == 2 and node0["failed_rank"] is None
+    assert not any(a.get("failures") for a in node0["attempts"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_node_that_dies_shrinks_the_job_on_restart(node: Any, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    hold = str(SCRIPTS / "elastic_hold.py")
+    first = node(*elastic(0, endpoint, "--max-restarts", "1", "-n", "1", hold, str(out)))
+    second = node(*elastic(1, endpoint, "--max-restarts", "1", "-n", "1", hold, str(out)))
+    deadline = time.monotonic() + 60
+    while not any(s["world"] == 2 for s in starts(out)):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.2)
+    second.kill()  # node 1 is lost: its launcher dies at once, its guard ends its worker
+    second.wait()
+    _, err = first.communicate(timeout=100)
+    assert first.returncode == 0, err
+    assert "restarting the workers (restart 1 of 1)" in err
+    after = [s for s in starts(out) if s["restart"] == 1]
+    assert [(s["rank"], s["world"]) for s in after] == [(0, 1)]
+    node0 = records(project)[0]
+    assert node0["status"] == "succeeded" and node0["restarts"] == 1
+    assert (node0["nnodes"], node0["world_size"]) == (1, 1)
