@@ -267,16 +267,16 @@ def become(request: Request) -> None:
     _threads_as_told(request.env.get("OMP_NUM_THREADS"))
 
 
-# The signals the launcher catches while its agent runs (launch/_host.HANDLED_SIGNALS):
-# an exec'd worker starts with them at their default, whatever the launcher inherited
-# (nohup and `cmd &` in a script ignore SIGHUP, SIGINT and SIGQUIT), and Python then
-# turns SIGINT into KeyboardInterrupt. The template inherited them before the launcher
-# caught them: set them as exec would.
-_CAUGHT_BY_LAUNCHER = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# The signals the launcher catches while its agent runs (launch/_host.HANDLED_SIGNALS,
+# given by name on the template's command line): an exec'd worker starts with them at
+# their default, whatever the launcher inherited (nohup and `cmd &` in a script ignore
+# SIGHUP, SIGINT and SIGQUIT), and Python then turns SIGINT into KeyboardInterrupt. The
+# template inherited them before the launcher caught them: set them as exec would.
+_caught_by_launcher: tuple[signal.Signals, ...] = ()
 
 
 def _signals_as_after_exec() -> None:
-    for sig in _CAUGHT_BY_LAUNCHER:
+    for sig in _caught_by_launcher:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -306,7 +306,9 @@ def run_worker(request: Request, template_pid: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    fd, launcher, path0, modules = int(argv[0]), int(argv[1]), argv[2], argv[3:]
+    global _caught_by_launcher
+    fd, launcher, path0, caught, modules = int(argv[0]), int(argv[1]), argv[2], argv[3], argv[4:]
+    _caught_by_launcher = tuple(signal.Signals[name] for name in caught.split(","))
     wire._die_with_parent()
     if os.getppid() != launcher:
         return 1  # the launcher died before prctl took effect

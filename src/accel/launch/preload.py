@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from accel.launch._host import HANDLED_SIGNALS
 from accel.launch.plan import BOOTSTRAP, EXEC, LaunchPlan
 
 TEMPLATE = Path(__file__).with_name("_template.py")
@@ -148,6 +149,7 @@ def _start(plan: LaunchPlan, fd: int) -> subprocess.Popen[bytes]:
         str(fd),
         str(os.getpid()),
         path0,
+        ",".join(sig.name for sig in HANDLED_SIGNALS),  # for the workers to reset
         *plan.preload_modules,
     ]
     return subprocess.Popen(
