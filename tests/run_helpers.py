@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -55,6 +56,13 @@ def start(project: Path, *args: str, exe: list[str] | None = None) -> subprocess
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous endpoint)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def run_folder(project: Path) -> Path:

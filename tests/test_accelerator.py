@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accel
 from accel.errors import UsageError
+from run_helpers import free_port
 
 SCRIPT = Path(__file__).parent / "store" / "scripts" / "train.py"
 
@@ -153,12 +153,6 @@ def test_clean_cache(project: Path) -> None:
 # -- a real 2-rank gloo job --------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(workspace: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
     env.update(ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
@@ -167,7 +161,7 @@ def _env(workspace: Path) -> dict[str, str]:
 
 def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
     """Two ranks started with the torchrun environment, without the elastic agent."""
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank in range(2):
         env = _env(workspace)
@@ -186,7 +180,7 @@ def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
 
 def _run_torchrun(workspace: Path, args: list[str]) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += ["--master-port", str(_free_port()), str(SCRIPT), *args]
+    cmd += ["--master-port", str(free_port()), str(SCRIPT), *args]
     return subprocess.run(cmd, env=_env(workspace), timeout=120).returncode
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,9 @@ import torch
 
 import accel
 from accel.errors import UsageError
+from run_helpers import free_port
 
 CHECKS = Path(__file__).resolve().parent / "scripts" / "fsdp_checks.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ranks(
@@ -28,7 +22,7 @@ def _ranks(
 ) -> list[subprocess.CompletedProcess[str]]:
     """Two ranks with the torchrun environment (no launcher): FSDP from the variable
     Hugging Face's launcher and accel's set, ACCELERATE_USE_FSDP."""
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank in range(2):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL", "FSDP_"))}

@@ -4,51 +4,25 @@ job starts with the nodes it has, and grows when a node joins."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from launchutil import SCRIPTS
 
+from run_helpers import Start, free_port
+
 # Short waits: for more nodes once MIN are in (torch: 30 s), and for the messages.
 FAST = {"ACCEL_RDZV_LAST_CALL": "1", "ACCEL_RDZV_REPORT_INTERVAL": "1"}
 GROW = str(SCRIPTS / "elastic_grow.py")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def node(project: Path) -> Iterator[Any]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        exe = str(Path(sys.executable).parent / "accel")
-        proc = subprocess.Popen(
-            [exe, "launch", *args],
-            cwd=project,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **FAST},
-        )
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def node(start_accel: Start, monkeypatch: pytest.MonkeyPatch) -> Start:
+    for name, value in FAST.items():
+        monkeypatch.setenv(name, value)
+    return lambda *args: start_accel("launch", *args)
 
 
 def starts(out: Path) -> list[dict[str, Any]]:
@@ -72,7 +46,7 @@ def elastic(rank: int, endpoint: str, *args: str) -> tuple[str, ...]:
 
 
 @pytest.mark.timeout(90)
-def test_an_elastic_job_starts_with_the_nodes_it_has(node: Any, project: Path) -> None:
+def test_an_elastic_job_starts_with_the_nodes_it_has(node: Start, project: Path) -> None:
     out = project / "out"
     out.mkdir()
     endpoint = f"127.0.0.1:{free_port()}"
@@ -88,7 +62,7 @@ def test_an_elastic_job_starts_with_the_nodes_it_has(node: Any, project: Path) -
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_a_node_that_joins_grows_the_job(node: Any, project: Path) -> None:
+def test_a_node_that_joins_grows_the_job(node: Start, project: Path) -> None:
     out = project / "out"
     out.mkdir()
     endpoint = f"127.0.0.1:{free_port()}"
@@ -115,7 +89,7 @@ def test_a_node_that_joins_grows_the_job(node: Any, project: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_a_node_that_dies_shrinks_the_job_on_restart(node: Any, project: Path) -> None:
+def test_a_node_that_dies_shrinks_the_job_on_restart(node: Start, project: Path) -> None:
     out = project / "out"
     out.mkdir()
     endpoint = f"127.0.0.1:{free_port()}"

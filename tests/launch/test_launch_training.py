@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from launchutil import SCRIPTS, assert_no_orphans
+
+from run_helpers import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 Accel = Callable[..., subprocess.CompletedProcess[str]]
@@ -66,18 +67,12 @@ def test_restart_resumes_and_matches_the_uninterrupted_run(accel: Accel, project
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_nodes_on_loopback(start_accel: StartAccel, project: Path) -> None:
     out = project / "out"
     out.mkdir()
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     nodes = [
         start_accel(
             "launch",

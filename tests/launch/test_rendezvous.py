@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from run_helpers import free_port
+
 HELLO = "print('hello')\n"
 FAST = {"ACCEL_RDZV_CONNECT_TIMEOUT": "3", "ACCEL_RDZV_REPORT_INTERVAL": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
