@@ -83,3 +83,36 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def write_run(
+    ws: Any,
+    run_id: str,
+    record: dict[str, Any],
+    metrics: list[Any] | None = None,
+    resources: list[Any] | None = None,
+) -> Path:
+    """A finished run's folder as a launcher leaves it: a failed 2-rank run.json (with
+    ``record`` on top), and metrics.jsonl / resources.jsonl when given (a row is a JSON
+    value, or a line written as it is)."""
+    from accel import runs
+
+    folder = runs.run_dir(ws.layout, run_id)
+    folder.mkdir(parents=True)
+    base = {
+        "id": run_id,
+        "name": "default",
+        "command": ["accel", "launch", "-n", "2", "train.py"],
+        "status": "failed",
+        "exit_code": 1,
+        "failed_rank": 1,
+        "world_size": 2,
+        "started_at": "2026-11-29T10:00:00+00:00",
+        "ended_at": "2026-11-29T10:05:30+00:00",
+    }
+    (folder / "run.json").write_text(json.dumps({**base, **record}))
+    for name, rows in (("metrics.jsonl", metrics), ("resources.jsonl", resources)):
+        if rows is not None:
+            lines = (row if isinstance(row, str) else json.dumps(row) for row in rows)
+            (folder / name).write_text("".join(line + "\n" for line in lines))
+    return folder

@@ -20,6 +20,7 @@ from accel.cli import stack as stack_cmd
 from accel.errors import UsageError
 from accel.runs import plot as plotting
 from accel.workspace import Workspace
+from run_helpers import write_run
 
 RUN_ID = "20261129-100000-aaaaaa"
 
@@ -33,26 +34,13 @@ def _app() -> typer.Typer:
 
 
 def _run(ws: Workspace, run_id: str = RUN_ID, **raw: object) -> Path:
-    folder = runs.run_dir(ws.layout, run_id)
-    folder.mkdir(parents=True)
     record = {
-        "id": run_id,
-        "name": "default",
-        "command": ["accel", "launch", "-n", "2", "train.py"],
-        "status": "failed",
-        "exit_code": 1,
-        "failed_rank": 1,
-        "world_size": 2,
-        "started_at": "2026-11-29T10:00:00+00:00",
-        "ended_at": "2026-11-29T10:05:30+00:00",
         "config": {"launch": {"num_processes": 2}},
         "error": {"rank": 1, "type": "ValueError", "message": "bad [batch]"},
         "hostname": socket.gethostname(),
         **raw,
     }
-    (folder / "run.json").write_text(json.dumps(record))
     metrics = [{"step": s, "time": 100.0 + s, "rank": 0, "loss": 1 / (s + 1)} for s in range(30)]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     samples = [
         {
             "time": 100.0 + i,
@@ -60,8 +48,7 @@ def _run(ws: Workspace, run_id: str = RUN_ID, **raw: object) -> Path:
         }
         for i in range(5)
     ]
-    (folder / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    return folder
+    return write_run(ws, run_id, record, metrics, samples)
 
 
 def test_show_prints_summary_ranks_resources_and_metrics(ws: Workspace) -> None:

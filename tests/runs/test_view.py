@@ -16,6 +16,7 @@ from accel.runs.metrics import direction, metric_views, parse_metrics, sparkline
 from accel.runs.view import build_view, config_diff, load_view, rank_views
 from accel.telemetry import RankStats, ResourceSummary, Sample, summarize
 from accel.workspace import Workspace
+from run_helpers import write_run
 
 LINES = [
     '{"step": 0, "time": 100.0, "rank": 0, "loss": 2.0, "lr": 0.1, "acc": 0.1, "note": "x"}',
@@ -123,30 +124,14 @@ def _samples() -> list[Sample]:
 
 
 def _make_run(ws: Workspace, run_id: str, **raw: object) -> Path:
-    folder = runs.run_dir(ws.layout, run_id)
-    folder.mkdir(parents=True)
     record = {
-        "id": run_id,
-        "name": "default",
-        "command": ["accel", "launch", "-n", "2", "train.py"],
-        "status": "failed",
-        "exit_code": 1,
-        "failed_rank": 1,
-        "world_size": 2,
         "restarts": 1,
-        "started_at": "2026-11-29T10:00:00+00:00",
-        "ended_at": "2026-11-29T10:05:30+00:00",
         "config": {"version": 1, "launch": {"num_processes": 2}},
         "error": {"rank": 1, "type": "RuntimeError", "message": "CUDA out of memory"},
         "resources": summarize(_samples()).to_json(),
         **raw,
     }
-    (folder / "run.json").write_text(json.dumps(record))
-    (folder / "metrics.jsonl").write_text("\n".join(LINES) + "\n")
-    (folder / "resources.jsonl").write_text(
-        "".join(json.dumps(s.to_json()) + "\n" for s in _samples())
-    )
-    return folder
+    return write_run(ws, run_id, record, LINES, [s.to_json() for s in _samples()])
 
 
 def test_load_view_gathers_summary_diff_ranks_resources_and_metrics(ws: Workspace) -> None:
