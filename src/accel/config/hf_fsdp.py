@@ -73,7 +73,7 @@ def fsdp_values(data: Mapping[str, Any], source: str, notes: list[str]) -> dict[
         ("fsdp_reshard_after_forward", "launch.fsdp_reshard_after_forward"),
     ):
         if section.get(hf_key) is not None:
-            values[key] = _checked(section[hf_key], key, source, hf_key)
+            values[key] = schema.imported(key, section[hf_key], f"{source}: fsdp_config.{hf_key}")
     notes.extend(_notes(section))
     return values
 
@@ -99,19 +99,8 @@ def _classes(section: Mapping[str, Any], source: str) -> list[str]:
         return []  # Accelerate then wraps the model's _no_split_modules, as accel does
     if isinstance(raw, list):
         raw = ",".join(str(item) for item in raw)
-    return list(
-        _checked(
-            str(raw), "launch.fsdp_layer_classes", source, "fsdp_transformer_layer_cls_to_wrap"
-        )
-    )
-
-
-def _checked(value: Any, key: str, source: str, hf_key: str) -> Any:
-    f = schema.BY_KEY[key]
-    try:
-        return schema.read_value(f, value)
-    except ValueError as exc:
-        raise ConfigError(f"{source}: fsdp_config.{hf_key}: {exc}") from None
+    where = f"{source}: fsdp_config.fsdp_transformer_layer_cls_to_wrap"
+    return list(schema.imported("launch.fsdp_layer_classes", str(raw), where))
 
 
 def _notes(section: Mapping[str, Any]) -> list[str]:

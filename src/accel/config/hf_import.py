@@ -269,11 +269,7 @@ def _accelerate_env(
 
 
 def _checked(value: Any, key: str, source: str, hf_key: str | None = None) -> Any:
-    f = schema.BY_KEY[key]
-    try:
-        return schema.read_value(f, value)
-    except ValueError as exc:
-        raise ConfigError(f"{source}: {hf_key or key}: {exc}") from None
+    return schema.imported(key, value, f"{source}: {hf_key or key}")
 
 
 def _leftovers(data: Mapping[str, Any]) -> list[str]:

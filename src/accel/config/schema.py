@@ -20,7 +20,7 @@ from typing import Any
 from accel.config.coerce import coerce, parse_text, read_value
 from accel.config.fields import BY_KEY, FIELDS, SCHEMA_VERSION, SECTIONS, Field
 from accel.config.jsonschema import json_schema
-from accel.errors import UsageError
+from accel.errors import ConfigError, UsageError
 from accel.units import duration_text, size_text
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "defaults",
     "display",
     "field",
+    "imported",
     "json_schema",
     "parse_text",
     "read_value",
@@ -83,3 +84,12 @@ def display(key: str, value: Any) -> str:
 
 def defaults() -> dict[str, Any]:
     return {f.key: f.default for f in FIELDS}
+
+
+def imported(key: str, value: Any, where: str) -> Any:
+    """``value`` read from another tool's file as ``key``; ConfigError naming ``where``
+    (``"hf.yaml: fsdp_config.fsdp_min_num_params"``) when it does not fit."""
+    try:
+        return read_value(BY_KEY[key], value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
