@@ -272,8 +272,11 @@ def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, out: Path)
 
 @pytest.mark.timeout(60)
 def test_a_daemon_started_by_a_worker_ends_when_the_launcher_is_killed(
-    start_accel: StartAccel, out: Path
+    start_accel: StartAccel, out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    scratch = tmp_path / "tmp"  # where the launcher makes its private folders
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     proc = start_accel("launch", "-n", "2", str(SCRIPTS / "daemonizer.py"), str(out), "--stay")
     wait_for(lambda: all((out / f"daemon-{r}").exists() for r in (0, 1)), 30, "the daemons")
     daemons = [_daemon(out, r) for r in (0, 1)]
@@ -282,3 +285,5 @@ def test_a_daemon_started_by_a_worker_ends_when_the_launcher_is_killed(
     proc.wait()
     for pid in daemons:
         wait_for(lambda pid=pid: not pid_alive(pid), 5, f"the daemon {pid} to be ended")
+    # the guard also removes the launcher's scratch (log FIFOs; under preload its socket)
+    wait_for(lambda: not any(scratch.iterdir()), 5, "the launcher's scratch to be removed")

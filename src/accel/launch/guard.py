@@ -13,11 +13,14 @@ the process tree, and two things keep that tree whole:
   to, so a SIGKILL cannot be missed).
 
 At the end of a run the launcher ends its descendants itself; when the launcher is
-killed, the guard ends every process it recorded. Ending is *freeze, then kill*: each
-process is stopped (SIGSTOP) before its children are listed, so none can fork or
-orphan a new one in between, and then all are SIGKILLed. The start time recorded with
-each pid makes sure a recycled pid is never killed. Processes with the run's
-``ACCEL_RUN_ID`` in their environment are ended too (the net the guard used before).
+killed, the guard ends every process it recorded, then removes the private scratch
+folders the launcher made and named to it (:meth:`Guard.remove_at_end`: the FIFOs of
+the logs, the preload socket), which the launcher's own cleanup would have removed.
+Ending is *freeze, then kill*: each process is stopped (SIGSTOP) before its children
+are listed, so none can fork or orphan a new one in between, and then all are
+SIGKILLed. The start time recorded with each pid makes sure a recycled pid is never
+killed. Processes with the run's ``ACCEL_RUN_ID`` in their environment are ended too
+(the net the guard used before).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -192,6 +196,12 @@ class Guard:
             become_subreaper(False)
             self._subreaper = False
 
+    def remove_at_end(self, folder: Path) -> None:
+        """Have the guard remove ``folder`` (one the launcher made for this run) if the
+        launcher dies before it does."""
+        if self._write_fd is not None:
+            os.write(self._write_fd, os.fsencode(folder) + b"\0")
+
     def end_descendants(self) -> set[int]:
         """End what the run left below the launcher (orphans included) and reap them."""
         found = descendants(os.getpid(), process_table(), since=self._since)
@@ -234,21 +244,32 @@ def _guard_main(read_fd: int, run_id: str, launcher: int, since: int) -> None:  
             os.dup2(devnull, fd)
         os.closerange(3, read_fd)
         os.closerange(read_fd + 1, 65536)
-        tracked = _track(read_fd, launcher, since)
+        folders: list[bytes] = []
+        tracked = _track(read_fd, launcher, since, folders)
         end_processes(tracked, exclude={launcher})
         kill_run_processes(run_id, exclude=frozenset({launcher}))
+        for folder in folders:  # gone already after a run that ended as it should
+            shutil.rmtree(os.fsdecode(folder), ignore_errors=True)
     finally:
         os._exit(0)
 
 
-def _track(read_fd: int, launcher: int, since: int) -> dict[int, int]:  # pragma: no cover
-    """Snapshots of the launcher's tree until the launcher closes the pipe or dies."""
+def _track(
+    read_fd: int, launcher: int, since: int, folders: list[bytes]
+) -> dict[int, int]:  # pragma: no cover
+    """Snapshots of the launcher's tree until the launcher closes the pipe or dies; the
+    folders it names on the pipe (each ended by a NUL) are added to ``folders``."""
     tracked: dict[int, int] = {}
     wait = TRACK_INTERVAL
+    named = b""
     while True:
         ready, _, _ = select.select([read_fd], [], [], wait)
-        if ready and not os.read(read_fd, 1):
-            return tracked
+        if ready:
+            data = os.read(read_fd, 4096)
+            if not data:
+                return tracked
+            *done, named = (named + data).split(b"\0")
+            folders.extend(done)
         began = time.monotonic()
         table = process_table()
         tracked = {p: s for p, s in tracked.items() if _same(table, p, s)}  # drop the gone

@@ -31,7 +31,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,15 +108,20 @@ def _discard(run_id: str) -> None:
 
 
 @contextlib.contextmanager
-def template(plan: LaunchPlan, scratch: Path) -> Iterator[LaunchPlan]:
+def template(
+    plan: LaunchPlan, scratch: Path, own: Callable[[Path], None] = lambda _: None
+) -> Iterator[LaunchPlan]:
     """The run's template (started early or now); yield the plan whose workers ask it for
-    a fork. ``--no-python`` workers exec a program at once: nothing to preload."""
+    a fork. ``--no-python`` workers exec a program at once: nothing to preload.
+    ``own`` is told of the template's private folder (to remove if the launcher dies)."""
     if plan.worker_args[2:3] == (EXEC,):
         yield plan
         return
     started = _early.pop(plan.run_id, None)
     if started is None:
         started = _Started(_spawn(plan, scratch / SOCKET), scratch / SOCKET, None)
+    if started.folder is not None:
+        own(started.folder)
     try:
         yield replace(plan, worker_args=shim_args(plan.worker_args, started.socket))
     finally:

@@ -105,11 +105,12 @@ def launch(
             stack.enter_context(runs.run_lock(ws.layout, plan.run_id))
             stack.enter_context(_series_lease(ws, plan))
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="accel-run-")))
+            guard.remove_at_end(scratch)  # if the launcher is SIGKILLed
             stack.callback(guard.end_descendants)  # while the run is still live
             if plan.preload:  # launch.preload: workers forked from a template (preload.py)
                 from accel.launch.preload import template
 
-                plan = stack.enter_context(template(plan, scratch))
+                plan = stack.enter_context(template(plan, scratch, guard.remove_at_end))
             return _Run(plan, scratch, sink, notify or (lambda _: None)).execute()
     finally:
         guard.stop()
