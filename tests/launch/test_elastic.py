@@ -110,3 +110,20 @@ def test_a_node_that_dies_shrinks_the_job_on_restart(node: Start, project: Path)
     node0 = records(project)[0]
     assert node0["status"] == "succeeded" and node0["restarts"] == 1
     assert (node0["nnodes"], node0["world_size"]) == (1, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_torchruns_elastic_line_without_node_ranks_makes_one_job(
+    node: Start, project: Path
+) -> None:
+    # torchrun's documented elastic line has no --node_rank: each node would host a
+    # store of its own and, with MIN 1, train alone. torch picks the host, as there.
+    out = project / "out"
+    out.mkdir()
+    line = ("--nnodes=1:2", "--nproc-per-node=1", f"--rdzv-endpoint=127.0.0.1:{free_port()}")
+    nodes = [node(*line, "--rdzv-id=exp7", GROW, str(out), "2") for _ in range(2)]
+    outputs = [proc.communicate(timeout=100) for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], outputs
+    grown = sorted((s["rank"], s["world"], s["all_reduce"]) for s in starts(out) if s["world"] == 2)
+    assert grown == [(0, 2, 3.0), (1, 2, 3.0)]

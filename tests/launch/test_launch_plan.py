@@ -148,6 +148,10 @@ def test_multi_node(tmp_path: Path) -> None:
     assert plan.nnodes == 2 and plan.node_rank == 1 and plan.world_size == 4
     assert plan.rdzv_endpoint == "10.0.0.1:29400" and plan.rdzv_id == "accel"
     assert plan.rdzv_is_host is False
+    flags["launch.machine_rank"] = 0
+    assert make_plan(tmp_path, flags).rdzv_is_host is True
+    del flags["launch.machine_rank"]  # torchrun's c10d lines: torch decides, as there
+    assert make_plan(tmp_path, flags).rdzv_is_host is None
 
 
 @pytest.mark.parametrize(

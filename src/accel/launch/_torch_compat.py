@@ -97,6 +97,11 @@ def contract(version: tuple[int, int]) -> tuple[Expectation, ...]:
             ("depth",),
             "replaced: inspect.stack() costs a second per launch",
         ),
+        Expectation(
+            "torch.distributed.elastic.rendezvous.utils._matches_machine_hostname",
+            ("host",),
+            "whether this node hosts the rendezvous when no --node-rank says",
+        ),
     )
 
 
@@ -224,3 +229,11 @@ def rendezvous_participants(handler: Any) -> int | None:
         return len(handler._state_holder.state.participants)
     except Exception:  # noqa: BLE001 - any release, any state
         return None
+
+
+def may_host(endpoint_host: str) -> bool:
+    """Whether torch's c10d rendezvous, not told ``is_host``, tries to host the store here:
+    when ``endpoint_host`` names this machine (torch's own test, the same 2.6-2.15)."""
+    from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
+
+    return bool(_matches_machine_hostname(endpoint_host))

@@ -240,6 +240,7 @@ class _Nodes:
     endpoint: str | None
     rdzv_id: str | None
     min_nodes: int  # == nnodes unless elastic
+    rank_given: bool = True  # by a flag, the environment, the config or SLURM
 
 
 def _nodes(
@@ -264,6 +265,7 @@ def _nodes(
         endpoint=endpoint,
         rdzv_id=pick("launch.rdzv_id", launch.rdzv_id, "rdzv_id"),
         min_nodes=nnodes if launch.min_machines is None else int(launch.min_machines),
+        rank_given=config.origins["launch.machine_rank"].layer != "default" or "node_rank" in slurm,
     )
     if nodes.min_nodes > nodes.nnodes:
         raise UsageError(
@@ -292,8 +294,12 @@ def _rendezvous(
     endpoint = str(nodes.endpoint)
     if not re.search(r":\d+$", endpoint):
         endpoint = f"{endpoint}:{DEFAULT_RDZV_PORT}"
-    # Node 0 hosts the store: deterministic even when every node is on one host.
-    return endpoint, nodes.rdzv_id or "accel", nodes.node_rank == 0
+    # With --node-rank, node 0 hosts the store: deterministic even when every node is on
+    # one host. Without (torchrun's c10d lines have none), torch decides as under
+    # torchrun: a node on the endpoint's machine hosts, or joins when another bound it
+    # first. Saying "host" on every node would split an elastic job into lone ones.
+    is_host = (nodes.node_rank == 0) if nodes.rank_given else None
+    return endpoint, nodes.rdzv_id or "accel", is_host
 
 
 def worker_env(

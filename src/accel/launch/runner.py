@@ -121,9 +121,11 @@ def _series_lease(ws: Workspace, plan: LaunchPlan) -> Iterator[None]:
     """Hold the checkpoint series lease for the whole run.
 
     Only node 0 holds it: rank 0 (on node 0) saves, and on a shared filesystem the
-    other nodes' launchers would otherwise contend for the same series.
+    other nodes' launchers would otherwise contend for the same series. Without a
+    --node-rank (torchrun's c10d lines) no node knows it is node 0 before the
+    rendezvous: none holds it, and rank 0 takes it at its first save.
     """
-    if plan.node_rank != 0:
+    if plan.node_rank != 0 or (plan.nnodes > 1 and plan.rdzv_is_host is None):
         yield
         return
     from accel.store.lease import SeriesLease
@@ -207,7 +209,7 @@ class _Run:
     def _run_agent(self) -> tuple[RunStatus, int]:
         from accel.launch.agent import AccelAgent, RunLogsSpecs, rendezvous_handler, worker_spec
 
-        if self.plan.nnodes > 1 and not self.plan.rdzv_is_host:
+        if self.plan.nnodes > 1 and not _may_host(self.plan):
             rendezvous.wait_for_host(self.plan.rdzv_endpoint, self.timing, self.notify)
         self.handler = handler = rendezvous_handler(self.plan, self.timing.last_call)
         spec = worker_spec(self.plan, handler)
@@ -351,6 +353,14 @@ class _Run:
 
 
 # -- torch glue -------------------------------------------------------------------------
+
+
+def _may_host(plan: LaunchPlan) -> bool:
+    if plan.rdzv_is_host is not None:
+        return plan.rdzv_is_host
+    from accel.launch._torch_compat import may_host
+
+    return may_host(rendezvous.split_endpoint(plan.rdzv_endpoint)[0])
 
 
 @contextlib.contextmanager
