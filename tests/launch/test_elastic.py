@@ -25,6 +25,18 @@ def node(start_accel: Start, monkeypatch: pytest.MonkeyPatch) -> Start:
     return lambda *args: start_accel("launch", *args)
 
 
+@pytest.fixture
+def out(project: Path) -> Path:
+    """Where each worker start writes what world it got."""
+    (project / "out").mkdir()
+    return project / "out"
+
+
+@pytest.fixture
+def endpoint() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
 def starts(out: Path) -> list[dict[str, Any]]:
     found = []
     for path in sorted(out.glob("start-*.json")):
@@ -46,10 +58,9 @@ def elastic(rank: int, endpoint: str, *args: str) -> tuple[str, ...]:
 
 
 @pytest.mark.timeout(90)
-def test_an_elastic_job_starts_with_the_nodes_it_has(node: Start, project: Path) -> None:
-    out = project / "out"
-    out.mkdir()
-    endpoint = f"127.0.0.1:{free_port()}"
+def test_an_elastic_job_starts_with_the_nodes_it_has(
+    node: Start, project: Path, out: Path, endpoint: str
+) -> None:
     alone = node(*elastic(0, endpoint, "-n", "2", GROW, str(out), "2"))
     _, err = alone.communicate(timeout=80)
     assert alone.returncode == 0, err
@@ -62,10 +73,9 @@ def test_an_elastic_job_starts_with_the_nodes_it_has(node: Start, project: Path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_a_node_that_joins_grows_the_job(node: Start, project: Path) -> None:
-    out = project / "out"
-    out.mkdir()
-    endpoint = f"127.0.0.1:{free_port()}"
+def test_a_node_that_joins_grows_the_job(
+    node: Start, project: Path, out: Path, endpoint: str
+) -> None:
     first = node(*elastic(0, endpoint, "-n", "1", GROW, str(out), "2"))
     deadline = time.monotonic() + 60
     while not starts(out):  # node 0 runs alone: a world of 1
@@ -89,10 +99,9 @@ def test_a_node_that_joins_grows_the_job(node: Start, project: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_a_node_that_dies_shrinks_the_job_on_restart(node: Start, project: Path) -> None:
-    out = project / "out"
-    out.mkdir()
-    endpoint = f"127.0.0.1:{free_port()}"
+def test_a_node_that_dies_shrinks_the_job_on_restart(
+    node: Start, project: Path, out: Path, endpoint: str
+) -> None:
     hold = str(SCRIPTS / "elastic_hold.py")
     first = node(*elastic(0, endpoint, "--max-restarts", "1", "-n", "1", hold, str(out)))
     second = node(*elastic(1, endpoint, "--max-restarts", "1", "-n", "1", hold, str(out)))
@@ -115,13 +124,11 @@ def test_a_node_that_dies_shrinks_the_job_on_restart(node: Start, project: Path)
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_torchruns_elastic_line_without_node_ranks_makes_one_job(
-    node: Start, project: Path
+    node: Start, project: Path, out: Path, endpoint: str
 ) -> None:
     # torchrun's documented elastic line has no --node_rank: each node would host a
     # store of its own and, with MIN 1, train alone. torch picks the host, as there.
-    out = project / "out"
-    out.mkdir()
-    line = ("--nnodes=1:2", "--nproc-per-node=1", f"--rdzv-endpoint=127.0.0.1:{free_port()}")
+    line = ("--nnodes=1:2", "--nproc-per-node=1", f"--rdzv-endpoint={endpoint}")
     nodes = [node(*line, "--rdzv-id=exp7", GROW, str(out), "2") for _ in range(2)]
     outputs = [proc.communicate(timeout=100) for proc in nodes]
     assert [proc.returncode for proc in nodes] == [0, 0], outputs
