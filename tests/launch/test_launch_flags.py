@@ -179,7 +179,7 @@ def test_config_file_is_the_config_for_this_launch(
         (["--nnodes", "4:1", "--rdzv_endpoint", "h:1"], "1 <= MIN <= MAX, got '4:1'"),
         (["--nnodes", "0:2", "--rdzv_endpoint", "h:1"], "invalid value for --nnodes"),
         (["--nnodes", "1:x", "--rdzv_endpoint", "h:1"], "invalid value for --nnodes"),
-        (["--nnodes", "1:2"], "--nnodes 2 needs --rdzv-endpoint"),
+        (["--nnodes", "1:2"], "--nnodes 1:2 needs --rdzv-endpoint"),
         (["--nnodes", "1:2", "--rdzv_endpoint", "h:1", "--num_processes", "4"], "is elastic"),
         (["--standalone", "--nnodes", "1:2"], "--standalone runs on one node"),
         (["--rdzv_backend", "etcd"], "accel's rendezvous is c10d"),

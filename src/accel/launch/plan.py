@@ -278,8 +278,11 @@ def _nodes(
             f"(expected 0 to {nodes.nnodes - 1})"
         )
     if nodes.nnodes > 1 and not nodes.endpoint:
+        size = (
+            nodes.nnodes if nodes.min_nodes == nodes.nnodes else f"{nodes.min_nodes}:{nodes.nnodes}"
+        )
         raise UsageError(
-            f"--nnodes {nodes.nnodes} needs --rdzv-endpoint HOST:PORT, the same on every node "
+            f"--nnodes {size} needs --rdzv-endpoint HOST:PORT, the same on every node "
             "(the host of node 0)"
         )
     return nodes
