@@ -28,7 +28,7 @@ from accel.cli import runs as runs_cmd
 from accel.cli import stack as stack_cmd
 from accel.cli import status as status_cmd
 from accel.cli import sync as sync_cmd
-from accel.errors import EXIT_INTERRUPTED, AccelError, storage_error
+from accel.errors import EXIT_INTERRUPTED, AccelError, UsageError, storage_error
 from accel.workspace import Workspace
 
 app = typer.Typer(
@@ -96,7 +96,12 @@ def _root(
         help="Install completion: --install-completion [bash|zsh|fish] (default: this shell).",
     ),
 ) -> None:
-    _app.options(ctx).workspace = workspace or None
+    source = ctx.get_parameter_source("workspace")
+    if source is not None and source.name == "ENVIRONMENT":
+        workspace = None  # discovery reads ACCEL_WORKSPACE itself, and refuses a blank one
+    elif workspace is not None and not workspace.strip():
+        raise UsageError("--workspace is empty: give a path, or leave the option out")
+    _app.options(ctx).workspace = workspace
 
 
 app.add_typer(config_cmd.app, name="config")
