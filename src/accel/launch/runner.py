@@ -367,11 +367,11 @@ def _may_host(plan: LaunchPlan) -> bool:
 def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
     """torch's agent hands ``os.environ`` to the workers: set ours there, for the run only."""
     from accel.launch._torch_compat import agent_environment
+    from accel.launch.launcher_env import run_env
 
     wanted = {
         **plan.worker_env,
-        "ACCEL_LAUNCHER_PID": str(os.getpid()),
-        "ACCEL_RUN_DIR": str(plan.run_dir),
+        **run_env(plan.run_dir, os.getpid()),
         **agent_environment(HANDLED_SIGNALS, plan.max_restarts > 0 or plan.elastic, os.environ),
     }
     saved = {name: os.environ.get(name) for name in wanted}
