@@ -9,6 +9,7 @@ user's terminal forces it (FORCE_COLOR, TERM), and once through a pseudo-termina
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -188,3 +189,26 @@ def test_a_hostile_file_name_in_the_workspace_is_shown_as_text(ws: Workspace, sc
         result = cli(*args)
         assert result.exit_code == 0, result.output
         assert_text(result.stdout, "[bold]odd]0;pwned[2J31mgnp.exe")
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_worker_output_keeps_its_colours_and_no_other_escape(
+    tty: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``accel launch`` and ``accel logs`` show a program's own output: colours stay,
+    what clears the screen, sets the title or moves the cursor does not."""
+    from accel.cli._worker_console import WorkerConsole
+    from accel.runs.streams import NL, STDOUT, Piece
+
+    monkeypatch.setenv("NO_COLOR", "1")  # no rank colours: what is left is the worker's
+    out, err = (_Tty(), _Tty()) if tty else (io.StringIO(), io.StringIO())
+    console = WorkerConsole(1, stdout=out, stderr=err)
+    line = "\x1b[31mred\x1b[0m \x1b]0;pwned\x07\x1b[2J\x1b[Aup\x9b2J\x08done\tok".encode()
+    console(0, STDOUT, Piece(line, NL, True, False))
+    console.end_line()
+    assert out.getvalue() == "[rank0] \x1b[31mred\x1b[0m updone\tok\n"

@@ -41,6 +41,26 @@ def _clean(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+_SGR = re.compile("(\x1b\\[[0-9;:]*m)")  # colours and styles: they cannot move or clear
+# a whole escape sequence: CSI (ESC [ or 0x9b), or OSC/DCS/SOS/PM/APC up to BEL or ST
+_SEQUENCE = re.compile(
+    "(?:\x1b\\[|\x9b)[0-?]*[ -/]*[@-~]"
+    "|(?:\x1b[\\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?"
+)
+
+
+def coloured(text: str) -> str:
+    """A program's own output for a terminal: its colours kept, every other escape
+    sequence (clear the screen, set the title, move the cursor) and control character
+    removed (newline and tab stay)."""
+    if not _CONTROL.search(text):
+        return text
+    parts = _SGR.split(text)
+    return "".join(
+        part if i % 2 else _clean(_SEQUENCE.sub("", part)) for i, part in enumerate(parts)
+    )
+
+
 def _cell(value: object) -> str:
     return "" if value is None else _clean(str(value)).replace("\n", " ").replace("\t", " ")
 
