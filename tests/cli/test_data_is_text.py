@@ -29,6 +29,7 @@ from run_helpers import write_run
 RUN_ID = "20261129-100000-aaaaaa"
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202egnp.exe"
 ARGV = ["accel", "launch", "train.py", "x=[/]", "trainer.devices=[0]", HOSTILE, ":thumbs_up:"]
+HOSTILE_PARTS = ("\x1b]", "\x1b[2J", "\x07", "\x9b", "\u202e")
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # the colours rich itself writes on a terminal
 
 
@@ -212,3 +213,19 @@ def test_worker_output_keeps_its_colours_and_no_other_escape(
     console(0, STDOUT, Piece(line, NL, True, False))
     console.end_line()
     assert out.getvalue() == "[rank0] \x1b[31mred\x1b[0m updone\tok\n"
+
+
+def test_a_progress_label_is_text() -> None:
+    """``checkpoints export -o 'x[/].safetensors'`` names its bar after the file."""
+    from rich.console import Console
+    from rich.progress import Progress, TextColumn
+
+    screen = io.StringIO()
+    fake = Console(file=screen, force_terminal=True, color_system=None, width=80)
+    progress = Progress(TextColumn("{task.description}"), console=fake)
+    with progress:
+        _output._Bar(progress).stage("writing x[/]" + HOSTILE, None)
+        progress.refresh()
+    shown = screen.getvalue()  # rich's own controls (erase the line) are in it
+    assert "writing x[/]]0;pwned" in shown
+    assert [part for part in HOSTILE_PARTS if part in shown] == []

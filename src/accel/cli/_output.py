@@ -189,7 +189,7 @@ class _Bar:
     def stage(self, label: str, total: int | None) -> None:
         if self._task is not None:
             self._bar.remove_task(self._task)
-        self._task = self._bar.add_task(label, total=total)
+        self._task = self._bar.add_task(text(label), total=total)  # a column of markup
 
     def advance(self, amount: int) -> None:
         if self._task is not None:
