@@ -229,3 +229,12 @@ def test_a_progress_label_is_text() -> None:
     shown = screen.getvalue()  # rich's own controls (erase the line) are in it
     assert "writing x[/]]0;pwned" in shown
     assert [part for part in HOSTILE_PARTS if part in shown] == []
+
+
+def test_launch_dry_run_shows_the_command_line_as_text(
+    ws: Workspace, project: Path, screen: None
+) -> None:
+    (project / "train.py").write_text("")
+    result = cli("launch", "--dry-run", "train.py", "x=[/]", "trainer.devices=[0]", HOSTILE)
+    assert result.exit_code == 0, result.output
+    assert_text(result.stdout, "train.py x=[/] trainer.devices=[0] ]0;pwned[2J31mgnp.exe")
