@@ -9,9 +9,8 @@ workspace. A pull writes only
   (:data:`RUN_FILES`);
 - ``cache/entries/.../<key>.entry/<name>``: a cache entry (its ``meta.json`` is verified
   after download);
-- ``config/accelerate_config.yaml``: written *aside*, never over the local config, and
-  refused when it sets a variable that changes what code runs (:data:`CODE_ENV`) or
-  moves the workspace (``workspace.path``).
+- ``config/accelerate_config.yaml``: written *aside*, never over the local config; applied
+  only when asked, and then only the keys of :data:`CONFIG_CARRIED` (an allowlist).
 
 Anything else the remote lists (a ``sitecustomize.py`` in a run folder, framework caches
 holding compiled kernels, ``state.bin``) is refused and listed. Pure: no IO here.
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from accel.sync._model import FileEntry, Skipped
 from accel.sync._paths import CONFIG_REL, split
@@ -36,48 +34,6 @@ RUN_FILES = re.compile(
     rf"|stacks/{_RANK}\.txt|heartbeats/{_RANK}"
     rf"|tensorboard/{_RANK}/events\.out\.tfevents\.[A-Za-z0-9._-]{{1,200}}"
 )
-# Variables that choose the code a worker runs (interpreter paths, preloaded libraries,
-# compilers, caches of compiled or downloaded code): never taken from a remote's config.
-CODE_ENV = frozenset(
-    {
-        "PATH",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PYTHONHOME",
-        "PYTHONUSERBASE",
-        "PYTHONEXECUTABLE",
-        "PYTHONWARNINGS",
-        "PYTHONBREAKPOINT",
-        "PYTHONPYCACHEPREFIX",
-        "PYTHONPLATLIBDIR",
-        "BASH_ENV",
-        "ENV",
-        "PERL5LIB",
-        "PERL5OPT",
-        "RUBYLIB",
-        "RUBYOPT",
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "GCONV_PATH",
-        "CC",
-        "CXX",
-        "CPP",
-        "LDSHARED",
-        "CFLAGS",
-        "CXXFLAGS",
-        "LDFLAGS",
-        "CPATH",
-        "LIBRARY_PATH",
-        "TORCHINDUCTOR_CACHE_DIR",
-        "TRITON_CACHE_DIR",
-        "TORCH_EXTENSIONS_DIR",
-        "CUDA_CACHE_PATH",
-        "TORCH_HOME",
-        "HF_HOME",
-        "HF_MODULES_CACHE",
-    }
-)
-CODE_ENV_PREFIXES = ("LD_", "DYLD_")
 
 
 def screen(index: Mapping[str, FileEntry]) -> tuple[dict[str, FileEntry], list[Skipped]]:
@@ -153,16 +109,61 @@ def cache_key(unit: str) -> str:
 
 # -- the config ------------------------------------------------------------------------------
 
+# The keys a pulled config may carry (``--apply-config``): how a run goes, as numbers,
+# switches and fixed choices that cannot name code, a module, a file, a host or a
+# credential. Every other key keeps its local value; the reason is in CONFIG_KEPT, and a
+# key new to the schema is in neither set and is left out until someone classifies it
+# (tests/sync/test_sync_trust.py::test_every_config_key_is_classified_for_a_pull).
+CONFIG_CARRIED = frozenset(
+    {
+        "launch.num_processes",
+        "launch.num_machines",
+        "launch.min_machines",
+        "launch.max_restarts",
+        "launch.mixed_precision",
+        "launch.use_cpu",
+        "launch.run_name",
+        "launch.fsdp",
+        "launch.fsdp_wrap",
+        "launch.fsdp_layer_classes",  # compared with the model's class names, never imported
+        "launch.fsdp_min_params",
+        "launch.fsdp_reshard_after_forward",
+        "launch.stop_grace_period",
+        "launch.hang_timeout",
+        "launch.hang_action",
+        "checkpoints.keep_last",
+        "checkpoints.async_save",
+        "checkpoints.collective_timeout",
+        "checkpoints.arrival_timeout",
+        "cache.max_size",
+        "logs.level",
+        "logs.rotate_max_bytes",
+        "logs.backup_count",
+        "logs.resource_interval",
+        "logs.on_nonfinite",
+        "store.lock_timeout",
+    }
+)
+_CODE = "it chooses the code workers run"
+CONFIG_KEPT: Mapping[str, str] = {
+    "launch.env": (
+        "environment variables choose code, endpoints and credentials "
+        "(OPENSSL_CONF, HF_ENDPOINT, HTTPS_PROXY, NCCL_NET_PLUGIN, ...)"
+    ),
+    "launch.preload": f"{_CODE} (a template process that imports modules)",
+    "launch.preload_modules": f"{_CODE} (modules imported before the script)",
+    "launch.dynamo_backend": f"{_CODE} (a torch.compile backend)",
+    "cache.framework_caches": "it chooses where frameworks load compiled and downloaded code",
+    "launch.rdzv_endpoint": "it chooses the host this machine connects to",
+    "launch.rdzv_id": "it names the job at the rendezvous host",
+    "launch.machine_rank": "it belongs to this machine",
+    "launch.gpu_ids": "it names this machine's devices",
+    "workspace.path": "it moves the workspace to a folder outside it",
+}
 
-def config_refusal(values: Mapping[str, Any]) -> str | None:
-    """Why a pulled config (validated, flat values) may not be used here, or None."""
-    env = values.get("launch.env") or {}
-    code = sorted(n for n in env if n in CODE_ENV or n.startswith(CODE_ENV_PREFIXES))
-    if code:
-        return (
-            f"its launch.env sets {', '.join(code)}, which choose the code workers run; "
-            "set them locally if you mean it"
-        )
-    if values.get("workspace.path"):
-        return "it sets workspace.path, a folder outside this workspace"
-    return None
+
+def config_left_out(key: str) -> str | None:
+    """Why a pulled config's ``key`` keeps its local value (None: the pull carries it)."""
+    if key in CONFIG_CARRIED:
+        return None
+    return CONFIG_KEPT.get(key, "it is not on the list of keys a pull may carry")
