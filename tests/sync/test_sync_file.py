@@ -53,6 +53,25 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
     assert not list((fresh / "checkpoints/default").glob(".tmp-*"))
 
 
+def test_a_sharded_checkpoint_travels_whole_and_loads(
+    ws: Workspace, remote_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FSDP checkpoints (DCP's files under sharded/) push and pull like the others."""
+    torch = pytest.importorskip("torch")
+    info = ws.checkpoints.save({"step": 3}, 3, sharded={"w": torch.arange(6.0)})
+    assert info is not None and "sharded/.metadata" in info.files
+    rc, report = sync(capsys, "push", remote_url)
+    assert rc == 0 and not report["skipped"], report
+    sent = {t["path"] for t in report["transfers"]}
+    assert {f"checkpoints/default/step-000000000003/{n}" for n in info.files} <= sent
+
+    fresh = Workspace(tmp_path / "fresh" / ".accelerate")
+    assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url]) == 0
+    target = {"w": torch.zeros(6)}
+    assert fresh.checkpoints.load_sharded(target) == 3
+    assert torch.equal(target["w"], torch.arange(6.0))
+
+
 def test_second_push_moves_only_what_changed(
     ws: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,6 +100,8 @@ def test_a_remote_cannot_run_code_on_the_next_launch(
         (f"logs/runs/{RUN}/stacks/evil.py", "not a file accel writes in a run folder"),
         ("logs/runs/not-a-run-id/run.json", "not in a run folder"),
         (f"{STEP}/sub/state.pt", "not a file of a checkpoint"),
+        (f"{STEP}/libcrypto.so", "not a file of a checkpoint"),
+        (f"{STEP}/sharded/openssl.cnf", "not a file of a checkpoint"),
         ("cache/entries/ns/blob.entry/deeper/x", "not a file of a cache entry"),
     ],
 )
@@ -299,6 +301,19 @@ def _manifest_of_series(remote_dir: Path, series: str) -> None:
     forge(remote_dir, f"{STEP}/manifest.json", json.dumps(manifest).encode())
 
 
+def _listed_in_manifest(remote_dir: Path, name: str) -> None:
+    """A library planted beside a checkpoint and listed in its manifest (issue 22:
+    ``OPENSSL_MODULES`` pointed at one), checksums and all."""
+    import xxhash
+
+    data = b"\x7fELF planted"
+    forge(remote_dir, f"{STEP}/{name}", data)
+    manifest = remote_json(remote_dir, f"{STEP}/manifest.json")
+    digest = f"xxh3_64:{xxhash.xxh3_64(data).hexdigest()}"
+    manifest["files"][name] = {"size": len(data), "checksum": digest}
+    forge(remote_dir, f"{STEP}/manifest.json", json.dumps(manifest).encode())
+
+
 def _cache_meta(remote_dir: Path, **changes: object) -> None:
     rel = "cache/entries/ns/blob.entry/meta.json"
     forge(remote_dir, rel, json.dumps({**remote_json(remote_dir, rel), **changes}).encode())
@@ -309,6 +324,8 @@ def _cache_meta(remote_dir: Path, **changes: object) -> None:
     [
         (lambda d: _manifest_without(d, "created"), STEP, "not one accel can read"),
         (lambda d: _manifest_of_series(d, "other"), STEP, "names the series 'other'"),
+        (lambda d: _listed_in_manifest(d, "libcrypto.so"), STEP, "not a file accel writes"),
+        (lambda d: _listed_in_manifest(d, "sharded/ossl.so"), STEP, "not a file accel writes"),
         (lambda d: _cache_meta(d, payload="/etc/passwd"), "cache/entries/ns/blob.entry", "payload"),
         (lambda d: _cache_meta(d, payload="../../x"), "cache/entries/ns/blob.entry", "payload"),
         (lambda d: _cache_meta(d, key="other"), "cache/entries/ns/blob.entry", "for the key"),

@@ -3,8 +3,9 @@
 Everything read from a remote is data, never code and never a path out of the
 workspace. A pull writes only
 
-- ``checkpoints/<series>/step-<12 digits>/<name>``: the files of a checkpoint (its
-  manifest says which, and is verified after download);
+- ``checkpoints/<series>/step-<12 digits>/<name>``: the files of a checkpoint, by the
+  names a manifest may list (:data:`accel.store.manifest.FILE_NAME`, ``sharded/`` DCP
+  files included) and the manifest itself, which is verified after download;
 - ``logs/runs/<run-id>/<known name>``: a run record and the logs accel writes
   (:data:`RUN_FILES`);
 - ``cache/entries/.../<key>.entry/<name>``: a cache entry (its ``meta.json`` is verified
@@ -22,7 +23,7 @@ import re
 from collections.abc import Mapping
 
 from accel.sync._model import FileEntry, Skipped
-from accel.sync._paths import CONFIG_REL, split
+from accel.sync._paths import CONFIG_REL, is_checkpoint_file, split
 
 STEP = re.compile(r"step-[0-9]{12}")
 SERIES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -70,11 +71,13 @@ def refusal(rel: str) -> str | None:
 
 
 def _checkpoint_file(parts: list[str]) -> str | None:
+    from accel.layout import MANIFEST
+
     ok = (
-        len(parts) == 4
+        len(parts) >= 4
         and SERIES.fullmatch(parts[1]) is not None
         and STEP.fullmatch(parts[2]) is not None
-        and PLAIN_NAME.fullmatch(parts[3]) is not None
+        and (parts[3:] == [MANIFEST] or is_checkpoint_file(parts))
     )
     return None if ok else "not a file of a checkpoint (checkpoints/<series>/step-N/<name>)"
 
