@@ -199,7 +199,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
     for argv, expected in (
         (["pull", remote_url], "nothing was pushed"),
         (["push", "gs://bucket/x"], "install gcsfs"),
-        (["push", "nope://x"], "Protocol not known"),
+        (["push", "nope://x"], "not a protocol fsspec knows"),
         (["push", remote_url, "--storage-option", "oops"], "KEY=VALUE"),
     ):
         capsys.readouterr()
@@ -275,6 +275,46 @@ def test_a_missing_backend_is_one_line_naming_the_extra(
     assert main(["sync", "push", url]) == 2
     err = capsys.readouterr().err.strip()
     assert hint in err and len(err.splitlines()) == 1, err
+
+
+BAD_URLS = {  # issue 22: the first four uploaded into the current folder
+    "": "is empty",
+    "file://": "names no folder",
+    "::::": "chained fsspec URLs",
+    "file://relative": "names the host 'relative'",
+    "file://host/srv/backup": "names the host 'host'",
+    "relative/folder": "not a URL",
+    "/abs/folder": "not a URL: write file:///abs/folder",
+    "s3://": "names no bucket",
+    "nosuchproto://bucket/x": "not a protocol fsspec knows",
+    "file:///tmp/x\x1b]0;t\x07": "control characters",
+}
+
+
+@pytest.mark.parametrize("direction", ["push", "pull"])
+@pytest.mark.parametrize("url", sorted(BAD_URLS))
+def test_an_odd_url_is_refused_in_one_line_and_nothing_is_written(
+    ws: Workspace,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    url: str,
+) -> None:
+    save_checkpoints(ws, (1,))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    fresh = tmp_path / "fresh" / ".accelerate"
+    target = ws.path if direction == "push" else fresh
+    before = tree(ws.path)
+    capsys.readouterr()
+    assert main(["--workspace", str(target), "sync", direction, url]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and BAD_URLS[url] in err, err
+    assert "file:///" in err or "bucket" in err  # the right form
+    assert "\x1b" not in err
+    assert not any(cwd.iterdir()) and not fresh.exists() and tree(ws.path) == before
 
 
 def test_sync_help_imports_neither_torch_nor_fsspec() -> None:

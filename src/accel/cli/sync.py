@@ -19,7 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-URL_HELP = "s3://bucket/prefix, gs://..., file:///path or any fsspec URL."
+URL_HELP = "file:///absolute/path, or s3://bucket/prefix, gs://... (any fsspec protocol)."
 _INCLUDE_CACHE = typer.Option(False, "--include-cache", help="Also sync the cache.")
 _DRY_RUN = typer.Option(False, "--dry-run", help="Show what would move; move nothing.")
 _JSON = typer.Option(False, "--json", help="One JSON object, for machines.")
