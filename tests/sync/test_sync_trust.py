@@ -128,6 +128,22 @@ def test_unknown_files_and_places_are_refused_and_listed(
     assert code == 1 and reason in line
 
 
+def test_every_file_accel_writes_in_a_run_folder_is_pulled(
+    ws: Workspace, fresh: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """launcher.log and a crash stack (stacks/rank-N.crash.txt) were refused before."""
+    folder = finished_run(ws, RUN)
+    (folder / "stacks").mkdir()
+    names = ["launcher.log", "stacks/rank-0.crash.txt", "rank-0.log", "metrics.jsonl"]
+    for name in names:
+        (folder / name).write_text(f"{name}\n")
+    assert main(["sync", "push", remote_url]) == 0
+    code, err = pull_cli(fresh, remote_url, capsys)
+    assert code == 0 and "refused" not in err, err
+    for name in names:
+        assert (fresh.runs_dir / RUN / name).read_text() == f"{name}\n"
+
+
 # -- the config ---------------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ workspace. A pull writes only
   names a manifest may list (:data:`accel.store.manifest.FILE_NAME`, ``sharded/`` DCP
   files included) and the manifest itself, which is verified after download;
 - ``logs/runs/<run-id>/<known name>``: a run record and the logs accel writes
-  (:data:`RUN_FILES`);
+  (:data:`accel.layout.RUN_FILE_RE`);
 - ``cache/entries/.../<key>.entry/<name>``: a cache entry (its ``meta.json`` is verified
   after download);
 - ``config/accelerate_config.yaml``: written *aside*, never over the local config; applied
@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from accel.layout import RUN_FILE_RE
 from accel.sync._model import FileEntry, Skipped
 from accel.sync._paths import CONFIG_REL, is_checkpoint_file, split
 
@@ -29,12 +30,6 @@ STEP = re.compile(r"step-[0-9]{12}")
 SERIES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{1,32}")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
-_RANK = r"rank-[0-9]{1,6}"
-RUN_FILES = re.compile(
-    rf"run\.json|{_RANK}\.log|{_RANK}\.log\.idx|metrics\.jsonl|resources\.jsonl|workers\.json"
-    rf"|stacks/{_RANK}\.txt|heartbeats/{_RANK}"
-    rf"|tensorboard/{_RANK}/events\.out\.tfevents\.[A-Za-z0-9._-]{{1,200}}"
-)
 
 
 def screen(index: Mapping[str, FileEntry]) -> tuple[dict[str, FileEntry], list[Skipped]]:
@@ -85,7 +80,7 @@ def _checkpoint_file(parts: list[str]) -> str | None:
 def _run_file(parts: list[str]) -> str | None:
     if len(parts) < 4 or RUN_ID.fullmatch(parts[2]) is None:
         return "not in a run folder (logs/runs/<run-id>/)"
-    if RUN_FILES.fullmatch("/".join(parts[3:])) is None:
+    if RUN_FILE_RE.fullmatch("/".join(parts[3:])) is None:
         return "not a file accel writes in a run folder"
     return None
 
