@@ -243,6 +243,37 @@ def test_a_pulled_config_never_brings_code_endpoints_or_paths(
     assert "left out " in err and "the local value stays" in err and "Traceback" not in err
 
 
+def test_carried_values_are_written_as_a_person_writes_them() -> None:
+    from accel.sync._config import merge
+
+    pulled = (
+        "version: 1\nlaunch:\n  stop_grace_period: 30s\n  env: {X: y}\n"
+        "cache:\n  max_size: 10GiB\ncheckpoints:\n  keep_last: null\n"
+    )
+    local = "version: 1\n# mine\nlaunch:\n  env:\n    A: b\nlogs:\n  level: debug\n"
+    change = merge(pulled, "remote", local, "local")
+    assert "stop_grace_period: 30s" in change.after and "max_size: 10GiB" in change.after
+    assert "# mine" in change.after and "level" not in change.after  # the remote's default
+    assert change.values["launch.env"] == {"A": "b"}
+    assert [k for k, _ in change.left_out] == ["launch.env"]
+
+
+def test_nothing_is_applied_when_a_file_changed_since_it_was_shown(fresh: Workspace) -> None:
+    from accel.errors import UsageError
+    from accel.sync._config import apply_pulled, plan_pulled, pulled_path
+
+    fresh.ensure()
+    fresh.config_file.write_text("version: 1\n")
+    pulled_path(fresh).write_text("version: 1\nlogs:\n  level: debug\n")
+    change = plan_pulled(fresh)
+    assert change is not None and not change.empty
+    fresh.config_file.write_text("version: 1\nlaunch:\n  num_processes: 2\n")  # meanwhile
+    with pytest.raises(UsageError, match="changed since the difference was shown"):
+        apply_pulled(fresh, change)
+    assert fresh.config_file.read_text() == "version: 1\nlaunch:\n  num_processes: 2\n"
+    assert pulled_path(fresh).is_file()
+
+
 @pytest.mark.parametrize(
     ("text", "reason"),
     [

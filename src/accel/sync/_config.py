@@ -80,7 +80,8 @@ def plan_pulled(ws: Workspace) -> ConfigChange | None:
     aside = pulled_aside(ws)
     if aside is None:
         return None
-    return merge(aside.read_text(encoding="utf-8"), _local_text(ws), str(aside))
+    local = _local_text(ws)
+    return merge(aside.read_text(encoding="utf-8"), str(aside), local, str(ws.config_file))
 
 
 def apply_pulled(ws: Workspace, change: ConfigChange) -> None:
@@ -102,15 +103,14 @@ def apply_pulled(ws: Workspace, change: ConfigChange) -> None:
         aside.unlink()
 
 
-def merge(pulled: str, local: str, source: str) -> ConfigChange:
+def merge(pulled: str, source: str, local: str, local_source: str) -> ConfigChange:
     """The local config text with the carried keys of ``pulled`` set (or unset, where the
     remote leaves them out); every other key keeps its local value."""
-    from accel.config import schema
-    from accel.config.edit import render_value, set_in_text, unset_in_text
+    from accel.config import edit, schema
     from accel.sync._trust import config_left_out
 
     remote = checked(pulled, source)
-    mine = _values(local, "the local config") if local else {}
+    mine = _values(local, local_source) if local else {}
     text = local or f"version: {schema.SCHEMA_VERSION}\n"
     values = dict(mine)
     left_out = []
@@ -120,12 +120,15 @@ def merge(pulled: str, local: str, source: str) -> ConfigChange:
             if key in remote and remote[key] != mine.get(key, schema.BY_KEY[key].default):
                 left_out.append((key, reason))
         elif key not in remote:
-            text, _ = unset_in_text(text, key), values.pop(key)
+            text, _ = edit.unset_in_text(text, key), values.pop(key)
         elif remote[key] != mine.get(key, _MISSING):
-            f = schema.BY_KEY[key]
-            text = set_in_text(text, key, render_value(f, remote[key], _typed(key, remote[key])))
+            rendered = edit.render_value(schema.BY_KEY[key], remote[key], _typed(key, remote[key]))
+            text = edit.set_in_text(text, key, rendered)
             values[key] = remote[key]
-    return ConfigChange(pulled, local, text if values != mine else local, values, left_out)
+    if values == mine:
+        return ConfigChange(pulled, local, local, values, left_out)
+    after = edit.checked(Path(local_source), text, values)  # what will be written, validated
+    return ConfigChange(pulled, local, after, values, left_out)
 
 
 _MISSING = object()
