@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from accel.hang.worker import STACK_SIGNAL, crash_path, stacks_path
-
-WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
+from accel.layout import WORKERS_FILE as WORKERS_FILE  # re-exported
 
 
 def stacks_file(run_dir: Path, rank: int | str) -> Path:

@@ -40,6 +40,7 @@ from accel.launch.guard import Guard
 from accel.launch.observe import RunObserver
 from accel.launch.plan import LaunchPlan
 from accel.launch.preload import worker_pids
+from accel.layout import LAUNCHER_LOG
 from accel.runs import report
 from accel.runs.failures import (
     BY_DIVERGENCE,
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from accel.workspace import Workspace
 
 Notify = Callable[[str], None]
-LAUNCHER_LOG = "launcher.log"  # torch's own messages and C++ traces, kept off the console
 
 
 @dataclass(frozen=True)

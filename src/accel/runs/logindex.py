@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from accel.errors import UsageError
+from accel.layout import LOG_INDEX_SUFFIX
 from accel.units import DURATION_HELP, parse_duration
 
-INDEX_SUFFIX = ".idx"
+INDEX_SUFFIX = LOG_INDEX_SUFFIX
 INDEX_EVERY = 1.0  # seconds between index entries of one log
 
 

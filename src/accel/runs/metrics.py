@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
+from accel.layout import METRICS_FILE as METRICS_FILE  # re-exported
+
 SPARK = "▁▂▃▄▅▆▇█"
 _RESERVED = ("step", "time", "rank")
 _MAXIMISE = re.compile(

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel.layout import RESOURCES_FILE as RESOURCES_FILE  # re-exported
 from accel.telemetry._gpu import GpuStats
-
-RESOURCES_FILE = "resources.jsonl"
 
 
 @dataclass(frozen=True)
