@@ -74,13 +74,17 @@ _NOT_AUTH = ("AUTHOR", "AUTHORS", "AUTHORED", "AUTHORITY", "AUTHORITIES")
 
 # -- free-text patterns ------------------------------------------------------------------
 
-# scheme://userinfo@host: the password may hold '/', '@' and ':'; the userinfo ends at the
-# last '@' that is followed by a host and the end of the authority. The user part has no
-# '/', so ``https://host/@scope/pkg`` (an '@' in a path) is left alone.
+# scheme://userinfo@host in every RFC 3986 form: an empty user (``redis://:pw@host``), a
+# user alone, sub-delimiters (``!$&'()*+,;=``) and percent-escapes anywhere, and - as
+# people write them - '/', '@' and ':' unescaped in the password. The userinfo ends at the
+# last '@' followed by a host (a name in any script, or an ``[IPv6]`` literal) and the end
+# of the authority. The user has no '/', so ``https://host/@scope/pkg`` (an '@' in a path)
+# is left alone, and ``host:8080/path?mail=a@b`` is a port, not a password.
 _URL_USERINFO = re.compile(
     r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?P<userinfo>[^\s/@:\"'<>]+(?::[^\s\"'<>]*)?)"
-    r"@(?=[A-Za-z0-9\[\]._-]+(?::[0-9]*)?(?:[/?#\s\"'<>),;]|$))"
+    r"(?P<userinfo>[^\s/?#@:\"<>]*:(?![0-9]*(?:[/?#]|$))(?:(?!://)[^\s\"<>])*"
+    r"|[^\s/?#@:\"<>]+)"
+    r"@(?=(?:\[[^\]\s/@]*\]|[^\s/?#@:\[\]\"'<>]+)(?::[0-9]*)?(?:[/?#\s\"'<>]|$))"
 )
 _KNOWN_TOKENS = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
@@ -318,7 +322,8 @@ def secret_values(env: Mapping[str, str], *, minimum: int = 4) -> tuple[str, ...
         if is_secret_name(name) and len(value) >= minimum:
             found.add(value)
         for m in _URL_USERINFO.finditer(value):
-            _, _, password = m.group("userinfo").partition(":")
+            user, colon, password = m.group("userinfo").partition(":")
+            password = password if colon else user  # a user alone is the token
             for secret in (password, unquote(password), quote(password, safe="")):
                 if len(secret) >= minimum:
                     found.add(secret)
