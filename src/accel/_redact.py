@@ -18,7 +18,12 @@ A *name* (a variable, a flag, a key, a query parameter) is split into words at `
 - is ``KEY`` or a known ``*KEY`` (``APIKEY``, ``ACCESSKEY``, ``PRIVATEKEY``, ...) unless
   the next word says it names where a key is (``KEY_PATH``, ``KEY_FILE``, ``KEY_ID``):
   ``MONKEY``, ``KEYBOARD`` and ``KEYS`` are not keys;
-- is ``CREDS``, ``COOKIE``, ``SIGNATURE``, ``SIG`` or ``DSN``.
+- is ``CREDS``, ``COOKIE``, ``SIGNATURE``, ``SIG`` or ``DSN``;
+- is ``PWD`` after another word (``MYSQL_PWD``) - ``PWD`` alone is the working directory.
+
+A name whose last word is ``Error``, ``Errors``, ``Exception``, ``Warning`` or ``Failure``
+names a kind of failure, never a secret: ``KeyError: 'lr'``, ``TokenError: bad`` and
+``NoCredentialsError: Unable to locate credentials`` are shown as they are.
 
 A *value* is hidden whole under a secret name. In free text, besides ``NAME=value``,
 ``NAME: value``, ``"name": "value"``, ``--name value`` and ``--name=value`` pairs with
@@ -70,6 +75,9 @@ _KEYS = {
 }
 # The next word says the value names a key instead of holding one.
 _KEY_POINTERS = {"PATH", "FILE", "DIR", "FOLDER", "ID", "NAME", "TYPE", "SIZE", "LEN", "LENGTH"}
+# A name ending so names a kind of failure (KeyError, TokenError, NoCredentialsError,
+# InvalidSignatureException, DeprecationWarning), never a place that holds a secret.
+_CLASS_ENDS = {"ERROR", "ERRORS", "EXCEPTION", "WARNING", "FAILURE"}
 _NOT_AUTH = ("AUTHOR", "AUTHORS", "AUTHORED", "AUTHORITY", "AUTHORITIES")
 
 # -- free-text patterns ------------------------------------------------------------------
@@ -130,15 +138,19 @@ def _words(name: str) -> list[str]:
 def is_secret_name(name: str) -> bool:
     """Whether a variable, flag, key or parameter ``name`` holds a secret (see above)."""
     words = _words(name)
+    if words and words[-1] in _CLASS_ENDS:
+        return False
     for i, word in enumerate(words):
         nxt = words[i + 1] if i + 1 < len(words) else ""
-        if _secret_word(word, nxt):
+        if _secret_word(word, nxt, i == 0):
             return True
     return False
 
 
-def _secret_word(word: str, nxt: str) -> bool:
+def _secret_word(word: str, nxt: str, first: bool) -> bool:
     if any(s in word for s in _SUBSTRINGS) or word in _WORDS:
+        return True
+    if word == "PWD" and not first:  # MYSQL_PWD; PWD alone is the working directory
         return True
     if word.endswith("TOKEN"):
         return True
