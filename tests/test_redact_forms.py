@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from accel._redact import redact_argv, redact_text, redact_url, scrub, secret_values
+from accel._redact import (
+    redact_argv,
+    redact_mapping,
+    redact_text,
+    redact_url,
+    scrub,
+    secret_values,
+)
 
 # (URL, its secret, what must stay): every form RFC 3986 allows in the userinfo.
 URL_FORMS = [
@@ -59,3 +66,42 @@ NOT_CREDENTIALS = [
 def test_urls_without_credentials_are_unchanged(text: str) -> None:
     assert redact_text(text) == text
     assert redact_url(text) == text
+
+
+# -- values the launcher knows -------------------------------------------------------------
+
+
+def test_secret_flags_of_a_command_line_are_secret_values() -> None:
+    argv = ["train.py", "--hf-token", "tok-14", "--password=pw-15", "--api-key", "key-16"]
+    argv += ["--lr", "0.1234", "--store", "https://:url-17@s.example/b", "NAME_TOKEN=tok-18"]
+    found = secret_values({}, argv=argv)
+    assert set(found) == {"tok-14", "pw-15", "key-16", "url-17", "tok-18"}
+    line = "args: Namespace(hf_token='tok-14', lr=0.1234) failed with pw-15/key-16"
+    assert scrub(line, found) == "args: Namespace(hf_token='***', lr=0.1234) failed with ***/***"
+
+
+def test_a_mapping_is_scrubbed_of_known_values_wherever_they_are() -> None:
+    record = {"error": {"message": "cannot log in as tok-14", "n": 3}, "tail": ["x tok-14"]}
+    assert redact_mapping(record, ("tok-14",)) == {
+        "error": {"message": "cannot log in as ***", "n": 3},
+        "tail": ["x ***"],
+    }
+    assert redact_mapping(record) == record  # without known values, plain text stays
+
+
+def test_a_failure_is_scrubbed_in_its_message_and_traceback() -> None:
+    from accel.runs.failures import RankFailure
+
+    failure = RankFailure(0, 0, 1, 1, 0, 0.0, "RuntimeError", "bad tok-14", "raise tok-14")
+    shown = failure.scrubbed(("tok-14",))
+    assert (shown.message, shown.traceback, shown.type) == ("bad ***", "raise ***", "RuntimeError")
+
+
+def test_a_crash_log_is_scrubbed_of_the_secrets_of_its_environment_and_argv() -> None:
+    from accel.crashlog import crash_text
+
+    argv = ["accel", "sync", "push", "--token", "tok-14"]
+    trace = "Traceback ...\nValueError: cannot use tok-14 or hunter22-pw\n"
+    text = crash_text("1.0", argv, trace, {"MYSQL_PWD": "hunter22-pw", "HOME": "/home/me"})
+    assert "tok-14" not in text and "hunter22-pw" not in text
+    assert "ValueError: cannot use *** or ***" in text

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -253,24 +253,28 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     A value after a secret flag is hidden whether it follows in the same argument or the
     next one (``["--api-key", "abc"]``).
     """
-    out: list[str] = []
+    return [
+        redact_text(arg) if secret is None else (head + REDACTED if secret else arg)
+        for arg, head, secret in _argv_items(argv)
+    ]
+
+
+def _argv_items(argv: Iterable[str]) -> Iterator[tuple[str, str, str | None]]:
+    """Each argument as ``(arg, what stays of it, its secret value or None)``."""
     hide_next = False
-    for arg in argv:
-        arg = str(arg)
+    for arg in map(str, argv):
         if hide_next and not arg.startswith("--"):
-            out.append(REDACTED)
             hide_next = False
+            yield arg, "", arg
             continue
-        hide_next = False
         name, eq, value = arg.partition("=")
         if eq and _is_name(name) and is_secret_name(name.lstrip("-")):
-            out.append(f"{name}={REDACTED}" if value else arg)
-        elif arg.startswith("-") and not eq and _is_name(arg) and is_secret_name(arg.lstrip("-")):
-            out.append(arg)
-            hide_next = True
-        else:
-            out.append(redact_text(arg))
-    return out
+            hide_next = False
+            yield arg, f"{name}=", value
+            continue
+        hide_next = arg.startswith("-") and not eq and _is_name(arg)
+        hide_next = hide_next and is_secret_name(arg.lstrip("-"))
+        yield arg, arg, None
 
 
 def _is_name(text: str) -> bool:
@@ -282,13 +286,24 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {str(k): redact_value(str(k), str(v)) for k, v in env.items()}
 
 
-def redact_mapping(values: Mapping[Any, Any]) -> dict[Any, Any]:
-    """A deep copy with every value under a secret key hidden and all text redacted.
+def redact_mapping(values: Mapping[Any, Any], secrets: Sequence[str] = ()) -> dict[Any, Any]:
+    """A deep copy with every value under a secret key hidden, all text redacted and every
+    known secret value (:func:`secret_values`) in it scrubbed.
 
     Lists of strings are read as command lines (:func:`redact_argv`), so a flag and its
     value in two items are redacted together.
     """
-    return _redact_dict(values, 0)
+    shown = _redact_dict(values, 0)
+    return _scrub_all(shown, secrets) if secrets else shown
+
+
+def _scrub_all(value: Any, secrets: Sequence[str]) -> Any:
+    """Every string in ``value`` scrubbed (its depth is bounded by the redaction)."""
+    if isinstance(value, Mapping):
+        return {k: _scrub_all(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub_all(v, secrets) for v in value]
+    return scrub(value, secrets) if isinstance(value, str) else value
 
 
 def _redact_dict(values: Mapping[Any, Any], depth: int) -> dict[Any, Any]:
@@ -324,15 +339,18 @@ def _hide_all(value: Any, depth: int) -> Any:
     return REDACTED if isinstance(value, (str, int, float)) else value
 
 
-def secret_values(env: Mapping[str, str], *, minimum: int = 4) -> tuple[str, ...]:
+def secret_values(
+    env: Mapping[str, str], *, argv: Iterable[str] = (), minimum: int = 4
+) -> tuple[str, ...]:
     """The values that must never be written verbatim: those of secret-named variables
-    and the credentials of URLs in any variable (longest first, so a secret that contains
-    another is replaced whole). Short values are left out: hiding every ``1`` would
-    garble a log without protecting anything."""
-    found: set[str] = set()
-    for name, value in env.items():
-        if is_secret_name(name) and len(value) >= minimum:
-            found.add(value)
+    and of secret flags in ``argv`` (``--hf-token V``, ``--password=V``), and the
+    credentials of URLs in any of them (longest first, so a secret that contains another
+    is replaced whole). Short values are left out: hiding every ``1`` would garble a log
+    without protecting anything."""
+    named = [value for name, value in env.items() if is_secret_name(name)]
+    named += [secret for _, _, secret in _argv_items(argv) if secret]
+    found = {value for value in named if len(value) >= minimum}
+    for value in (*env.values(), *map(str, argv)):
         for m in _URL_USERINFO.finditer(value):
             user, colon, password = m.group("userinfo").partition(":")
             password = password if colon else user  # a user alone is the token
