@@ -28,9 +28,12 @@ names a kind of failure, never a secret: ``KeyError: 'lr'``, ``TokenError: bad``
 A *value* is hidden whole under a secret name. In free text, besides ``NAME=value``,
 ``NAME: value``, ``"name": "value"``, ``--name value`` and ``--name=value`` pairs with
 secret names, these are hidden wherever they appear: the credentials of a URL
-(``scheme://user:pass@host``, any characters in the password, ``/`` and ``@`` included),
-``Bearer``/``Basic`` values, and well-known token formats (``hf_``, ``ghp_``, ``sk-``,
-``AKIA``, ``xox*-``, JWTs).
+in every RFC 3986 form (``redis://:pw@host``, a user alone, sub-delimiters and ``'`` in
+the password, IDN and IPv6 hosts, and ``/`` and ``@`` unescaped), ``Bearer``/``Basic``
+values, and well-known token formats (``hf_``, ``ghp_``, ``sk-``, ``AKIA``, ``xox*-``,
+JWTs). The values the launcher knows to be secret (:func:`secret_values`: of secret
+variables and of a command line's secret flags) are scrubbed wherever they appear
+(:func:`scrub`, ``redact_mapping(..., secrets)``).
 """
 
 from __future__ import annotations
