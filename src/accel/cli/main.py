@@ -171,7 +171,7 @@ def _usage_error(exc: typer.exceptions.TyperException) -> int:
 def _crash() -> int:
     from accel.crashlog import crash_text, write_crash_log
 
-    text = crash_text(__version__, sys.argv, traceback.format_exc())
+    text = crash_text(__version__, sys.argv, traceback.format_exc(), os.environ)
     try:
         where = f"the traceback is in {write_crash_log(text, _workspace_logs(), os.environ)}"
     except OSError as err:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from accel._fs import atomic_write
 from accel._locks import locked
 from accel.config import schema
 from accel.config.edit import (
@@ -22,6 +21,7 @@ from accel.config.edit import (
     rewrite,
     set_in_text,
     unset_in_text,
+    write_config,
 )
 from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
@@ -95,7 +95,7 @@ def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
         now = path.read_text(encoding="utf-8") if path.exists() else ""
         if now != before:
             raise ConfigError(f"{path} changed while you answered; nothing written, run again")
-        atomic_write(path, after)
+        write_config(path, after)
     return path
 
 
@@ -135,7 +135,7 @@ def _remove_broken_key(ws: ProjectFiles, key: str) -> bool:
         edited = unset_in_text(current, key)
         if edited == current:
             return False
-        atomic_write(ws.config_file, edited)
+        write_config(ws.config_file, edited)
     return True
 
 

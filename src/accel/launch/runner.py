@@ -152,9 +152,10 @@ class _Run:
         self.stop_times: dict[int, float] = {}  # attempt -> when accel began stopping it
         self.verdict = Verdict(())
         self.error_dir = scratch / "errors"
-        secrets = secret_values({**os.environ, **plan.worker_env})
+        argv = (*plan.command, *plan.worker_command)
+        self.secrets = secret_values({**os.environ, **plan.worker_env}, argv=argv)
         self.router = LogRouter(
-            plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=secrets
+            plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=self.secrets
         )
         # Under preload, telemetry reads the forked workers, not their shims.
         observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
@@ -308,6 +309,7 @@ class _Run:
         ends = with_crashes(
             rank_ends(attempt, failures, self.pids, self.exits), self.plan.run_dir, self.started
         )
+        ends = [end.scrubbed(self.secrets) for end in ends]
         stop, clue = self._stop_of(attempt, reason)
         self.verdict = blame(ends, stop, clue)
         self.record = report.with_failures(self.record, attempt, self.verdict, stop)
@@ -349,7 +351,7 @@ class _Run:
         )
 
     def _save(self) -> None:
-        runs.write_record(self.plan.run_dir, self.record)
+        runs.write_record(self.plan.run_dir, self.record, self.secrets)
 
 
 # -- torch glue -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,12 +152,13 @@ def records_this_run(record: Mapping[str, Any] | None, folder: Path) -> bool:
     return record is not None and record.get("id") == folder.name
 
 
-def write_record(folder: Path, record: Mapping[str, Any]) -> None:
-    """Write the run.json of ``folder`` atomically, private, every secret in it hidden."""
+def write_record(folder: Path, record: Mapping[str, Any], secrets: Sequence[str] = ()) -> None:
+    """Write the run.json of ``folder`` atomically, private, every secret in it hidden
+    (``secrets``: the values the launcher knows, scrubbed wherever they appear)."""
     from accel._fs import PRIVATE_MODE, atomic_write_json
 
     path = folder / RUN_FILE
-    atomic_write_json(path, redact_mapping(record), durable=False, perms=PRIVATE_MODE)
+    atomic_write_json(path, redact_mapping(record, secrets), durable=False, perms=PRIVATE_MODE)
 
 
 def read_run(layout: Layout, run_id: str) -> RunRecord:
