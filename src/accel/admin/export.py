@@ -9,11 +9,11 @@ moved into place: a reader never sees half a file, and without ``force`` an exis
 file is never replaced (the final step is a hard link, which refuses to overwrite).
 
 Sharded checkpoints (``sharded/``, written by ``torch.distributed.checkpoint``) are
-consolidated in this process: the DCP metadata is checked by accel's restricted
-unpickler, full-size tensors are allocated for the model's entries and DCP's own
-loader fills them (through :mod:`accel.store._sharded`, which refuses unsafe
-pickles). The model is looked for in the sharded state first, then in
-``state.tensors``.
+consolidated in this process: the DCP metadata is read once and checked (accel's
+restricted unpickler, then every entry), and that object is what DCP gets; full-size
+tensors are allocated for the model's entries and DCP's own loader fills them (through
+:mod:`accel.store._sharded`, which refuses unsafe pickles). The model is looked for in
+the sharded state first, then in ``state.tensors``.
 
 Tensors that share memory (tied weights) are written as separate copies: every name
 loads with ``safetensors.torch.load_file`` and ``torch.load(weights_only=True)``.
@@ -98,6 +98,7 @@ class _Source:
     path: _model.Path_
     names: dict[str, Any]  # exported name -> outline leaf
     skipped: tuple[str, ...]
+    sharded: _dcp.Sharded | None  # the checked DCP metadata, read once
 
 
 def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -> ExportResult:
@@ -207,15 +208,17 @@ def _verified(found: Found, progress: Progress) -> None:
 def _locate(found: Found, where: tuple[str, ...] | None, asked: str | None) -> _Source:
     """Where the model is: the sharded state first (FSDP saves it there), then the state."""
     outlines: list[tuple[str, Any]] = []
+    sharded = None
     if any(name.startswith(f"{SHARDED}/") for name in found.manifest.files):
-        outlines.append((SHARDED, _dcp.outline(found.path / SHARDED)))
+        sharded = _dcp.read(found.path / SHARDED, found.manifest.files)
+        outlines.append((SHARDED, _dcp.outline(sharded)))
     if STATE_FILE in found.manifest.files:
         outlines.append((STATE_FILE, read_outline(found.path / STATE_FILE)))
     for origin, tree in outlines:
         path = _model.find_model(tree, _is_ref, where)
         if path is not None:
             names, skipped = _model.flatten(_model.subtree(tree, path), _is_ref)
-            return _Source(origin, path, names, skipped)
+            return _Source(origin, path, names, skipped, sharded)
     name = f"checkpoint {found.manifest.series}/step {found.manifest.step}"
     what = _model.top_level(outlines[-1][1]) if outlines else "it holds no state"
     if asked is not None:
@@ -231,8 +234,8 @@ def _is_ref(value: Any) -> bool:
 
 
 def _load(found: Found, source: _Source) -> dict[str, Any]:
-    if source.origin == SHARDED:
-        return _dcp.load(found.path / SHARDED, source.names)
+    if source.sharded is not None and source.origin == SHARDED:
+        return _dcp.load(source.sharded, source.names)
     import torch
 
     from accel.store._serial import load_tensor_file
