@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from accel import _faults
 from accel._fs import TMP_PREFIX, file_mode, fsync_dir
 from accel.admin import _dcp, _model
+from accel.admin._writers import writer
 from accel.admin.catalog import find_checkpoint
 from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
@@ -105,7 +106,7 @@ def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -
     output = check_output(request.output, request.force)
     fmt = check_format(request.format, output)
     where = None if request.model is None else _model.parse_path(request.model)
-    write = _writer(fmt)
+    write = writer(fmt)
     found = find_checkpoint(ws, request.step, request.series)
     _verified(found, progress)
     source = _locate(found, where, request.model)
@@ -157,37 +158,6 @@ def check_output(output: Path, force: bool) -> Path:
     if os.path.lexists(path) and not force:
         raise UsageError(f"{path} exists: pass --force to replace it")
     return path
-
-
-Writer = Callable[[dict[str, Any], Path, dict[str, str]], None]
-
-
-def _writer(fmt: str) -> Writer:
-    if fmt == "pt":
-        return _save_pt
-    try:
-        import safetensors.torch  # noqa: F401 - the check that it is installed
-    except ImportError:
-        raise UsageError(
-            "--format safetensors needs the safetensors package: "
-            "pip install 'accel[safetensors]' (or export with --format pt)"
-        ) from None
-    return _save_safetensors
-
-
-def _save_pt(tensors: dict[str, Any], path: Path, meta: dict[str, str]) -> None:
-    import torch
-
-    # A file object, not the path: torch names the archive inside after the file, and
-    # the temp file's name is not one it accepts.
-    with open(path, "wb") as fh:
-        torch.save(tensors, fh)
-
-
-def _save_safetensors(tensors: dict[str, Any], path: Path, meta: dict[str, str]) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata=meta)
 
 
 # -- the checkpoint ---------------------------------------------------------------------------
