@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,8 +149,9 @@ def check_format(fmt: str | None, output: Path) -> str:
 
 
 def check_output(output: Path, force: bool) -> Path:
-    """The absolute output path; UsageError for a folder, a missing folder, or an
-    existing file without ``force``."""
+    """The absolute output path; UsageError for a folder, a missing folder, an existing
+    file without ``force``, or anything but a regular file (or a link to one) with it:
+    ``--force`` never replaces a device, a FIFO, a socket or a dangling link."""
     path = Path(os.path.abspath(os.path.expanduser(output)))
     if os.path.isdir(path):
         raise UsageError(f"{path} is a folder: give a file name, e.g. {path / 'model.safetensors'}")
@@ -157,7 +159,33 @@ def check_output(output: Path, force: bool) -> Path:
         raise UsageError(f"the folder {path.parent} does not exist: create it first")
     if os.path.lexists(path) and not force:
         raise UsageError(f"{path} exists: pass --force to replace it")
+    if os.path.lexists(path):
+        what = _not_a_file(path)
+        if what is not None:
+            raise UsageError(
+                f"{path} is {what}, not a regular file: --force replaces only a file; "
+                "give another --output"
+            )
     return path
+
+
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (a link is judged by its target)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a link to nothing"
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "something else")
 
 
 # -- the checkpoint ---------------------------------------------------------------------------
@@ -261,6 +289,7 @@ def _write_atomically(output: Path, write: Callable[[Path], None], force: bool) 
 
 def _publish(tmp: Path, output: Path, force: bool) -> None:
     if force:
+        check_output(output, force)  # again: what is there now is what gets replaced
         os.replace(tmp, output)
         return
     try:
