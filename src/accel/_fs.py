@@ -141,7 +141,7 @@ class DamagedFile(IntegrityError, ValueError):
     ("is a FIFO, not a regular file")."""
 
     def __init__(self, path: object, why: str) -> None:
-        super().__init__(f"{path} {why}; move it aside (accel never reads it)")
+        super().__init__(f"{path} {why}; move it aside")
         self.why = why
 
 
@@ -164,15 +164,20 @@ def open_regular(path: Path | str, *, follow: bool = False, size: int | None = N
         raise DamagedFile(path, f"cannot be read ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "a special file")
-            raise DamagedFile(path, f"is {kind}, not a regular file")
+        require_regular(st, path)
         if size is not None and st.st_size != size:
             raise DamagedFile(path, f"has {st.st_size} bytes, its record says {size}")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def require_regular(st: os.stat_result, path: object) -> None:
+    """:class:`DamagedFile` unless ``st`` (an ``fstat`` or ``lstat``) is a regular file's."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "a special file")
+        raise DamagedFile(path, f"is {kind}, not a regular file")
 
 
 def read_regular(path: Path | str, limit: int, *, follow: bool = False) -> bytes:
