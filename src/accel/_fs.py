@@ -201,6 +201,16 @@ def read_regular(path: Path | str, limit: int, *, follow: bool = False) -> bytes
     return b"".join(chunks)
 
 
+def read_from(path: Path | str, offset: int = 0, *, follow: bool = False) -> bytes:
+    """What the regular file at ``path`` holds from ``offset`` on: a log or a stream that
+    accel appends to, read as far as it is now. :class:`DamagedFile` (a ValueError) for a
+    FIFO, a device or a link; an ``OSError`` when it cannot be read."""
+    with os.fdopen(open_regular(path, follow=follow), "rb") as fh:
+        if offset:
+            fh.seek(offset)
+        return fh.read()
+
+
 def read_json(
     path: Path | str, *, limit: int = _MAX_JSON_BYTES, follow: bool = False, strict: bool = True
 ) -> Any:

@@ -261,3 +261,49 @@ def test_a_damaged_workspace_file_is_one_line(ws: Workspace, name: str, how: str
     if name == "state.bin":
         with pytest.raises(AccelError):
             ws.store.get("k")
+
+
+# -- what runs append to, and the config ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["rank-0.log", "rank-0.log.idx", "metrics.jsonl", "resources.jsonl", "workers.json"]
+)
+def test_a_fifo_in_a_run_folder_is_never_waited_on(ws: Workspace, name: str) -> None:
+    folder = ws.path / "logs" / "runs" / RUNS[0]
+    (folder / "rank-0.log").write_text("hello from rank 0\n")
+    path = folder / name
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    for args in (("runs", "show", RUNS[0]), ("logs", RUNS[0]), ("runs",), ("status",)):
+        result = cli(*args)
+        assert "unexpected" not in result.stderr and "Traceback" not in result.stderr, (
+            args,
+            result.stderr,
+        )
+        assert result.exit_code == 0, (args, result.exit_code, result.stderr)
+
+
+def test_a_metric_no_float_holds_is_skipped(ws: Workspace) -> None:
+    folder = ws.path / "logs" / "runs" / RUNS[0]
+    lines = ['{"step": 1, "loss": 1' + "0" * 400 + "}", '{"step": 2, "loss": 0.5}']
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    result = cli("runs", "show", RUNS[0])
+    assert result.exit_code == 0 and "unexpected" not in result.stderr, result.stderr
+    assert "loss" in result.stdout
+
+
+@pytest.mark.parametrize("how", ["fifo", "device"])
+def test_a_special_config_file_is_one_config_line(ws: Workspace, how: str) -> None:
+    ws.config_file.parent.mkdir(parents=True, exist_ok=True)
+    ws.config_file.unlink(missing_ok=True)
+    if how == "fifo":
+        os.mkfifo(ws.config_file)
+    else:
+        ws.config_file.symlink_to("/dev/zero")  # a link to a device: followed, then refused
+    result = cli("status")
+    assert "unexpected" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "not a regular file" in result.stderr, result.stderr
+    result = cli("config", "set", "launch.num_processes", "2")
+    assert result.exit_code == 2 and "not a regular file" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
