@@ -10,6 +10,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from accel._fs import JSON_DEPTH, DamagedFile, json_depth, open_regular, parse_json
+from accel.store.entry import META_MAX_BYTES
+
 __all__ = ["children", "read_json", "recorded_time", "walk"]
 
 
@@ -50,18 +53,25 @@ _CHUNK = 16384
 
 
 def read_json(path: str) -> Any:
+    """A cache entry's record, read as :func:`accel._fs.read_json` does (a regular file,
+    never blocking, bounded in size and depth: :class:`~accel._fs.DamagedFile` otherwise);
+    its numbers are bounded by the record's parser."""
     # The hot path of a 100,000-entry scan: raw descriptors, no text layer, and small
     # reads (os.read(fd, 1 MiB) allocates, and maps, the whole buffer every time).
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = open_regular(path)
     try:
         data = os.read(fd, _CHUNK)
         while len(data) % _CHUNK == 0 and data:
+            if len(data) > META_MAX_BYTES:
+                raise DamagedFile(path, f"is larger than any record ({META_MAX_BYTES} bytes)")
             more = os.read(fd, _CHUNK)
             if not more:
                 break
             data += more
     finally:
         os.close(fd)
+    if json_depth(data) > JSON_DEPTH:
+        return parse_json(data, path)  # names the problem
     text = data.decode("utf-8")
     try:
         value, end = _RAW_DECODE(text)

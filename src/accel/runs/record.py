@@ -13,7 +13,6 @@ error. Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,16 +131,18 @@ class RunRecord:
         return dict(sorted(found.items()))
 
 
+RECORD_MAX_BYTES = 16 << 20  # a record with its failures' tails is well under 1 MiB
+
+
 def read_record(folder: Path) -> dict[str, Any] | None:
     """The run.json of the run folder ``folder`` (a JSON object), None when there is none
-    or it is unreadable: the one reader of the format. Links are not followed."""
-    import json
+    or it is unreadable: the one reader of the format. Links are not followed, a FIFO or
+    device is not waited on, a record nested or numbered beyond any run's is unreadable."""
+    from accel._fs import read_json
 
     try:
-        fd = os.open(folder / RUN_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            data = json.loads(fh.read())
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested beyond json's reach
+        data = read_json(folder / RUN_FILE, limit=RECORD_MAX_BYTES)
+    except (OSError, ValueError):  # DamagedFile is a ValueError
         return None
     return data if isinstance(data, dict) else None
 

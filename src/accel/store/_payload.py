@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from accel._fs import open_regular
 from accel.errors import IntegrityError, UsageError
 from accel.store._hashing import FileDigest, digest_bytes, hash_file
 from accel.store._serial import save_tensor_file, write_error
@@ -66,13 +67,7 @@ def _copy_file(source: Path, payload: Path) -> FileDigest:
 
 def read_plain(payload: Path, digest: FileDigest) -> bytes:
     """The bytes of a JSON or bytes payload, verified; never through a link."""
-    try:
-        fd = os.open(payload, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise _unreadable(payload, exc) from None
-    with os.fdopen(fd, "rb") as fh:
+    with os.fdopen(open_regular(payload), "rb") as fh:  # never a link, FIFO or device
         data = fh.read(digest.size + 1)
     if len(data) != digest.size or digest_bytes(data) != digest.checksum:
         raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")

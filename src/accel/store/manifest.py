@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accel._fs import read_json
 from accel.errors import IntegrityError
 from accel.layout import ASIDE_RE, MANIFEST, STAGE_RE, STEP_RE
 from accel.store._hashing import FileDigest
@@ -114,25 +115,10 @@ def read_manifest(folder: Path, name: str | None = None) -> Manifest:
     if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
         raise IntegrityError(f"{folder} is not a folder of its own (a link or a file)")
     try:
-        raw = _read_plain(path)
+        data = read_json(path, limit=_MAX_BYTES)  # a FIFO, a device, a deep nest: refused
     except FileNotFoundError:
         raise ManifestMissing(f"{folder} has no {MANIFEST}") from None
-    except OSError as exc:
-        raise IntegrityError(f"{path} cannot be read ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise IntegrityError(f"{path} is not valid JSON ({exc})") from None
     return parse_manifest(data, str(path), step)
-
-
-def _read_plain(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(_MAX_BYTES + 1)
-    if len(data) > _MAX_BYTES:
-        raise IntegrityError(f"{path} is larger than any manifest ({_MAX_BYTES} bytes)")
-    return data
 
 
 def parse_manifest(data: Any, where: str, step: int | None = None) -> Manifest:
