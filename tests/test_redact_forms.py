@@ -105,3 +105,24 @@ def test_a_crash_log_is_scrubbed_of_the_secrets_of_its_environment_and_argv() ->
     text = crash_text("1.0", argv, trace, {"MYSQL_PWD": "hunter22-pw", "HOME": "/home/me"})
     assert "tok-14" not in text and "hunter22-pw" not in text
     assert "ValueError: cannot use *** or ***" in text
+
+
+# -- hostile text ---------------------------------------------------------------------------
+
+HOSTILE = {
+    "secret names": "HF_TOKEN=" * 50_000,
+    "placeholders": "HF_TOKEN=<" * 50_000,
+    "pairs": "a=b:" * 100_000,
+    "schemes without an @": "x://a:" * 50_000 + "@",
+    "a dotted word before an @": "a." * 100_000 + "@h ://",
+    "flags": "--token=" * 50_000,
+}
+
+
+@pytest.mark.timeout(30)  # each takes well under a second; a quadratic scan takes minutes
+@pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
+def test_redaction_reads_hostile_text_in_linear_time(text: str) -> None:
+    """A worker's message or a pulled record is redacted in one pass: each character is
+    read a bounded number of times, whatever it holds."""
+    assert redact_text(text)
+    assert secret_values({"X": text, "HF_TOKEN": text}) is not None
