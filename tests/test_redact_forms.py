@@ -13,6 +13,7 @@ from accel._redact import (
     scrub,
     secret_values,
 )
+from accel.workspace import Workspace
 
 # (URL, its secret, what must stay): every form RFC 3986 allows in the userinfo.
 URL_FORMS = [
@@ -126,3 +127,15 @@ def test_redaction_reads_hostile_text_in_linear_time(text: str) -> None:
     read a bounded number of times, whatever it holds."""
     assert redact_text(text)
     assert secret_values({"X": text, "HF_TOKEN": text}) is not None
+
+
+def test_an_error_line_is_scrubbed_of_the_secret_values_it_quotes(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel.cli.main import main
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "zz-secret-zz")
+    assert main(["config", "set", "launch.num_processes", "zz-secret-zz"]) == 2
+    err = capsys.readouterr().err
+    assert "launch.num_processes" in err and "***" in err
+    assert "zz-secret-zz" not in err
