@@ -13,6 +13,7 @@ from accel._redact import (
     scrub,
     secret_values,
 )
+from accel.workspace import Workspace
 
 # (URL, its secret, what must stay): every form RFC 3986 allows in the userinfo.
 URL_FORMS = [
@@ -105,3 +106,36 @@ def test_a_crash_log_is_scrubbed_of_the_secrets_of_its_environment_and_argv() ->
     text = crash_text("1.0", argv, trace, {"MYSQL_PWD": "hunter22-pw", "HOME": "/home/me"})
     assert "tok-14" not in text and "hunter22-pw" not in text
     assert "ValueError: cannot use *** or ***" in text
+
+
+# -- hostile text ---------------------------------------------------------------------------
+
+HOSTILE = {
+    "secret names": "HF_TOKEN=" * 50_000,
+    "placeholders": "HF_TOKEN=<" * 50_000,
+    "pairs": "a=b:" * 100_000,
+    "schemes without an @": "x://a:" * 50_000 + "@",
+    "a dotted word before an @": "a." * 100_000 + "@h ://",
+    "flags": "--token=" * 50_000,
+}
+
+
+@pytest.mark.timeout(30)  # each takes well under a second; a quadratic scan takes minutes
+@pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
+def test_redaction_reads_hostile_text_in_linear_time(text: str) -> None:
+    """A worker's message or a pulled record is redacted in one pass: each character is
+    read a bounded number of times, whatever it holds."""
+    assert redact_text(text)
+    assert secret_values({"X": text, "HF_TOKEN": text}) is not None
+
+
+def test_an_error_line_is_scrubbed_of_the_secret_values_it_quotes(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel.cli.main import main
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "zz-secret-zz")
+    assert main(["config", "set", "launch.num_processes", "zz-secret-zz"]) == 2
+    err = capsys.readouterr().err
+    assert "launch.num_processes" in err and "***" in err
+    assert "zz-secret-zz" not in err

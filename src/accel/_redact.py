@@ -92,7 +92,7 @@ _NOT_AUTH = ("AUTHOR", "AUTHORS", "AUTHORED", "AUTHORITY", "AUTHORITIES")
 # of the authority. The user has no '/', so ``https://host/@scope/pkg`` (an '@' in a path)
 # is left alone, and ``host:8080/path?mail=a@b`` is a port, not a password.
 _URL_USERINFO = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)"
     r"(?P<userinfo>[^\s/?#@:\"<>]*:(?![0-9]*(?:[/?#]|$))(?:(?!://)[^\s\"<>])*"
     r"|[^\s/?#@:\"<>]+)"
     r"@(?=(?:\[[^\]\s/@]*\]|[^\s/?#@:\[\]\"'<>]+)(?::[0-9]*)?(?:[/?#\s\"'<>]|$))"
@@ -115,15 +115,15 @@ _ANY_VALUE = rf"(?:(?i:bearer|basic|token|digest)[ \t]+{_TAIL}+|{_QUOTED}|{_TAIL
 # After a space a value never starts with '-': ``--verbose --token x`` must leave
 # ``--token`` to be matched itself.
 _SPACED_VALUE = rf"(?:{_QUOTED}|(?!-){_TAIL}+)"
-_FLAG_NAME = r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)"
-# --name=value and --name value anywhere in a command line. Values are matched in a
-# lookahead, never consumed, so a secret pair inside another pair's value
+_VALUE = re.compile(_ANY_VALUE)
+_SPACED = re.compile(_SPACED_VALUE)
+# --name=value and --name value anywhere in a command line. Only the name and its
+# separator are matched; the value is read after them for a secret name alone (linear
+# time on any text) and never consumed, so a secret pair inside another pair's value
 # (``https://h/p?token=x``, ``OTHER=HF_TOKEN=x``) is still found.
-_FLAG = re.compile(rf"{_FLAG_NAME}(?:(=)(?=({_ANY_VALUE}))|([ \t]+)(?=({_SPACED_VALUE})))")
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|[ \t]+)")
 # NAME=value, NAME: value, "name": "value", name = 'value', ?name=value
-_ASSIGN = re.compile(
-    r"(?<![\w.-])([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1([ \t]*[=:][ \t]*)(?=(" + _ANY_VALUE + "))"
-)
+_ASSIGN = re.compile(r"(?<![\w.-])([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1([ \t]*[=:][ \t]*)")
 # Lowercase words that are prose before a colon ("auth: failed", "key: launch.env" are
 # messages, not assignments); with '=' they are still assignments. "token: x" and
 # "password: x" are YAML far more often than prose: those are hidden.
@@ -207,25 +207,27 @@ def redact_text(text: str) -> str:
 
 
 def _hide_values(
-    pattern: re.Pattern[str], text: str, pick: Callable[[re.Match[str]], int | None]
+    pattern: re.Pattern[str], text: str, pick: Callable[[re.Match[str]], re.Match[str] | None]
 ) -> str:
-    """Replace the value (group ``pick(m)``) of every match that ``pick`` says is secret."""
-    out, last = [], 0
+    """Hide the value ``pick(m)`` reads after every secret name. A name inside a value
+    already read is part of it: each character is read once (linear time on any text)."""
+    out, last, read = [], 0, 0
     for m in pattern.finditer(text):
-        group = pick(m)
-        if group is None or m.start(group) < last:
+        value = None if m.start() < read else pick(m)
+        if value is None:
             continue
-        out += [text[last : m.start(group)], _hidden(m.group(group))]
-        last = m.end(group)
+        read = value.end()
+        if REDACTED in value.group() or _placeholder(value.group()):
+            continue
+        out += [text[last : value.start()], _hidden(value.group())]
+        last = value.end()
     return "".join(out) + text[last:] if out else text
 
 
-def _flag_value(m: re.Match[str]) -> int | None:
-    group = 3 if m.group(2) else 5
-    value = m.group(group)
-    if not is_secret_name(m.group(1).lstrip("-")) or REDACTED in value or _placeholder(value):
+def _flag_value(m: re.Match[str]) -> re.Match[str] | None:
+    if not is_secret_name(m.group(1).lstrip("-")):
         return None
-    return group
+    return (_VALUE if m.group(2) == "=" else _SPACED).match(m.string, m.end())
 
 
 def _placeholder(value: str) -> bool:
@@ -234,13 +236,11 @@ def _placeholder(value: str) -> bool:
     return not bare or bare in ("VALUE", "...", "TOKEN", "KEY") or bare.startswith("<")
 
 
-def _assigned_value(m: re.Match[str]) -> int | None:
-    quote_, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    if not is_secret_name(name) or REDACTED in value or _placeholder(value):
+def _assigned_value(m: re.Match[str]) -> re.Match[str] | None:
+    quote_, name, sep = m.group(1), m.group(2), m.group(3)
+    if not is_secret_name(name) or (":" in sep and name.lower() in _PROSE and not quote_):
         return None
-    if ":" in sep and name.lower() in _PROSE and not quote_:
-        return None
-    return 4
+    return _VALUE.match(m.string, m.end())
 
 
 def _hidden(value: str) -> str:

@@ -2,7 +2,7 @@
 and its script's argv, in every form a secret takes (URLs with an empty user, a ``'``
 in the password, a non-ASCII or IPv6 host; ``MYSQL_PWD``; a flag's value) reach the
 worker and never appear in clear in any file accel writes under ``.accelerate/``, on the
-console or in a view, even when the worker prints them and raises them in its error.
+console, in a view or on a sync remote, even when the worker prints them and raises them in its error.
 The worker's own error stays readable: ``KeyError: 'learning_rate'`` is shown as is."""
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def test_no_planted_secret_appears_in_clear_anywhere(
     project: Path,
     accel: Callable[..., subprocess.CompletedProcess[str]],
     capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     config = project / ".accelerate" / "config" / "accelerate_config.yaml"
     config.parent.mkdir(parents=True)
@@ -137,9 +138,25 @@ def test_no_planted_secret_appears_in_clear_anywhere(
     assert "KeyError: 'learning_rate'" in record["error"]["traceback"]
     assert record["error"]["message"].startswith("cannot log in with ***")
 
-    for view in (["runs", "show"], ["runs", "show", "--json"], ["logs"], ["logs", "--json"]):
+    views = [
+        ["runs", "show"],
+        ["runs", "show", "--json"],
+        ["logs"],
+        ["logs", "--json"],
+        ["config", "show"],
+        ["config", "get", "launch.env"],
+        ["launch", "--dry-run", *dash_env, "leak.py", *ARGV],
+    ]
+    for view in views:
         capsys.readouterr()
         main(view)
         out, err = capsys.readouterr()
         assert out + err, view
         assert_clean(out + err, " ".join(view))
+
+    remote = tmp_path / "remote"
+    assert main(["sync", "push", remote.as_uri()]) == 0
+    uploaded = sorted(p for p in remote.rglob("*") if p.is_file())
+    assert {"rank-0.log", "run.json", "accelerate_config.yaml"} <= {p.name for p in uploaded}
+    for path in uploaded:
+        assert_clean(path.read_text(errors="replace"), f"the remote's {path.name}")
