@@ -231,3 +231,42 @@ def test_a_failure_inside_dcp_is_one_accel_line_not_a_checkpoint_exception(
     ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.ones(4)})
     with pytest.raises(IntegrityError, match=r"could not be loaded \(\w+: .*\): load it into"):
         ws.checkpoints.load_sharded({"w": torch.zeros(3)})  # not the shape it was saved with
+
+
+def _fifo(path: Path, other: Path) -> None:
+    os.mkfifo(path)
+
+
+def _link(path: Path, other: Path) -> None:
+    path.symlink_to(other)  # another checkpoint's shard, of the very same size
+
+
+def _longer(path: Path, other: Path) -> None:
+    path.write_bytes(other.read_bytes() + b"more")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("swap", [_fifo, _link, _longer], ids=["fifo", "link", "longer"])
+def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, swap: Any
+) -> None:
+    from accel.store import _sharded
+
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.arange(4.0)})
+    other = ws.checkpoints.save({"step": 2}, 2, sharded={"w": torch.full((4,), 7.0)})
+    assert info is not None and other is not None
+    shard, theirs = info.path / "sharded" / "__0_0.distcp", other.path / "sharded" / "__0_0.distcp"
+    assert shard.stat().st_size == theirs.stat().st_size
+    checked = _sharded.read_metadata
+
+    def read_then_swap(folder: Path, files: Any) -> Any:
+        metadata = checked(folder, files)  # after the verification: what DCP opens next
+        shard.unlink()
+        swap(shard, theirs)
+        return metadata
+
+    monkeypatch.setattr(_sharded, "read_metadata", read_then_swap)
+    target = {"w": torch.zeros(4)}
+    with pytest.raises(IntegrityError, match="changed after it was verified|cannot be read"):
+        ws.checkpoints.load_sharded(target, 1)
+    assert not torch.equal(target["w"], torch.full((4,), 7.0))

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import os
+import stat
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -89,10 +91,12 @@ def verify_share(step_dir: Path, files: Mapping[str, FileDigest], ctx: DistConte
     return None
 
 
-def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
+def load(
+    target: Any, folder: Path, metadata: Any, files: Mapping[str, FileDigest], ctx: DistContext
+) -> None:
     """``dcp.load`` into ``target`` in place (a collective), from ``metadata`` as
-    :func:`read_metadata` checked it, refusing unsafe pickles; IntegrityError for any
-    failure inside DCP."""
+    :func:`read_metadata` checked it against the manifest's ``files``, refusing unsafe
+    pickles; IntegrityError for any failure inside DCP."""
     import torch
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -101,7 +105,12 @@ def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
     refused: list[str] = []
 
     class CheckedReader(FileSystemReader):
-        """Hands DCP the checked metadata: ``.metadata`` is never opened again."""
+        """Hands DCP the checked metadata: ``.metadata`` is never opened again; the shard
+        files DCP opens are checked again (see :func:`_shard_files`)."""
+
+        def __init__(self) -> None:
+            super().__init__(str(folder))
+            self.fs = _shard_files(folder, files)
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("rank") is not None:  # per-rank metadata: accel writes none
@@ -126,7 +135,7 @@ def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
         with _quiet(ctx):
             dcp_load(
                 target,
-                storage_reader=CheckedReader(str(folder)),
+                storage_reader=CheckedReader(),
                 planner=SafePlanner(),
                 process_group=ctx.group,
                 **_single_process(dcp_load, ctx),
@@ -136,7 +145,40 @@ def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
         inner = _first_failure(exc)
         if not isinstance(inner, Exception):
             raise inner from None  # an interrupt stays one
-        raise IntegrityError(refused[0] if refused else _failure(folder, inner)) from None
+        if refused or isinstance(inner, IntegrityError):
+            raise IntegrityError(refused[0] if refused else str(inner)) from None
+        raise IntegrityError(_failure(folder, inner)) from None
+
+
+def _shard_files(folder: Path, files: Mapping[str, FileDigest]) -> Any:
+    """DCP's file system for reading, opening only what was verified: a file of
+    ``folder`` the manifest lists, never through a link, never blocking (a FIFO swapped
+    in after the verification), a regular file of the size recorded."""
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class ShardFiles(FileSystem):  # type: ignore[misc]
+        @contextlib.contextmanager
+        def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+            path = Path(path)
+            digest = files.get(f"{FOLDER}/{path.name}") if path.parent == folder else None
+            if mode != "rb" or digest is None:
+                raise IntegrityError(f"{path} is not a file of {folder} that accel verified")
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as exc:
+                raise IntegrityError(
+                    f"{path} cannot be read ({exc.strerror}); delete the checkpoint"
+                ) from None
+            with os.fdopen(fd, "rb") as stream:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_size != digest.size:
+                    raise IntegrityError(
+                        f"{path} changed after it was verified: it is damaged; "
+                        "delete the checkpoint"
+                    )
+                yield stream
+
+    return ShardFiles()
 
 
 def _stamp(metadata: Any, load_id: Any) -> None:
