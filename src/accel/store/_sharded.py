@@ -18,15 +18,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
-import os
-import stat
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from accel.errors import IntegrityError
-from accel.store._dcp_meta import FOLDER, METADATA, read_metadata
+from accel.store._dcp_meta import FOLDER, METADATA, open_verified, read_metadata
 from accel.store._dist import DistContext
 from accel.store._hashing import FileDigest, hash_file
 
@@ -163,19 +161,7 @@ def _shard_files(folder: Path, files: Mapping[str, FileDigest]) -> Any:
             digest = files.get(f"{FOLDER}/{path.name}") if path.parent == folder else None
             if mode != "rb" or digest is None:
                 raise IntegrityError(f"{path} is not a file of {folder} that accel verified")
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError as exc:
-                raise IntegrityError(
-                    f"{path} cannot be read ({exc.strerror}); delete the checkpoint"
-                ) from None
-            with os.fdopen(fd, "rb") as stream:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size != digest.size:
-                    raise IntegrityError(
-                        f"{path} changed after it was verified: it is damaged; "
-                        "delete the checkpoint"
-                    )
+            with open_verified(path, digest) as stream:
                 yield stream
 
     return ShardFiles()
