@@ -9,8 +9,16 @@ DCP itself unpickles ``.metadata`` with ``pickle.load`` and non-tensor values wi
 ``torch.load(weights_only=False)``. accel never lets it: the metadata is read once and
 checked by :mod:`accel.store._dcp_meta`, and DCP's reader is handed that checked object
 (it never opens ``.metadata``); the values are checked with ``weights_only=True``
-before DCP unpickles them. Every failure inside DCP (its ``CheckpointException`` is a
-``BaseException``) comes out as one :class:`IntegrityError` line.
+before DCP unpickles them. The shard files DCP opens after the verification are opened
+only as the manifest lists them (no link, no FIFO, the recorded size). Every failure
+inside DCP (its ``CheckpointException`` is a ``BaseException``) comes out as one
+:class:`IntegrityError` line.
+
+Relied on in DCP, the same in torch 2.6-2.15: the loader takes its metadata from the
+storage reader's ``read_metadata()`` (public API); ``FileSystemReader`` opens every
+file through ``self.fs.create_stream(path, "rb")`` with ``self.fs`` set in
+``__init__``. ``tests/store/test_sharded.py`` proves both on the installed torch (a
+swapped ``.metadata`` never unpickled, a FIFO swapped in for a shard refused).
 """
 
 from __future__ import annotations
