@@ -205,6 +205,6 @@ def _failure(folder: Path, exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
     return (
-        f"{folder} could not be loaded ({detail}): load it into a state of the shape "
-        "it was saved with, or delete the checkpoint"
+        f"{folder} could not be loaded ({detail}): load it into a state shaped as it was "
+        "saved (`accel checkpoints show` lists it), or delete the checkpoint if it is damaged"
     )
