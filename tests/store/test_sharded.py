@@ -145,7 +145,7 @@ def test_a_metadata_swapped_after_it_was_checked_is_never_unpickled(
     monkeypatch.setattr(os, "open", lambda p, *a, **k: swap(real_os_open(p, *a, **k), p))
     monkeypatch.setattr(io_mod, "open", lambda p, *a, **k: swap(real_io_open(p, *a, **k), p))
     if swap_after == 1:  # the payload is what the one read sees: refused, never unpickled
-        with pytest.raises(IntegrityError, match="fails its checksum"):
+        with pytest.raises(IntegrityError, match="fails its checksum|bytes the manifest rec"):
             route(ws, tmp_path / "model.safetensors")
     else:  # the one read already holds the checked bytes: DCP is given those
         route(ws, tmp_path / "model.safetensors")
@@ -229,5 +229,48 @@ def test_a_failure_inside_dcp_is_one_accel_line_not_a_checkpoint_exception(
 ) -> None:
     """DCP's CheckpointException is a BaseException: it must not pass `except Exception`."""
     ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.ones(4)})
-    with pytest.raises(IntegrityError, match=r"could not be loaded \(\w+: .*\): load it into"):
+    with pytest.raises(
+        IntegrityError, match=r"could not be loaded \(\w+: .*\): load it into a state shaped"
+    ):
         ws.checkpoints.load_sharded({"w": torch.zeros(3)})  # not the shape it was saved with
+
+
+def _fifo(path: Path, other: Path) -> None:
+    os.mkfifo(path)
+
+
+def _link(path: Path, other: Path) -> None:
+    path.symlink_to(other)  # another checkpoint's shard, of the very same size
+
+
+def _longer(path: Path, other: Path) -> None:
+    path.write_bytes(other.read_bytes() + b"more")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("swap", [_fifo, _link, _longer], ids=["fifo", "link", "longer"])
+def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, swap: Any
+) -> None:
+    from accel.store import _sharded
+
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.arange(4.0)})
+    other = ws.checkpoints.save({"step": 2}, 2, sharded={"w": torch.full((4,), 7.0)})
+    assert info is not None and other is not None
+    shard, theirs = info.path / "sharded" / "__0_0.distcp", other.path / "sharded" / "__0_0.distcp"
+    assert shard.stat().st_size == theirs.stat().st_size
+    checked = _sharded.read_metadata
+
+    def read_then_swap(folder: Path, files: Any) -> Any:
+        metadata = checked(folder, files)  # after the verification: what DCP opens next
+        shard.unlink()
+        swap(shard, theirs)
+        return metadata
+
+    monkeypatch.setattr(_sharded, "read_metadata", read_then_swap)
+    target = {"w": torch.zeros(4)}
+    with pytest.raises(
+        IntegrityError, match="not a regular file|bytes the manifest records|cannot be read"
+    ):
+        ws.checkpoints.load_sharded(target, 1)
+    assert not torch.equal(target["w"], torch.full((4,), 7.0))

@@ -36,13 +36,14 @@ class Sharded:
 
     folder: Path
     metadata: Any
+    files: Mapping[str, FileDigest]  # the manifest's
 
 
 def read(folder: Path, files: Mapping[str, FileDigest]) -> Sharded:
     """``folder``'s metadata, checked against the manifest's ``files``."""
     from accel.store import _sharded
 
-    return Sharded(folder, _sharded.read_metadata(folder, files))
+    return Sharded(folder, _sharded.read_metadata(folder, files), files)
 
 
 def outline(sharded: Sharded) -> Any:
@@ -87,5 +88,5 @@ def load(sharded: Sharded, names: dict[str, Any]) -> dict[str, Any]:
     from accel.store._dist import SINGLE
 
     target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
-    _sharded.load(target, sharded.folder, sharded.metadata, SINGLE)
+    _sharded.load(target, sharded.folder, sharded.metadata, sharded.files, SINGLE)
     return {name: target[ref.fqn] for name, ref in names.items()}

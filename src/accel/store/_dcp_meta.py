@@ -29,12 +29,12 @@ import pickle
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, BinaryIO, TypeGuard
 
 from accel.errors import IntegrityError
 from accel.store._hashing import FileDigest, digest_bytes
 
-__all__ = ["FOLDER", "METADATA", "read_metadata"]
+__all__ = ["FOLDER", "METADATA", "open_verified", "read_metadata"]
 
 FOLDER = "sharded"
 METADATA = ".metadata"
@@ -92,20 +92,32 @@ def read_metadata(folder: Path, files: Mapping[str, FileDigest]) -> Any:
     return metadata
 
 
-def _read_verified(path: Path, digest: FileDigest) -> bytes:
+def open_verified(path: Path, digest: FileDigest) -> BinaryIO:
+    """``path`` opened for reading as the manifest's ``digest`` describes it: never
+    through a link, never blocking (a FIFO), only a regular file of the recorded size;
+    IntegrityError otherwise. (Its content is the caller's to check.)"""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise IntegrityError(
             f"{path} cannot be read ({exc.strerror}); delete the checkpoint"
         ) from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise IntegrityError(
-                f"{path} is not a regular file: it is damaged; delete the checkpoint"
-            )
-        data = fh.read(digest.size + 1) if st.st_size == digest.size else b""
+    stream = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != digest.size:
+        stream.close()
+        what = (
+            "is not a regular file"
+            if not stat.S_ISREG(st.st_mode)
+            else f"is not the {digest.size} bytes the manifest records"
+        )
+        raise IntegrityError(f"{path} {what}: it is damaged; delete the checkpoint")
+    return stream
+
+
+def _read_verified(path: Path, digest: FileDigest) -> bytes:
+    with open_verified(path, digest) as fh:
+        data = fh.read(digest.size + 1)
     if len(data) != digest.size or digest_bytes(data) != digest.checksum:
         raise IntegrityError(f"{path} fails its checksum; it is corrupt: delete the checkpoint")
     return data

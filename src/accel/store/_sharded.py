@@ -9,8 +9,16 @@ DCP itself unpickles ``.metadata`` with ``pickle.load`` and non-tensor values wi
 ``torch.load(weights_only=False)``. accel never lets it: the metadata is read once and
 checked by :mod:`accel.store._dcp_meta`, and DCP's reader is handed that checked object
 (it never opens ``.metadata``); the values are checked with ``weights_only=True``
-before DCP unpickles them. Every failure inside DCP (its ``CheckpointException`` is a
-``BaseException``) comes out as one :class:`IntegrityError` line.
+before DCP unpickles them. The shard files DCP opens after the verification are opened
+only as the manifest lists them (no link, no FIFO, the recorded size). Every failure
+inside DCP (its ``CheckpointException`` is a ``BaseException``) comes out as one
+:class:`IntegrityError` line.
+
+Relied on in DCP, the same in torch 2.6-2.15: the loader takes its metadata from the
+storage reader's ``read_metadata()`` (public API); ``FileSystemReader`` opens every
+file through ``self.fs.create_stream(path, "rb")`` with ``self.fs`` set in
+``__init__``. ``tests/store/test_sharded.py`` proves both on the installed torch (a
+swapped ``.metadata`` never unpickled, a FIFO swapped in for a shard refused).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import IntegrityError
-from accel.store._dcp_meta import FOLDER, METADATA, read_metadata
+from accel.store._dcp_meta import FOLDER, METADATA, open_verified, read_metadata
 from accel.store._dist import DistContext
 from accel.store._hashing import FileDigest, hash_file
 
@@ -89,10 +97,12 @@ def verify_share(step_dir: Path, files: Mapping[str, FileDigest], ctx: DistConte
     return None
 
 
-def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
+def load(
+    target: Any, folder: Path, metadata: Any, files: Mapping[str, FileDigest], ctx: DistContext
+) -> None:
     """``dcp.load`` into ``target`` in place (a collective), from ``metadata`` as
-    :func:`read_metadata` checked it, refusing unsafe pickles; IntegrityError for any
-    failure inside DCP."""
+    :func:`read_metadata` checked it against the manifest's ``files``, refusing unsafe
+    pickles; IntegrityError for any failure inside DCP."""
     import torch
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -101,7 +111,12 @@ def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
     refused: list[str] = []
 
     class CheckedReader(FileSystemReader):
-        """Hands DCP the checked metadata: ``.metadata`` is never opened again."""
+        """Hands DCP the checked metadata: ``.metadata`` is never opened again; the shard
+        files DCP opens are checked again (see :func:`_shard_files`)."""
+
+        def __init__(self) -> None:
+            super().__init__(str(folder))
+            self.fs = _shard_files(folder, files)
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("rank") is not None:  # per-rank metadata: accel writes none
@@ -126,7 +141,7 @@ def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
         with _quiet(ctx):
             dcp_load(
                 target,
-                storage_reader=CheckedReader(str(folder)),
+                storage_reader=CheckedReader(),
                 planner=SafePlanner(),
                 process_group=ctx.group,
                 **_single_process(dcp_load, ctx),
@@ -136,7 +151,28 @@ def load(target: Any, folder: Path, metadata: Any, ctx: DistContext) -> None:
         inner = _first_failure(exc)
         if not isinstance(inner, Exception):
             raise inner from None  # an interrupt stays one
-        raise IntegrityError(refused[0] if refused else _failure(folder, inner)) from None
+        if refused or isinstance(inner, IntegrityError):
+            raise IntegrityError(refused[0] if refused else str(inner)) from None
+        raise IntegrityError(_failure(folder, inner)) from None
+
+
+def _shard_files(folder: Path, files: Mapping[str, FileDigest]) -> Any:
+    """DCP's file system for reading, opening only what was verified: a file of
+    ``folder`` the manifest lists, never through a link, never blocking (a FIFO swapped
+    in after the verification), a regular file of the size recorded."""
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class ShardFiles(FileSystem):  # type: ignore[misc]
+        @contextlib.contextmanager
+        def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+            path = Path(path)
+            digest = files.get(f"{FOLDER}/{path.name}") if path.parent == folder else None
+            if mode != "rb" or digest is None:
+                raise IntegrityError(f"{path} is not a file of {folder} that accel verified")
+            with open_verified(path, digest) as stream:
+                yield stream
+
+    return ShardFiles()
 
 
 def _stamp(metadata: Any, load_id: Any) -> None:
@@ -169,6 +205,6 @@ def _failure(folder: Path, exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
     return (
-        f"{folder} could not be loaded ({detail}): load it into a state of the shape "
-        "it was saved with, or delete the checkpoint"
+        f"{folder} could not be loaded ({detail}): load it into a state shaped as it was "
+        "saved (`accel checkpoints show` lists it), or delete the checkpoint if it is damaged"
     )

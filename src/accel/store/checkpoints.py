@@ -213,7 +213,7 @@ class Checkpoints:
         # Every rank reads and checks the metadata; one rank's refusal is every rank's.
         metadata, error = attempt(ctx, lambda: _sharded.read_metadata(folder, files))
         collect((metadata, next((e for e in ctx.all_gather(error) if e), None)))
-        _sharded.load(target, folder, metadata, ctx)
+        _sharded.load(target, folder, metadata, files, ctx)
         return found.manifest.step
 
     def _resolve(self, step: int | None, series: str | None) -> Found:
