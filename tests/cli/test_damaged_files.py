@@ -228,8 +228,13 @@ def test_a_damaged_run_record_costs_only_its_run(
 ) -> None:
     damage(ws.path / "logs" / "runs" / RUNS[0] / "run.json")
     result = cli("runs")
-    assert "unexpected" not in result.stderr and result.exit_code == 0, result.stderr
-    assert RUNS[1] in result.stdout
+    assert_reported(result, RUNS[1], damaged=RUNS[0])
+    assert any(
+        line.startswith(f"warning: run {RUNS[0]}: ") and "run.json" in line
+        for line in result.stderr.splitlines()
+    ), result.stderr
+    (row,) = [line for line in result.stdout.splitlines() if RUNS[0] in line]
+    assert "unreadable" in row and "crashed" not in row, row
     for args in (("runs", "show", RUNS[0]), ("status",), ("clean", "--dry-run")):
         result = cli(*args)
         assert "unexpected" not in result.stderr, (args, result.stderr)
@@ -307,3 +312,14 @@ def test_a_special_config_file_is_one_config_line(ws: Workspace, how: str) -> No
     result = cli("config", "set", "launch.num_processes", "2")
     assert result.exit_code == 2 and "not a regular file" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("damage", ["fifo", "nested", "created-1e308"])
+def test_resuming_takes_the_newest_readable_checkpoint(ws: Workspace, damage: str) -> None:
+    """What load_state() resumes from: the latest checkpoint the listing accepts."""
+    MANIFEST_DAMAGE[damage](manifest(ws, 2))
+    latest = ws.checkpoints.latest()
+    assert latest is not None and latest.step == 1
+    assert ws.checkpoints.load()["model"]["w"][0] == 1.0
+    with pytest.raises(IntegrityError, match="step-000000000002"):
+        ws.checkpoints.load(2)
