@@ -323,3 +323,21 @@ def test_resuming_takes_the_newest_readable_checkpoint(ws: Workspace, damage: st
     assert ws.checkpoints.load()["model"]["w"][0] == 1.0
     with pytest.raises(IntegrityError, match="step-000000000002"):
         ws.checkpoints.load(2)
+
+
+def test_a_pulled_json_payload_nested_past_any_value_is_refused(ws: Workspace) -> None:
+    """Checksums are no proof against a remote: the payload's depth is bounded on read."""
+    from accel.store._hashing import digest_bytes
+
+    ws.cache.put("deep", {"a": 1})
+    record = meta(ws, "deep")
+    payload = record.parent / json.loads(record.read_text())["payload"]
+    body = DEEP.encode()
+    payload.chmod(0o644)
+    payload.write_bytes(body)
+    edit(record, lambda d: d.update(size=len(body), checksum=digest_bytes(body)))
+    with pytest.raises(IntegrityError, match="nested more than 64 levels"):
+        ws.cache.get("deep")
+    with pytest.raises(AccelError, match="nested at most 64 levels"):
+        ws.cache.put("deeper", json.loads("[" * 70 + "]" * 70))
+    assert ws.cache.get("two") == b"second"
