@@ -341,3 +341,11 @@ def test_a_pulled_json_payload_nested_past_any_value_is_refused(ws: Workspace) -
     with pytest.raises(AccelError, match="nested at most 64 levels"):
         ws.cache.put("deeper", json.loads("[" * 70 + "]" * 70))
     assert ws.cache.get("two") == b"second"
+
+
+def test_verify_reports_a_special_file_and_checks_the_rest(ws: Workspace) -> None:
+    _special("fifo")(manifest(ws, 1).parent / "state.tensors")
+    result = cli("checkpoints", "verify")
+    out = result.stdout + result.stderr
+    assert result.exit_code == 1 and "unexpected" not in out, out
+    assert "1 of 2 checkpoint(s) failed" in out and "is a FIFO, not a regular file" in out, out
