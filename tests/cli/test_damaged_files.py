@@ -349,3 +349,15 @@ def test_verify_reports_a_special_file_and_checks_the_rest(ws: Workspace) -> Non
     out = result.stdout + result.stderr
     assert result.exit_code == 1 and "unexpected" not in out, out
     assert "1 of 2 checkpoint(s) failed" in out and "is a FIFO, not a regular file" in out, out
+
+
+def test_a_fifo_as_the_series_holder_is_no_holder(ws: Workspace) -> None:
+    from accel.store.lease import read_holder, series_holder
+
+    path = series_holder(ws.layout.root, "default")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    assert read_holder(ws.layout, "default") is None
+    result = cli("checkpoints", "list")
+    assert result.exit_code == 0 and "unexpected" not in result.stderr, result.stderr
