@@ -228,8 +228,13 @@ def test_a_damaged_run_record_costs_only_its_run(
 ) -> None:
     damage(ws.path / "logs" / "runs" / RUNS[0] / "run.json")
     result = cli("runs")
-    assert "unexpected" not in result.stderr and result.exit_code == 0, result.stderr
-    assert RUNS[1] in result.stdout
+    assert_reported(result, RUNS[1], damaged=RUNS[0])
+    assert any(
+        line.startswith(f"warning: run {RUNS[0]}: ") and "run.json" in line
+        for line in result.stderr.splitlines()
+    ), result.stderr
+    (row,) = [line for line in result.stdout.splitlines() if RUNS[0] in line]
+    assert "unreadable" in row and "crashed" not in row, row
     for args in (("runs", "show", RUNS[0]), ("status",), ("clean", "--dry-run")):
         result = cli(*args)
         assert "unexpected" not in result.stderr, (args, result.stderr)
@@ -307,3 +312,52 @@ def test_a_special_config_file_is_one_config_line(ws: Workspace, how: str) -> No
     result = cli("config", "set", "launch.num_processes", "2")
     assert result.exit_code == 2 and "not a regular file" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("damage", ["fifo", "nested", "created-1e308"])
+def test_resuming_takes_the_newest_readable_checkpoint(ws: Workspace, damage: str) -> None:
+    """What load_state() resumes from: the latest checkpoint the listing accepts."""
+    MANIFEST_DAMAGE[damage](manifest(ws, 2))
+    latest = ws.checkpoints.latest()
+    assert latest is not None and latest.step == 1
+    assert ws.checkpoints.load()["model"]["w"][0] == 1.0
+    with pytest.raises(IntegrityError, match="step-000000000002"):
+        ws.checkpoints.load(2)
+
+
+def test_a_pulled_json_payload_nested_past_any_value_is_refused(ws: Workspace) -> None:
+    """Checksums are no proof against a remote: the payload's depth is bounded on read."""
+    from accel.store._hashing import digest_bytes
+
+    ws.cache.put("deep", {"a": 1})
+    record = meta(ws, "deep")
+    payload = record.parent / json.loads(record.read_text())["payload"]
+    body = DEEP.encode()
+    payload.chmod(0o644)
+    payload.write_bytes(body)
+    edit(record, lambda d: d.update(size=len(body), checksum=digest_bytes(body)))
+    with pytest.raises(IntegrityError, match="nested more than 64 levels"):
+        ws.cache.get("deep")
+    with pytest.raises(AccelError, match="nested at most 64 levels"):
+        ws.cache.put("deeper", json.loads("[" * 70 + "]" * 70))
+    assert ws.cache.get("two") == b"second"
+
+
+def test_verify_reports_a_special_file_and_checks_the_rest(ws: Workspace) -> None:
+    _special("fifo")(manifest(ws, 1).parent / "state.tensors")
+    result = cli("checkpoints", "verify")
+    out = result.stdout + result.stderr
+    assert result.exit_code == 1 and "unexpected" not in out, out
+    assert "1 of 2 checkpoint(s) failed" in out and "is a FIFO, not a regular file" in out, out
+
+
+def test_a_fifo_as_the_series_holder_is_no_holder(ws: Workspace) -> None:
+    from accel.store.lease import read_holder, series_holder
+
+    path = series_holder(ws.layout.root, "default")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    assert read_holder(ws.layout, "default") is None
+    result = cli("checkpoints", "list")
+    assert result.exit_code == 0 and "unexpected" not in result.stderr, result.stderr

@@ -30,6 +30,8 @@ def show(
     ws = _app.read_workspace(ctx)
     _app.heal_runs(ws)
     view = load_view(ws.layout, run, lambda: ws.config.nested())
+    if view.record.problem:
+        _output.warn(f"run {view.record.id}: {view.record.problem}")
     if as_json:
         _output.print_json(view.to_json())
         return

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 RUN_FILE = RUN_RECORD
+# The status shown for a run whose record is there but cannot be read (never "crashed":
+# nothing says it did).
+UNREADABLE = "unreadable"
 
 
 def new_run_id(now: datetime, token: str | None = None) -> str:
@@ -76,6 +79,7 @@ class RunRecord:
     hostname: str | None = None
     pid: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    problem: str | None = None  # why its run.json is unreadable (a FIFO, a deep nest, ...)
 
     @property
     def duration(self) -> float | None:
@@ -138,13 +142,24 @@ def read_record(folder: Path) -> dict[str, Any] | None:
     """The run.json of the run folder ``folder`` (a JSON object), None when there is none
     or it is unreadable: the one reader of the format. Links are not followed, a FIFO or
     device is not waited on, a record nested or numbered beyond any run's is unreadable."""
+    return _load_record(folder)[0]
+
+
+def _load_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the record, None), (None, None) when there is none, (None, why) when it is there
+    but unreadable."""
     from accel._fs import read_json
 
+    path = folder / RUN_FILE
     try:
-        data = read_json(folder / RUN_FILE, limit=RECORD_MAX_BYTES)
-    except (OSError, ValueError):  # DamagedFile is a ValueError
-        return None
-    return data if isinstance(data, dict) else None
+        data = read_json(path, limit=RECORD_MAX_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:  # DamagedFile is a ValueError
+        return None, str(exc)
+    if not isinstance(data, dict):
+        return None, f"{path} does not hold a JSON object"
+    return data, None
 
 
 def records_this_run(record: Mapping[str, Any] | None, folder: Path) -> bool:
@@ -166,8 +181,12 @@ def read_run(layout: Layout, run_id: str) -> RunRecord:
     """The record of one run; a missing or unreadable run.json still gives a record."""
     folder = run_dir(layout, run_id)
     live = is_live(layout, run_id)
+    data, problem = _load_record(folder)
     # A record written by an older accel may hold secrets in clear: never show them.
-    return RunRecord.from_json(run_id, folder, redact_mapping(read_record(folder) or {}), live)
+    record = RunRecord.from_json(run_id, folder, redact_mapping(data or {}), live)
+    if problem is None:
+        return record
+    return replace(record, problem=problem, status=record.status if live else UNREADABLE)
 
 
 def list_runs(layout: Layout) -> list[RunRecord]:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from accel._fs import open_regular
+from accel._fs import JSON_DEPTH, json_depth, open_regular
 from accel.errors import IntegrityError, UsageError
 from accel.store._hashing import FileDigest, digest_bytes, hash_file
 from accel.store._serial import save_tensor_file, write_error
@@ -39,6 +39,8 @@ def write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
     if kind == "file":
         return _copy_file(Path(os.fspath(obj)), payload)
     data = json.dumps(obj, sort_keys=True).encode("utf-8") if kind == "json" else bytes(obj)
+    if kind == "json" and json_depth(data) > JSON_DEPTH:  # what get would refuse: never put
+        raise UsageError(f"the cache holds JSON values nested at most {JSON_DEPTH} levels deep")
     try:
         with open(payload, "xb") as fh:
             fh.write(data)
