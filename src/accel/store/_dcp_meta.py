@@ -26,11 +26,11 @@ import io
 import math
 import os
 import pickle
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
+from accel._fs import DamagedFile, open_regular
 from accel.errors import IntegrityError
 from accel.store._hashing import FileDigest, digest_bytes
 
@@ -97,22 +97,14 @@ def open_verified(path: Path, digest: FileDigest) -> BinaryIO:
     through a link, never blocking (a FIFO), only a regular file of the recorded size;
     IntegrityError otherwise. (Its content is the caller's to check.)"""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_regular(path, size=digest.size)
+    except DamagedFile as exc:
+        raise IntegrityError(f"{path} {exc.why}: it is damaged; delete the checkpoint") from None
     except OSError as exc:
         raise IntegrityError(
             f"{path} cannot be read ({exc.strerror}); delete the checkpoint"
         ) from None
-    stream = os.fdopen(fd, "rb")
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size != digest.size:
-        stream.close()
-        what = (
-            "is not a regular file"
-            if not stat.S_ISREG(st.st_mode)
-            else f"is not the {digest.size} bytes the manifest records"
-        )
-        raise IntegrityError(f"{path} {what}: it is damaged; delete the checkpoint")
-    return stream
+    return os.fdopen(fd, "rb")
 
 
 def _read_verified(path: Path, digest: FileDigest) -> bytes:
