@@ -378,3 +378,19 @@ def test_the_cache_moves_only_with_include_cache_and_only_committed_entries(
     assert "cache/frameworks/inductor/ab/kernel.py: refused" in capsys.readouterr().err
     assert fresh.cache.get("ns/blob") == b"payload" * 100
     assert not (fresh.cache_dir / "frameworks").exists()
+
+
+@pytest.mark.timeout(20)
+def test_sync_hashes_only_regular_files_and_never_waits_on_a_fifo(tmp_path: Path) -> None:
+    """A FIFO swapped in for a file push or pull is about to hash is refused at once."""
+    from accel.sync._checksum import hash_file
+
+    fifo = tmp_path / "rank-0.log"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="FIFO"):
+        hash_file(fifo)
+    (tmp_path / "real").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ValueError, match="link"):
+        hash_file(tmp_path / "link")
+    assert hash_file(tmp_path / "real")[1] == 3

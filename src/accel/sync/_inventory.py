@@ -131,8 +131,8 @@ def checkpoint_files(step_dir: Path, unit: str) -> Iterator[LocalFile | Skipped]
         found.append(LocalFile(rel, path, entry.size, entry.checksum, unit, CHECKPOINT))
     try:
         checksum, size = hash_file(step_dir / MANIFEST)
-    except OSError:
-        yield Skipped(unit, "deleted while it was read")
+    except (OSError, ValueError):
+        yield Skipped(unit, "deleted or replaced while it was read")
         return
     yield from found
     yield LocalFile(f"{unit}/{MANIFEST}", step_dir / MANIFEST, size, checksum, unit, CHECKPOINT)
