@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from accel._fs import DamagedFile
 from accel.errors import IntegrityError
 from accel.store._dcp_meta import FOLDER, METADATA, open_verified, read_metadata
 from accel.store._dist import DistContext
@@ -90,6 +91,8 @@ def verify_share(step_dir: Path, files: Mapping[str, FileDigest], ctx: DistConte
     for name in names[ctx.rank :: ctx.world_size]:
         try:
             checksum, size = hash_file(step_dir / name, follow_links=False)
+        except DamagedFile as exc:  # a FIFO, a link: this rank's problem, told to all
+            return str(exc)
         except OSError as exc:
             return f"{step_dir / name} cannot be read ({exc.strerror})"
         if (size, checksum) != (files[name].size, files[name].checksum):
