@@ -394,3 +394,21 @@ def test_sync_hashes_only_regular_files_and_never_waits_on_a_fifo(tmp_path: Path
     with pytest.raises(ValueError, match="link"):
         hash_file(tmp_path / "link")
     assert hash_file(tmp_path / "real")[1] == 3
+
+
+def test_push_sends_only_the_files_accel_writes_in_a_run_folder(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's notebook in a run folder stays local (the pull would refuse it), so the
+    workspace round-trips: push, then pull elsewhere, both exit 0."""
+    folder = finished_run(ws)
+    (folder / "analysis.ipynb").write_text("{}")
+    assert main(["sync", "push", remote_url]) == 0
+    said = capsys.readouterr()
+    assert "analysis.ipynb: not a file accel writes" in said.out + said.err
+    run_rel = f"logs/runs/{folder.name}"
+    assert (remote_dir / run_rel / "rank-0.log").is_file()
+    assert not (remote_dir / run_rel / "analysis.ipynb").exists()
+    fresh = ws.path.parent / "other" / ".accelerate"
+    assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 0
+    assert (fresh / "logs" / "runs" / folder.name / "rank-0.log").is_file()
