@@ -48,3 +48,39 @@ def test_the_workspace_paths_are_the_layouts(project: Path, tmp_path: Path) -> N
 )
 def test_an_atomic_write_temp_is_known_by_its_exact_name(name: str, ok: bool) -> None:
     assert layout.is_atomic_temp(name) is ok
+
+
+def test_every_file_accel_writes_in_a_run_folder_is_named_by_the_layout(tmp_path: Path) -> None:
+    """``layout.RUN_FILE_RE`` is the one list (sync pulls these and nothing else): each
+    writer's own path must be on it. hang.worker is loaded without accel, so its names
+    are checked here against the layout's."""
+    from accel.hang import worker
+    from accel.hang.dump import write_workers
+    from accel.launch.runner import LAUNCHER_LOG
+    from accel.metrics_tb import tensorboard_dir
+    from accel.runs.logindex import index_path
+    from accel.runs.metrics import METRICS_FILE
+    from accel.telemetry import RESOURCES_FILE
+
+    run = tmp_path / "20261201-120000-abcdef"
+    run.mkdir()
+    write_workers(run, 1, {0: 1})
+    written = [
+        layout.RUN_RECORD,
+        LAUNCHER_LOG,
+        METRICS_FILE,
+        RESOURCES_FILE,
+        *(p.name for p in run.iterdir()),  # workers.json
+        "rank-3.log",
+        index_path(run / "rank-3.log").name,
+        worker.stacks_path(str(run), 3),
+        worker.crash_path(str(run), 3),
+        worker.heartbeat_path(str(run), 3),
+        str(tensorboard_dir(run, 3) / "events.out.tfevents.1764590000.host.123.0"),
+    ]
+    for name in written:
+        rel = Path(name).relative_to(run).as_posix() if name.startswith("/") else name
+        assert layout.RUN_FILE_RE.fullmatch(rel), rel
+    assert (worker.STACKS_DIR, worker.HEARTBEATS_DIR) == (layout.STACKS_DIR, layout.HEARTBEATS_DIR)
+    for planted in ("sitecustomize.py", "stacks/evil.py", "rank-0.log.py", "usercustomize.pth"):
+        assert not layout.RUN_FILE_RE.fullmatch(planted)

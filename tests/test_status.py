@@ -42,9 +42,11 @@ def populate(project: Path) -> Workspace:
         write_cache_meta(folder, meta)
     step = ws.checkpoints_dir / "main" / "step-000000000001"
     step.mkdir(parents=True)
-    (step / "model.pt").write_bytes(b"m" * 3000)
+    (step / "state.tensors").write_bytes(b"m" * 3000)
     model = FileDigest(3000, digest_bytes(b"m" * 3000))
-    write_manifest(step, Manifest("main", 1, now - 3 * DAY, None, None, 1, {"model.pt": model}))
+    write_manifest(
+        step, Manifest("main", 1, now - 3 * DAY, None, None, 1, {"state.tensors": model})
+    )
     run = ws.runs_dir / "20260101-000000-abcdef"
     run.mkdir()
     (run / "run.json").write_text(json.dumps({"id": run.name, "status": "running"}))

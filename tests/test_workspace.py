@@ -117,3 +117,15 @@ def test_git_tracks_the_config_and_nothing_else(project: Path, accel_exe: list[s
         "?? .accelerate/.gitignore",
         "?? .accelerate/config/accelerate_config.yaml",
     ]
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t\n"])
+def test_a_blank_workspace_variable_is_refused_not_read_as_unset(
+    tmp_path: Path, blank: str
+) -> None:
+    from accel.errors import UsageError
+
+    with pytest.raises(UsageError, match="ACCEL_WORKSPACE is set but empty: unset it"):
+        find_workspace(tmp_path, {"ACCEL_WORKSPACE": blank})
+    with pytest.raises(UsageError, match="the workspace path is empty"):
+        find_workspace(tmp_path, {}, blank)

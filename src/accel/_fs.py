@@ -8,9 +8,12 @@ survives a power loss. Nothing is ever rewritten in place.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
+import math
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from accel import _faults
-from accel.errors import storage_error
+from accel.errors import IntegrityError, storage_error
 
 TMP_PREFIX = ".accel-tmp-"
 # Run records and logs may hold user data (commands, messages, what a script printed):
@@ -107,13 +110,172 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True, perms: int 
     atomic_write(path, text, durable=durable, perms=perms)
 
 
-def read_json(path: Path) -> Any:
-    """The JSON document at ``path``; ValueError also for one nested beyond json's reach."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            return json.load(fh)
-        except RecursionError:
-            raise ValueError(f"{path} is nested too deeply to be read") from None
+# -- reading what accel wrote, trusting none of it -------------------------------------------
+
+# No record of accel's nests deeper (a manifest: 3 levels; a run record: under 10). Checked
+# before json recurses, so a hostile file is refused in one line, never a RecursionError.
+JSON_DEPTH = 64
+# The widest integer any record holds (sizes, steps, pids): an int64.
+JSON_INT_MAX = 2**63 - 1
+_MAX_JSON_BYTES = 64 << 20
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO opens at once instead of waiting for a writer
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+class DamagedFile(IntegrityError, ValueError):
+    """A file of accel's is not what accel writes: not a regular file, larger than any
+    such file, not the size its record says, not JSON, or nested or numbered beyond any
+    record. An :class:`IntegrityError` (one line, exit 1), and a ``ValueError`` for the
+    readers that already treat undecodable records as absent. ``why``: the reason alone
+    ("is a FIFO, not a regular file")."""
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"{path} {why}; move it aside")
+        self.why = why
+
+
+def open_regular(path: Path | str, *, follow: bool = False, size: int | None = None) -> int:
+    """A descriptor reading the regular file at ``path``, never blocking on opening it.
+
+    :class:`DamagedFile` for anything else (a FIFO, a device, a folder, a link unless
+    ``follow``) and, when ``size`` is given (the size its record says), for a file of
+    another size. ``FileNotFoundError`` when nothing is there. Read from this descriptor
+    only: it is the file that was checked.
+    """
+    flags = _READ_FLAGS | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DamagedFile(path, "is a symbolic link, which accel does not follow") from None
+        raise DamagedFile(path, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        require_regular(st, path)
+        if size is not None and st.st_size != size:
+            raise DamagedFile(path, f"has {st.st_size} bytes, its record says {size}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def require_regular(st: os.stat_result, path: object) -> None:
+    """:class:`DamagedFile` unless ``st`` (an ``fstat`` or ``lstat``) is a regular file's."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "a special file")
+        raise DamagedFile(path, f"is {kind}, not a regular file")
+
+
+def read_regular(path: Path | str, limit: int, *, follow: bool = False) -> bytes:
+    """The bytes of the regular file at ``path`` (see :func:`open_regular`), at most
+    ``limit`` of them: :class:`DamagedFile` for a larger one."""
+    fd = open_regular(path, follow=follow)
+    try:
+        if os.fstat(fd).st_size > limit:
+            raise DamagedFile(path, f"is larger than any such file of accel's ({limit} bytes)")
+        chunks = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise DamagedFile(path, f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if left <= 0:  # it grew while being read
+        raise DamagedFile(path, f"is larger than any such file of accel's ({limit} bytes)")
+    return b"".join(chunks)
+
+
+def read_from(path: Path | str, offset: int = 0, *, follow: bool = False) -> bytes:
+    """What the regular file at ``path`` holds from ``offset`` on: a log or a stream that
+    accel appends to, read as far as it is now. :class:`DamagedFile` (a ValueError) for a
+    FIFO, a device or a link; an ``OSError`` when it cannot be read."""
+    with os.fdopen(open_regular(path, follow=follow), "rb") as fh:
+        if offset:
+            fh.seek(offset)
+        return fh.read()
+
+
+def read_json(
+    path: Path | str, *, limit: int = _MAX_JSON_BYTES, follow: bool = False, strict: bool = True
+) -> Any:
+    """The JSON document in the regular file at ``path``, checked by :func:`parse_json`.
+
+    ``FileNotFoundError`` when there is none; :class:`DamagedFile` for everything else
+    that is wrong with it."""
+    return parse_json(read_regular(path, limit, follow=follow), path, strict=strict)
+
+
+def parse_json(data: bytes | str, where: object, *, strict: bool = True) -> Any:
+    """``data`` decoded as JSON nested at most :data:`JSON_DEPTH` deep; ``strict``: also
+    no NaN or Infinity, no integer beyond :data:`JSON_INT_MAX`, no float that is not
+    finite. :class:`DamagedFile` (naming ``where``) otherwise."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if json_depth(raw) > JSON_DEPTH:
+        raise DamagedFile(where, f"is nested more than {JSON_DEPTH} levels deep")
+    try:
+        if strict:
+            return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        return json.loads(raw)
+    except _BadNumber as exc:
+        raise DamagedFile(where, f"holds the number {exc}, beyond any record's") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise DamagedFile(where, f"is not valid JSON ({exc})") from None
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(data: bytes) -> int:
+    """How deep the JSON text ``data`` nests (an upper bound for text that is not JSON)."""
+    opens = data.count(b"[") + data.count(b"{")
+    if opens <= JSON_DEPTH:  # the hot path: records with a handful of brackets
+        return opens
+    depth = deepest = 0
+    for byte in _STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
+        if byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+def _int(text: str) -> int:
+    if len(text) > 20 or abs(value := int(text)) > JSON_INT_MAX:
+        raise _BadNumber(text if len(text) <= 24 else f"{text[:20]}... ({len(text)} digits)")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadNumber(text[:24])
+    return value
+
+
+def _constant(text: str) -> float:
+    raise _BadNumber(text)
 
 
 class TreeUsage(NamedTuple):

@@ -18,21 +18,29 @@ A *name* (a variable, a flag, a key, a query parameter) is split into words at `
 - is ``KEY`` or a known ``*KEY`` (``APIKEY``, ``ACCESSKEY``, ``PRIVATEKEY``, ...) unless
   the next word says it names where a key is (``KEY_PATH``, ``KEY_FILE``, ``KEY_ID``):
   ``MONKEY``, ``KEYBOARD`` and ``KEYS`` are not keys;
-- is ``CREDS``, ``COOKIE``, ``SIGNATURE``, ``SIG`` or ``DSN``.
+- is ``CREDS``, ``COOKIE``, ``SIGNATURE``, ``SIG`` or ``DSN``;
+- is ``PWD`` after another word (``MYSQL_PWD``) - ``PWD`` alone is the working directory.
+
+A name whose last word is ``Error``, ``Errors``, ``Exception``, ``Warning`` or ``Failure``
+names a kind of failure, never a secret: ``KeyError: 'lr'``, ``TokenError: bad`` and
+``NoCredentialsError: Unable to locate credentials`` are shown as they are.
 
 A *value* is hidden whole under a secret name. In free text, besides ``NAME=value``,
 ``NAME: value``, ``"name": "value"``, ``--name value`` and ``--name=value`` pairs with
 secret names, these are hidden wherever they appear: the credentials of a URL
-(``scheme://user:pass@host``, any characters in the password, ``/`` and ``@`` included),
-``Bearer``/``Basic`` values, and well-known token formats (``hf_``, ``ghp_``, ``sk-``,
-``AKIA``, ``xox*-``, JWTs).
+in every RFC 3986 form (``redis://:pw@host``, a user alone, sub-delimiters and ``'`` in
+the password, IDN and IPv6 hosts, and ``/`` and ``@`` unescaped), ``Bearer``/``Basic``
+values, and well-known token formats (``hf_``, ``ghp_``, ``sk-``, ``AKIA``, ``xox*-``,
+JWTs). The values the launcher knows to be secret (:func:`secret_values`: of secret
+variables and of a command line's secret flags) are scrubbed wherever they appear
+(:func:`scrub`, ``redact_mapping(..., secrets)``).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -70,17 +78,24 @@ _KEYS = {
 }
 # The next word says the value names a key instead of holding one.
 _KEY_POINTERS = {"PATH", "FILE", "DIR", "FOLDER", "ID", "NAME", "TYPE", "SIZE", "LEN", "LENGTH"}
+# A name ending so names a kind of failure (KeyError, TokenError, NoCredentialsError,
+# InvalidSignatureException, DeprecationWarning), never a place that holds a secret.
+_CLASS_ENDS = {"ERROR", "ERRORS", "EXCEPTION", "WARNING", "FAILURE"}
 _NOT_AUTH = ("AUTHOR", "AUTHORS", "AUTHORED", "AUTHORITY", "AUTHORITIES")
 
 # -- free-text patterns ------------------------------------------------------------------
 
-# scheme://userinfo@host: the password may hold '/', '@' and ':'; the userinfo ends at the
-# last '@' that is followed by a host and the end of the authority. The user part has no
-# '/', so ``https://host/@scope/pkg`` (an '@' in a path) is left alone.
+# scheme://userinfo@host in every RFC 3986 form: an empty user (``redis://:pw@host``), a
+# user alone, sub-delimiters (``!$&'()*+,;=``) and percent-escapes anywhere, and - as
+# people write them - '/', '@' and ':' unescaped in the password. The userinfo ends at the
+# last '@' followed by a host (a name in any script, or an ``[IPv6]`` literal) and the end
+# of the authority. The user has no '/', so ``https://host/@scope/pkg`` (an '@' in a path)
+# is left alone, and ``host:8080/path?mail=a@b`` is a port, not a password.
 _URL_USERINFO = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?P<userinfo>[^\s/@:\"'<>]+(?::[^\s\"'<>]*)?)"
-    r"@(?=[A-Za-z0-9\[\]._-]+(?::[0-9]*)?(?:[/?#\s\"'<>),;]|$))"
+    r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?P<userinfo>[^\s/?#@:\"<>]*:(?![0-9]*(?:[/?#]|$))(?:(?!://)[^\s\"<>])*"
+    r"|[^\s/?#@:\"<>]+)"
+    r"@(?=(?:\[[^\]\s/@]*\]|[^\s/?#@:\[\]\"'<>]+)(?::[0-9]*)?(?:[/?#\s\"'<>]|$))"
 )
 _KNOWN_TOKENS = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
@@ -100,15 +115,15 @@ _ANY_VALUE = rf"(?:(?i:bearer|basic|token|digest)[ \t]+{_TAIL}+|{_QUOTED}|{_TAIL
 # After a space a value never starts with '-': ``--verbose --token x`` must leave
 # ``--token`` to be matched itself.
 _SPACED_VALUE = rf"(?:{_QUOTED}|(?!-){_TAIL}+)"
-_FLAG_NAME = r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)"
-# --name=value and --name value anywhere in a command line. Values are matched in a
-# lookahead, never consumed, so a secret pair inside another pair's value
+_VALUE = re.compile(_ANY_VALUE)
+_SPACED = re.compile(_SPACED_VALUE)
+# --name=value and --name value anywhere in a command line. Only the name and its
+# separator are matched; the value is read after them for a secret name alone (linear
+# time on any text) and never consumed, so a secret pair inside another pair's value
 # (``https://h/p?token=x``, ``OTHER=HF_TOKEN=x``) is still found.
-_FLAG = re.compile(rf"{_FLAG_NAME}(?:(=)(?=({_ANY_VALUE}))|([ \t]+)(?=({_SPACED_VALUE})))")
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|[ \t]+)")
 # NAME=value, NAME: value, "name": "value", name = 'value', ?name=value
-_ASSIGN = re.compile(
-    r"(?<![\w.-])([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1([ \t]*[=:][ \t]*)(?=(" + _ANY_VALUE + "))"
-)
+_ASSIGN = re.compile(r"(?<![\w.-])([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1([ \t]*[=:][ \t]*)")
 # Lowercase words that are prose before a colon ("auth: failed", "key: launch.env" are
 # messages, not assignments); with '=' they are still assignments. "token: x" and
 # "password: x" are YAML far more often than prose: those are hidden.
@@ -126,15 +141,19 @@ def _words(name: str) -> list[str]:
 def is_secret_name(name: str) -> bool:
     """Whether a variable, flag, key or parameter ``name`` holds a secret (see above)."""
     words = _words(name)
+    if words and words[-1] in _CLASS_ENDS:
+        return False
     for i, word in enumerate(words):
         nxt = words[i + 1] if i + 1 < len(words) else ""
-        if _secret_word(word, nxt):
+        if _secret_word(word, nxt, i == 0):
             return True
     return False
 
 
-def _secret_word(word: str, nxt: str) -> bool:
+def _secret_word(word: str, nxt: str, first: bool) -> bool:
     if any(s in word for s in _SUBSTRINGS) or word in _WORDS:
+        return True
+    if word == "PWD" and not first:  # MYSQL_PWD; PWD alone is the working directory
         return True
     if word.endswith("TOKEN"):
         return True
@@ -188,25 +207,27 @@ def redact_text(text: str) -> str:
 
 
 def _hide_values(
-    pattern: re.Pattern[str], text: str, pick: Callable[[re.Match[str]], int | None]
+    pattern: re.Pattern[str], text: str, pick: Callable[[re.Match[str]], re.Match[str] | None]
 ) -> str:
-    """Replace the value (group ``pick(m)``) of every match that ``pick`` says is secret."""
-    out, last = [], 0
+    """Hide the value ``pick(m)`` reads after every secret name. A name inside a value
+    already read is part of it: each character is read once (linear time on any text)."""
+    out, last, read = [], 0, 0
     for m in pattern.finditer(text):
-        group = pick(m)
-        if group is None or m.start(group) < last:
+        value = None if m.start() < read else pick(m)
+        if value is None:
             continue
-        out += [text[last : m.start(group)], _hidden(m.group(group))]
-        last = m.end(group)
+        read = value.end()
+        if REDACTED in value.group() or _placeholder(value.group()):
+            continue
+        out += [text[last : value.start()], _hidden(value.group())]
+        last = value.end()
     return "".join(out) + text[last:] if out else text
 
 
-def _flag_value(m: re.Match[str]) -> int | None:
-    group = 3 if m.group(2) else 5
-    value = m.group(group)
-    if not is_secret_name(m.group(1).lstrip("-")) or REDACTED in value or _placeholder(value):
+def _flag_value(m: re.Match[str]) -> re.Match[str] | None:
+    if not is_secret_name(m.group(1).lstrip("-")):
         return None
-    return group
+    return (_VALUE if m.group(2) == "=" else _SPACED).match(m.string, m.end())
 
 
 def _placeholder(value: str) -> bool:
@@ -215,13 +236,11 @@ def _placeholder(value: str) -> bool:
     return not bare or bare in ("VALUE", "...", "TOKEN", "KEY") or bare.startswith("<")
 
 
-def _assigned_value(m: re.Match[str]) -> int | None:
-    quote_, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    if not is_secret_name(name) or REDACTED in value or _placeholder(value):
+def _assigned_value(m: re.Match[str]) -> re.Match[str] | None:
+    quote_, name, sep = m.group(1), m.group(2), m.group(3)
+    if not is_secret_name(name) or (":" in sep and name.lower() in _PROSE and not quote_):
         return None
-    if ":" in sep and name.lower() in _PROSE and not quote_:
-        return None
-    return 4
+    return _VALUE.match(m.string, m.end())
 
 
 def _hidden(value: str) -> str:
@@ -237,24 +256,28 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     A value after a secret flag is hidden whether it follows in the same argument or the
     next one (``["--api-key", "abc"]``).
     """
-    out: list[str] = []
+    return [
+        redact_text(arg) if secret is None else (head + REDACTED if secret else arg)
+        for arg, head, secret in _argv_items(argv)
+    ]
+
+
+def _argv_items(argv: Iterable[str]) -> Iterator[tuple[str, str, str | None]]:
+    """Each argument as ``(arg, what stays of it, its secret value or None)``."""
     hide_next = False
-    for arg in argv:
-        arg = str(arg)
+    for arg in map(str, argv):
         if hide_next and not arg.startswith("--"):
-            out.append(REDACTED)
             hide_next = False
+            yield arg, "", arg
             continue
-        hide_next = False
         name, eq, value = arg.partition("=")
         if eq and _is_name(name) and is_secret_name(name.lstrip("-")):
-            out.append(f"{name}={REDACTED}" if value else arg)
-        elif arg.startswith("-") and not eq and _is_name(arg) and is_secret_name(arg.lstrip("-")):
-            out.append(arg)
-            hide_next = True
-        else:
-            out.append(redact_text(arg))
-    return out
+            hide_next = False
+            yield arg, f"{name}=", value
+            continue
+        hide_next = arg.startswith("-") and not eq and _is_name(arg)
+        hide_next = hide_next and is_secret_name(arg.lstrip("-"))
+        yield arg, arg, None
 
 
 def _is_name(text: str) -> bool:
@@ -266,13 +289,24 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {str(k): redact_value(str(k), str(v)) for k, v in env.items()}
 
 
-def redact_mapping(values: Mapping[Any, Any]) -> dict[Any, Any]:
-    """A deep copy with every value under a secret key hidden and all text redacted.
+def redact_mapping(values: Mapping[Any, Any], secrets: Sequence[str] = ()) -> dict[Any, Any]:
+    """A deep copy with every value under a secret key hidden, all text redacted and every
+    known secret value (:func:`secret_values`) in it scrubbed.
 
     Lists of strings are read as command lines (:func:`redact_argv`), so a flag and its
     value in two items are redacted together.
     """
-    return _redact_dict(values, 0)
+    shown = _redact_dict(values, 0)
+    return _scrub_all(shown, secrets) if secrets else shown
+
+
+def _scrub_all(value: Any, secrets: Sequence[str]) -> Any:
+    """Every string in ``value`` scrubbed (its depth is bounded by the redaction)."""
+    if isinstance(value, Mapping):
+        return {k: _scrub_all(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub_all(v, secrets) for v in value]
+    return scrub(value, secrets) if isinstance(value, str) else value
 
 
 def _redact_dict(values: Mapping[Any, Any], depth: int) -> dict[Any, Any]:
@@ -308,17 +342,21 @@ def _hide_all(value: Any, depth: int) -> Any:
     return REDACTED if isinstance(value, (str, int, float)) else value
 
 
-def secret_values(env: Mapping[str, str], *, minimum: int = 4) -> tuple[str, ...]:
+def secret_values(
+    env: Mapping[str, str], *, argv: Iterable[str] = (), minimum: int = 4
+) -> tuple[str, ...]:
     """The values that must never be written verbatim: those of secret-named variables
-    and the credentials of URLs in any variable (longest first, so a secret that contains
-    another is replaced whole). Short values are left out: hiding every ``1`` would
-    garble a log without protecting anything."""
-    found: set[str] = set()
-    for name, value in env.items():
-        if is_secret_name(name) and len(value) >= minimum:
-            found.add(value)
+    and of secret flags in ``argv`` (``--hf-token V``, ``--password=V``), and the
+    credentials of URLs in any of them (longest first, so a secret that contains another
+    is replaced whole). Short values are left out: hiding every ``1`` would garble a log
+    without protecting anything."""
+    named = [value for name, value in env.items() if is_secret_name(name)]
+    named += [secret for _, _, secret in _argv_items(argv) if secret]
+    found = {value for value in named if len(value) >= minimum}
+    for value in (*env.values(), *map(str, argv)):
         for m in _URL_USERINFO.finditer(value):
-            _, _, password = m.group("userinfo").partition(":")
+            user, colon, password = m.group("userinfo").partition(":")
+            password = password if colon else user  # a user alone is the token
             for secret in (password, unquote(password), quote(password, safe="")):
                 if len(secret) >= minimum:
                     found.add(secret)

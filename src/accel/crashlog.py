@@ -21,12 +21,14 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from accel._redact import redact_argv, redact_text
+from accel._redact import redact_argv, redact_text, scrub, secret_values
 
 
-def crash_text(version: str, argv: list[str], trace: str) -> str:
-    """What a crash log holds: the version, the command (redacted), the traceback."""
-    return f"accel {version} {' '.join(redact_argv(argv))}\n{redact_text(trace)}"
+def crash_text(version: str, argv: list[str], trace: str, env: Mapping[str, str]) -> str:
+    """What a crash log holds: the version, the command and the traceback, redacted, and
+    the secret values of ``env`` and ``argv`` scrubbed wherever they appear."""
+    text = f"accel {version} {' '.join(redact_argv(argv))}\n{redact_text(trace)}"
+    return scrub(text, secret_values(env, argv=argv))
 
 
 def write_crash_log(text: str, workspace_logs: Path | None, env: Mapping[str, str]) -> Path:

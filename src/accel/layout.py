@@ -86,6 +86,28 @@ SYNC_STAGE_RE = re.compile(r"\.tmp-sync-[0-9a-f]{12}")  # a checkpoint or entry 
 VERSION_RE = re.compile(r"v[0-9a-f]{16}")  # a cache entry's payload version folder
 ROTATED_LOG_RE = re.compile(r"training\.log\.[0-9]+")
 CRASH_LOG_RE = re.compile(r"crash-[0-9]{8}-[0-9]{6}-[0-9]+(-[0-9a-f]{8})?\.log")
+# -- a run folder (logs/runs/<run-id>/): every file accel writes there -------------------
+LAUNCHER_LOG = "launcher.log"  # torch's own messages and C++ traces, kept off the console
+METRICS_FILE = "metrics.jsonl"  # what the script logs (Accelerator.log)
+RESOURCES_FILE = "resources.jsonl"  # CPU, memory and GPU samples
+WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
+LOG_INDEX_SUFFIX = ".idx"  # beside each rank-N.log: time -> offset
+STACKS_DIR = "stacks"  # rank-N.txt (dumped on SIGUSR1), rank-N.crash.txt (fatal signals)
+HEARTBEATS_DIR = "heartbeats"  # rank-N, touched by each worker
+TB_DIR = "tensorboard"  # rank-N/events.out.tfevents.*
+_RANK = r"rank-[0-9]{1,6}"
+RUN_FILE_RE = re.compile(  # the one list: sync pulls these and nothing else into a run
+    "|".join(
+        [
+            *(re.escape(n) for n in (RUN_RECORD, LAUNCHER_LOG, METRICS_FILE)),
+            *(re.escape(n) for n in (RESOURCES_FILE, WORKERS_FILE)),
+            rf"{_RANK}\.log(?:{re.escape(LOG_INDEX_SUFFIX)})?",
+            rf"{STACKS_DIR}/{_RANK}(?:\.crash)?\.txt",
+            rf"{HEARTBEATS_DIR}/{_RANK}",
+            rf"{TB_DIR}/{_RANK}/events\.out\.tfevents\.[A-Za-z0-9._-]{{1,200}}",
+        ]
+    )
+)
 
 
 def lock_file(root: Path, name: str) -> Path:

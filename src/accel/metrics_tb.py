@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-TB_DIR = "tensorboard"
+from accel.layout import TB_DIR
+
 _log = logging.getLogger("accel")
 
 

@@ -27,7 +27,7 @@ from accel.config.resolve import (
     user_config_path,
 )
 from accel.config.views import Settings
-from accel.errors import AccelError, ConfigError
+from accel.errors import AccelError, ConfigError, UsageError
 from accel.layout import LAYOUT_VERSION, Layout
 
 if TYPE_CHECKING:  # imported when first used: `accel --help` and friends need no store
@@ -46,10 +46,18 @@ GITIGNORE = _layout.GITIGNORE
 def find_workspace(
     cwd: Path, env: Mapping[str, str], explicit: str | os.PathLike[str] | None = None
 ) -> Path:
-    """Where the workspace is or would be created; pure apart from ``is_dir`` checks."""
-    if explicit:
+    """Where the workspace is or would be created; pure apart from ``is_dir`` checks.
+
+    An empty (or blank) path or variable is refused, never read as unset: a cron line
+    whose variable is unset must not fall back to the current folder's workspace.
+    """
+    if explicit is not None:
+        if not str(explicit).strip():
+            raise UsageError("the workspace path is empty: give a path, or leave it out")
         return _absolute(Path(explicit), cwd)
-    if env.get(ENV_VAR):
+    if ENV_VAR in env:
+        if not env[ENV_VAR].strip():
+            raise UsageError(f"{ENV_VAR} is set but empty: unset it or give a path")
         return _absolute(Path(env[ENV_VAR]), cwd)
     cwd = _absolute(cwd, Path.cwd())
     for folder in (cwd, *cwd.parents):

@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+from accel._fs import open_regular
 from accel.config.views import LogSettings
 from accel.layout import LOG_LOCK, TRAINING_LOG, Layout
 
@@ -89,8 +90,8 @@ def is_crash_log(path: Path) -> bool:
 
 def _head(path: Path) -> bytes:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        fd = open_regular(path)
+    except (OSError, ValueError):  # ValueError: a FIFO, device or link
         return b""
     try:
         return os.read(fd, 256)

@@ -59,10 +59,10 @@ def checkpoint(
     folder = ws.checkpoints_dir / series / f"step-{step:012d}"
     folder.parent.mkdir(parents=True, exist_ok=True)
     make_owned_dir(folder)
-    (folder / "model.pt").write_bytes(b"m" * size)
+    (folder / "state.tensors").write_bytes(b"m" * size)
     if manifest:
         digest = FileDigest(size, digest_bytes(b"m" * size))
-        doc = Manifest(series, step, created, None, run_id, 1, {"model.pt": digest})
+        doc = Manifest(series, step, created, None, run_id, 1, {"state.tensors": digest})
         write_manifest(folder, doc)
     return folder
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -127,3 +128,45 @@ def test_concurrent_sets_lose_no_update(ws: Workspace) -> None:
     assert [p.wait(timeout=50) for p in procs] == [0] * len(keys)
     cfg = Workspace.discover().config
     assert [cfg[k] for k in keys] == [15] * len(keys)
+
+
+def _mode(path: os.PathLike[str]) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        '{"HF_TOKEN": "hf-plain-value"}',
+        '{"MYSQL_PWD": "hunter22"}',
+        '{"PIP_INDEX_URL": "https://:pw-123@idx.example/simple"}',
+    ],
+)
+def test_a_config_holding_secrets_is_written_private(
+    ws: Workspace, umask_022: None, env: str
+) -> None:
+    from accel.cli.main import main
+
+    assert main(["config", "set", "launch.num_processes", "2"]) == 0
+    assert _mode(ws.config_file) == 0o644  # a config without secrets: as the umask says
+    assert main(["config", "set", "launch.env", env]) == 0
+    assert _mode(ws.config_file) == 0o600
+    assert main(["config", "set", "launch.num_processes", "3"]) == 0
+    assert _mode(ws.config_file) == 0o600  # still holding it: still private
+    assert main(["config", "unset", "launch.env"]) == 0
+    assert _mode(ws.config_file) == 0o600  # made private once, never opened up again
+
+
+def test_a_config_without_secrets_keeps_the_mode_it_has(ws: Workspace, umask_022: None) -> None:
+    config_project.set_value(ws, "launch.env", '{"OMP_NUM_THREADS": "4"}')
+    assert _mode(ws.config_file) == 0o644
+    os.chmod(ws.config_file, 0o640)
+    config_project.set_value(ws, "launch.num_processes", "2")
+    assert _mode(ws.config_file) == 0o640

@@ -92,5 +92,6 @@ def test_unreadable_record_is_still_listed(ws: Workspace) -> None:
     (folder / "rank-1.log").write_text("x")
     (folder / "rank-0.log").write_text("y")
     record = runs.read_run(ws.layout, "broken")
-    assert record.status == runs.RunStatus.CRASHED
+    # Nothing says it crashed: its record is damaged, and the reason is kept to report.
+    assert record.status == "unreadable" and "run.json is not valid JSON" in str(record.problem)
     assert list(record.rank_logs()) == [0, 1]

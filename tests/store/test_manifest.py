@@ -40,6 +40,16 @@ DAMAGE = {
     "a file outside": lambda m: m["files"].update(
         {"../../etc/passwd": {"size": 1, "checksum": "x"}}
     ),
+    # issue 22: the names are free text in a pulled manifest (OPENSSL_MODULES came this way)
+    "a file accel does not write": lambda m: m["files"].update(
+        {"libcrypto.so": m["files"]["state.tensors"]}
+    ),
+    "a file in sharded/ DCP does not write": lambda m: m["files"].update(
+        {"sharded/evil.so": m["files"]["state.tensors"]}
+    ),
+    "a rank file spelt otherwise": lambda m: m["files"].update(
+        {"rank-01.tensors": m["files"]["state.tensors"]}
+    ),
     "another step": lambda m: m.update(step=99),
     "step is a bool": lambda m: m.update(step=True),
     "tag is a number": lambda m: m.update(tag=5),
@@ -107,6 +117,39 @@ def test_parse_manifest_is_what_a_pulled_manifest_is_checked_with() -> None:
         bad = {**good, "files": {name: {"size": 1, "checksum": "c"}}}
         with pytest.raises(IntegrityError, match="valid checkpoint manifest"):
             parse_manifest(bad, "pulled")
+
+
+OURS = ("state.tensors", "rank-0.tensors", "rank-1023.tensors", "sharded/.metadata")
+NOT_OURS = (
+    "model.pt",
+    "libcrypto.so",
+    "openssl.cnf",
+    "state.tensors/x",
+    "rank-01.tensors",
+    "rank--1.tensors",
+    "rank-1.tensors.so",
+    "sharded/evil.so",
+    "sharded/__0.metadata",
+    "sharded/__0_0.distcp/x",
+    "sharded/__0_0.distcp.so",
+    "sharded/.metadata\n",
+    "sharded/sub/__0_0.distcp",
+    "./state.tensors",
+    "\x1b]0;title\x07",
+)
+
+
+def test_a_manifest_lists_only_the_files_accel_writes() -> None:
+    """An allowlist of names (accel.store.manifest.FILE_NAME), for every reader."""
+    entry = {"size": 1, "checksum": "c"}
+    base = {"format": 1, "series": "s", "step": 4, "created": 1.5}
+    names = (*OURS, "sharded/__0_0.distcp", "sharded/__15_3.distcp")
+    assert set(parse_manifest({**base, "files": dict.fromkeys(names, entry)}, "m").files) == set(
+        names
+    )
+    for name in NOT_OURS:
+        with pytest.raises(IntegrityError, match="is not a file accel writes"):
+            parse_manifest({**base, "files": {name: entry}}, "pulled")
 
 
 @pytest.mark.timeout(60)

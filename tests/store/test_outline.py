@@ -64,5 +64,5 @@ def test_a_damaged_header_is_refused(tmp_path: Path, damage: bytes) -> None:
 def test_a_link_is_refused(tmp_path: Path) -> None:
     write_tree({"w": torch.ones(3)}, tmp_path / "s.tensors")
     (tmp_path / "link.tensors").symlink_to(tmp_path / "s.tensors")
-    with pytest.raises(IntegrityError, match="cannot be read"):
+    with pytest.raises(IntegrityError, match="symbolic link"):
         read_outline(tmp_path / "link.tensors")

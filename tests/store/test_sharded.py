@@ -89,3 +89,206 @@ def test_two_ranks_save_and_load_a_dtensor(tmp_path: Path) -> None:
         for p in procs:
             p.kill()  # a no-op for those that exited
             p.wait()
+
+
+# -- DCP metadata: read once, checked, and that object is what DCP gets -------------------
+
+
+def _rewrite_metadata(step_dir: Path, change: Any) -> None:
+    """``change(metadata)`` on the checkpoint's own DCP metadata (trusted here), re-listed
+    in the manifest as a forger with write access would."""
+    path = step_dir / "sharded" / ".metadata"
+    metadata = pickle.loads(path.read_bytes())
+    change(metadata)
+    _forge(step_dir, "sharded/.metadata", pickle.dumps(metadata))
+
+
+def _export(ws: Workspace, output: Path) -> None:
+    from accel.admin.export import ExportRequest, export
+
+    export(ws, ExportRequest(output, step=1, model="model"))
+
+
+def _load(ws: Workspace, output: Path) -> None:
+    target = {"model": {"w": torch.zeros(4)}}
+    ws.checkpoints.load_sharded(target)
+    assert torch.equal(target["model"]["w"], torch.arange(4.0))
+
+
+@pytest.mark.parametrize("swap_after", [1, 2], ids=["after-verify", "after-read"])
+@pytest.mark.parametrize("route", [_load, _export], ids=["load_sharded", "export"])
+def test_a_metadata_swapped_after_it_was_checked_is_never_unpickled(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: Any, swap_after: int
+) -> None:
+    """The race of issue 22, made deterministic: right after accel's n-th open of
+    ``.metadata`` (by any route), a pickle payload is renamed into its place. accel opens
+    it twice (verify hashes it; the one read checks and unpickles it) and DCP never:
+    the payload is refused or never looked at, and never runs."""
+    import io as io_mod
+
+    marker = tmp_path / "pwned"
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"model": {"w": torch.arange(4.0)}})
+    assert info is not None
+    metadata = info.path / "sharded" / ".metadata"
+    payload = tmp_path / "payload"
+    payload.write_bytes(pickle.dumps(_Exploit(str(marker))))
+    opens: list[str] = []
+    real_os_open, real_io_open = os.open, io_mod.open
+
+    def swap(opened: Any, path: Any) -> Any:
+        if isinstance(path, (str, Path)) and os.path.abspath(path) == str(metadata):
+            opens.append(str(path))
+            if len(opens) == swap_after:
+                os.replace(payload, metadata)  # the open one keeps the checked bytes
+        return opened
+
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: swap(real_os_open(p, *a, **k), p))
+    monkeypatch.setattr(io_mod, "open", lambda p, *a, **k: swap(real_io_open(p, *a, **k), p))
+    if swap_after == 1:  # the payload is what the one read sees: refused, never unpickled
+        with pytest.raises(
+            IntegrityError, match="fails its checksum|bytes the manifest rec|its record says"
+        ):
+            route(ws, tmp_path / "model.safetensors")
+    else:  # the one read already holds the checked bytes: DCP is given those
+        route(ws, tmp_path / "model.safetensors")
+    assert not marker.exists()
+    assert len(opens) == 2
+
+
+def _relative_path(name: str) -> Any:
+    def change(metadata: Any) -> None:
+        for info in metadata.storage_data.values():
+            info.relative_path = name
+
+    return change
+
+
+def _storage(**fields: int) -> Any:
+    def change(metadata: Any) -> None:
+        info = next(iter(metadata.storage_data.values()))
+        for key, value in fields.items():
+            setattr(info, key, value)
+
+    return change
+
+
+def _huge_shape(metadata: Any) -> None:
+    entry = metadata.state_dict_metadata["model.w"]
+    entry.size = torch.Size([2**62])
+    entry.chunks[0].sizes = torch.Size([2**62])
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (_relative_path("../../step-000000000002/sharded/__0_0.distcp"), "not a file of sharded/"),
+        (_relative_path("__7_0.distcp"), "not a file of sharded/"),  # on disk, not listed
+        (_relative_path(".metadata"), "not a file of sharded/"),
+        (_storage(length=-1), "not a non-negative integer"),
+        (_storage(offset=-8), "not a non-negative integer"),
+        (_storage(offset=1 << 40), "lies outside __0_0.distcp"),
+        (_storage(length=1 << 40), "lies outside __0_0.distcp"),
+        (_huge_shape, "holds more than the sharded files do"),
+    ],
+    ids=["parent", "unlisted", "metadata", "neg-length", "neg-offset", "far", "long", "2^62"],
+)
+@pytest.mark.parametrize("route", [_load, _export], ids=["load_sharded", "export"])
+def test_metadata_that_names_other_files_or_bytes_is_refused_as_damaged(
+    ws: Workspace, tmp_path: Path, change: Any, says: str, route: Any
+) -> None:
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"model": {"w": torch.arange(4.0)}})
+    other = ws.checkpoints.save({"step": 2}, 2, sharded={"model": {"w": torch.full((4,), 7.0)}})
+    assert info is not None and other is not None
+    (info.path / "sharded" / "__7_0.distcp").write_bytes(
+        (other.path / "sharded" / "__0_0.distcp").read_bytes()
+    )
+    _rewrite_metadata(info.path, change)
+    with pytest.raises(IntegrityError, match=f"damaged: .*{says}") as caught:
+        if route is _load:
+            ws.checkpoints.load_sharded({"model": {"w": torch.zeros(4)}}, 1)
+        else:
+            _export(ws, tmp_path / "model.safetensors")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_in_place_of_the_metadata_is_refused_without_blocking(ws: Workspace) -> None:
+    from accel.store import _sharded
+    from accel.store.manifest import read_manifest
+
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.ones(2)})
+    assert info is not None
+    metadata = info.path / "sharded" / ".metadata"
+    metadata.unlink()
+    os.mkfifo(metadata)
+    with pytest.raises(IntegrityError, match="not a regular file"):
+        _sharded.read_metadata(metadata.parent, read_manifest(info.path).files)
+
+
+def test_a_failure_inside_dcp_is_one_accel_line_not_a_checkpoint_exception(
+    ws: Workspace,
+) -> None:
+    """DCP's CheckpointException is a BaseException: it must not pass `except Exception`."""
+    ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.ones(4)})
+    with pytest.raises(
+        IntegrityError, match=r"could not be loaded \(\w+: .*\): load it into a state shaped"
+    ):
+        ws.checkpoints.load_sharded({"w": torch.zeros(3)})  # not the shape it was saved with
+
+
+def _fifo(path: Path, other: Path) -> None:
+    os.mkfifo(path)
+
+
+def _link(path: Path, other: Path) -> None:
+    path.symlink_to(other)  # another checkpoint's shard, of the very same size
+
+
+def _longer(path: Path, other: Path) -> None:
+    path.write_bytes(other.read_bytes() + b"more")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("swap", [_fifo, _link, _longer], ids=["fifo", "link", "longer"])
+def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, swap: Any
+) -> None:
+    from accel.store import _sharded
+
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.arange(4.0)})
+    other = ws.checkpoints.save({"step": 2}, 2, sharded={"w": torch.full((4,), 7.0)})
+    assert info is not None and other is not None
+    shard, theirs = info.path / "sharded" / "__0_0.distcp", other.path / "sharded" / "__0_0.distcp"
+    assert shard.stat().st_size == theirs.stat().st_size
+    checked = _sharded.read_metadata
+
+    def read_then_swap(folder: Path, files: Any) -> Any:
+        metadata = checked(folder, files)  # after the verification: what DCP opens next
+        shard.unlink()
+        swap(shard, theirs)
+        return metadata
+
+    monkeypatch.setattr(_sharded, "read_metadata", read_then_swap)
+    target = {"w": torch.zeros(4)}
+    with pytest.raises(
+        IntegrityError,
+        match="not a regular file|bytes the manifest records|its record says|symbolic link|cannot be read",
+    ):
+        ws.checkpoints.load_sharded(target, 1)
+    assert not torch.equal(target["w"], torch.full((4,), 7.0))
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_among_the_shards_is_this_ranks_problem_not_an_exception(tmp_path: Path) -> None:
+    """verify_share reports a special file as its problem, so every rank hears of it
+    (an exception on one rank would leave the others waiting in the next collective)."""
+    from accel.store._dist import DistContext
+    from accel.store._hashing import FileDigest
+    from accel.store._sharded import verify_share
+
+    (tmp_path / "sharded").mkdir()
+    os.mkfifo(tmp_path / "sharded" / "__0_0.distcp")
+    files = {"sharded/__0_0.distcp": FileDigest(size=4, checksum="xxh3_64:0")}
+    problem = verify_share(tmp_path, files, DistContext(rank=0, world_size=1))
+    assert problem is not None and "FIFO" in problem

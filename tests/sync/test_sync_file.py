@@ -30,6 +30,7 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
     torch = pytest.importorskip("torch")
     states = save_checkpoints(ws)
     finished_run(ws)
+    ws.config_file.write_text("version: 1\nlaunch:\n  num_processes: 2\n")
     rc, report = sync(capsys, "push", remote_url)
     assert rc == 0 and report["transferred_files"] == checkpoint_file_count(ws) + 2 + 1
 
@@ -38,9 +39,9 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
     assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 0
     assert not (fresh / "config/accelerate_config.yaml").exists()  # aside until applied
     assert "--apply-config" in capsys.readouterr().err
-    argv = ["--workspace", str(fresh), "sync", "pull", remote_url, "--apply-config"]
+    argv = ["--workspace", str(fresh), "sync", "pull", remote_url, "--apply-config", "--yes"]
     assert main(argv) == 0
-    assert "+version: 1" in capsys.readouterr().err  # the difference, shown
+    assert "+  num_processes: 2" in capsys.readouterr().err  # the difference, shown
     pulled = Workspace(fresh)
     assert [c.step for c in pulled.checkpoints.list()] == [1, 2]
     for step, state in states.items():
@@ -48,8 +49,27 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
         assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == step
     for sub in ("checkpoints", "logs/runs"):
         assert tree(fresh / sub) == tree(ws.path / sub)
-    assert (fresh / "config/accelerate_config.yaml").read_bytes() == ws.config_file.read_bytes()
+    assert Workspace(fresh).config["launch.num_processes"] == 2
     assert not list((fresh / "checkpoints/default").glob(".tmp-*"))
+
+
+def test_a_sharded_checkpoint_travels_whole_and_loads(
+    ws: Workspace, remote_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FSDP checkpoints (DCP's files under sharded/) push and pull like the others."""
+    torch = pytest.importorskip("torch")
+    info = ws.checkpoints.save({"step": 3}, 3, sharded={"w": torch.arange(6.0)})
+    assert info is not None and "sharded/.metadata" in info.files
+    rc, report = sync(capsys, "push", remote_url)
+    assert rc == 0 and not report["skipped"], report
+    sent = {t["path"] for t in report["transfers"]}
+    assert {f"checkpoints/default/step-000000000003/{n}" for n in info.files} <= sent
+
+    fresh = Workspace(tmp_path / "fresh" / ".accelerate")
+    assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url]) == 0
+    target = {"w": torch.zeros(6)}
+    assert fresh.checkpoints.load_sharded(target) == 3
+    assert torch.equal(target["w"], torch.arange(6.0))
 
 
 def test_second_push_moves_only_what_changed(
@@ -179,7 +199,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
     for argv, expected in (
         (["pull", remote_url], "nothing was pushed"),
         (["push", "gs://bucket/x"], "install gcsfs"),
-        (["push", "nope://x"], "Protocol not known"),
+        (["push", "nope://x"], "not a protocol fsspec knows"),
         (["push", remote_url, "--storage-option", "oops"], "KEY=VALUE"),
     ):
         capsys.readouterr()
@@ -257,6 +277,46 @@ def test_a_missing_backend_is_one_line_naming_the_extra(
     assert hint in err and len(err.splitlines()) == 1, err
 
 
+BAD_URLS = {  # issue 22: the first four uploaded into the current folder
+    "": "is empty",
+    "file://": "names no folder",
+    "::::": "chained fsspec URLs",
+    "file://relative": "names the host 'relative'",
+    "file://host/srv/backup": "names the host 'host'",
+    "relative/folder": "not a URL",
+    "/abs/folder": "not a URL: write file:///abs/folder",
+    "s3://": "names no bucket",
+    "nosuchproto://bucket/x": "not a protocol fsspec knows",
+    "file:///tmp/x\x1b]0;t\x07": "control characters",
+}
+
+
+@pytest.mark.parametrize("direction", ["push", "pull"])
+@pytest.mark.parametrize("url", sorted(BAD_URLS))
+def test_an_odd_url_is_refused_in_one_line_and_nothing_is_written(
+    ws: Workspace,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+    url: str,
+) -> None:
+    save_checkpoints(ws, (1,))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    fresh = tmp_path / "fresh" / ".accelerate"
+    target = ws.path if direction == "push" else fresh
+    before = tree(ws.path)
+    capsys.readouterr()
+    assert main(["--workspace", str(target), "sync", direction, url]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and BAD_URLS[url] in err, err
+    assert "file:///" in err or "bucket" in err  # the right form
+    assert "\x1b" not in err
+    assert not any(cwd.iterdir()) and not fresh.exists() and tree(ws.path) == before
+
+
 def test_sync_help_imports_neither_torch_nor_fsspec() -> None:
     import subprocess
     import sys
@@ -318,3 +378,37 @@ def test_the_cache_moves_only_with_include_cache_and_only_committed_entries(
     assert "cache/frameworks/inductor/ab/kernel.py: refused" in capsys.readouterr().err
     assert fresh.cache.get("ns/blob") == b"payload" * 100
     assert not (fresh.cache_dir / "frameworks").exists()
+
+
+@pytest.mark.timeout(20)
+def test_sync_hashes_only_regular_files_and_never_waits_on_a_fifo(tmp_path: Path) -> None:
+    """A FIFO swapped in for a file push or pull is about to hash is refused at once."""
+    from accel.sync._checksum import hash_file
+
+    fifo = tmp_path / "rank-0.log"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="FIFO"):
+        hash_file(fifo)
+    (tmp_path / "real").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ValueError, match="link"):
+        hash_file(tmp_path / "link")
+    assert hash_file(tmp_path / "real")[1] == 3
+
+
+def test_push_sends_only_the_files_accel_writes_in_a_run_folder(
+    ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's notebook in a run folder stays local (the pull would refuse it), so the
+    workspace round-trips: push, then pull elsewhere, both exit 0."""
+    folder = finished_run(ws)
+    (folder / "analysis.ipynb").write_text("{}")
+    assert main(["sync", "push", remote_url]) == 0
+    said = capsys.readouterr()
+    assert "analysis.ipynb: not a file accel writes" in said.out + said.err
+    run_rel = f"logs/runs/{folder.name}"
+    assert (remote_dir / run_rel / "rank-0.log").is_file()
+    assert not (remote_dir / run_rel / "analysis.ipynb").exists()
+    fresh = ws.path.parent / "other" / ".accelerate"
+    assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 0
+    assert (fresh / "logs" / "runs" / folder.name / "rank-0.log").is_file()

@@ -56,20 +56,27 @@ def test_a_remote_cannot_run_code_on_the_next_launch(
     capsys: pytest.CaptureFixture[str],
     accel_exe: list[str],
 ) -> None:
+    """A planted sitecustomize.py, and a config whose template imports ``antigravity``
+    (which runs ``$BROWSER``) with PYTHONPATH at the plant: nothing of it runs."""
     marker = fresh.path.parent / "pwned"
     planted = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n"
     forge(remote_dir, f"logs/runs/{RUN}/sitecustomize.py", planted.encode())
-    config = f"version: 1\nlaunch:\n  env:\n    PYTHONPATH: .accelerate/logs/runs/{RUN}\n"
+    config = (
+        "version: 1\nlaunch:\n  preload: true\n  preload_modules: [antigravity]\n"
+        f"  env:\n    PYTHONPATH: .accelerate/logs/runs/{RUN}\n"
+        f"    BROWSER: 'touch {marker} %s'\n"
+    )
     forge(remote_dir, "config/accelerate_config.yaml", config.encode())
 
-    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config")
-    assert code == 1
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config", "--yes")
+    assert code == 1  # the plant is refused
     assert f"logs/runs/{RUN}/sitecustomize.py: refused: not a file accel writes" in err
-    assert "config/accelerate_config.yaml: the remote's config was refused" in err
-    assert "PYTHONPATH" in err and "Traceback" not in err
+    for key in ("launch.env", "launch.preload", "launch.preload_modules"):
+        assert f"left out {key}: " in err
+    assert "Traceback" not in err
     assert not (fresh.runs_dir / RUN / "sitecustomize.py").exists()
     assert (fresh.runs_dir / RUN / "run.json").is_file()  # the rest of the run came
-    assert not list(fresh.config_file.parent.glob("*.yaml"))  # neither aside nor in place
+    assert not fresh.config_file.exists()  # nothing it may carry: no config written
 
     script = fresh.path.parent / "t.py"
     script.write_text("print('trained')\n")
@@ -93,6 +100,8 @@ def test_a_remote_cannot_run_code_on_the_next_launch(
         (f"logs/runs/{RUN}/stacks/evil.py", "not a file accel writes in a run folder"),
         ("logs/runs/not-a-run-id/run.json", "not in a run folder"),
         (f"{STEP}/sub/state.pt", "not a file of a checkpoint"),
+        (f"{STEP}/libcrypto.so", "not a file of a checkpoint"),
+        (f"{STEP}/sharded/openssl.cnf", "not a file of a checkpoint"),
         ("cache/entries/ns/blob.entry/deeper/x", "not a file of a cache entry"),
     ],
 )
@@ -119,10 +128,39 @@ def test_unknown_files_and_places_are_refused_and_listed(
     assert code == 1 and reason in line
 
 
+def test_every_file_accel_writes_in_a_run_folder_is_pulled(
+    ws: Workspace, fresh: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """launcher.log and a crash stack (stacks/rank-N.crash.txt) were refused before."""
+    folder = finished_run(ws, RUN)
+    (folder / "stacks").mkdir()
+    names = ["launcher.log", "stacks/rank-0.crash.txt", "rank-0.log", "metrics.jsonl"]
+    for name in names:
+        (folder / name).write_text(f"{name}\n")
+    assert main(["sync", "push", remote_url]) == 0
+    code, err = pull_cli(fresh, remote_url, capsys)
+    assert code == 0 and "refused" not in err, err
+    for name in names:
+        assert (fresh.runs_dir / RUN / name).read_text() == f"{name}\n"
+
+
 # -- the config ---------------------------------------------------------------------------
 
 
-def test_a_pulled_config_goes_aside_and_applies_with_its_difference_keeping_secrets(
+def test_every_config_key_is_classified_for_a_pull() -> None:
+    """A key new to the schema must be put on one side, deliberately; until then a pull
+    leaves it out. Nothing carried can hold a path, an endpoint, free text or variables."""
+    from accel.config.fields import BY_KEY, FIELDS
+    from accel.sync._trust import CONFIG_CARRIED, CONFIG_KEPT, config_left_out
+
+    for f in FIELDS:
+        assert (f.key in CONFIG_CARRIED) != (f.key in CONFIG_KEPT), f.key
+    assert set(CONFIG_CARRIED) | set(CONFIG_KEPT) == set(BY_KEY)
+    assert not {BY_KEY[k].kind for k in CONFIG_CARRIED} & {"env", "path", "endpoint", "str"}
+    assert "not on the list" in (config_left_out("launch.new_key") or "")
+
+
+def test_a_pulled_config_goes_aside_and_applies_only_what_a_pull_may_carry(
     ws: Workspace,
     fresh: Workspace,
     remote_url: str,
@@ -130,11 +168,14 @@ def test_a_pulled_config_goes_aside_and_applies_with_its_difference_keeping_secr
 ) -> None:
     ws.config_file.write_text(
         "version: 1\nlaunch:\n  num_processes: 4\n  env:\n    HF_TOKEN: theirs-secret-1\n"
-        "    A: remote\n"
+        "    A: remote\nlogs:\n  level: debug\n"
     )
     assert main(["sync", "push", remote_url]) == 0
     fresh.ensure()
-    fresh.config_file.write_text("version: 1\nlaunch:\n  env:\n    HF_TOKEN: mine-secret-2\n")
+    fresh.config_file.write_text(
+        "version: 1\n# mine\nlaunch:\n  env:\n    HF_TOKEN: mine-secret-2\n"
+        "  max_restarts: 2\nlogs:\n  level: error\n"
+    )
     mine = fresh.config_file.read_bytes()
 
     code, err = pull_cli(fresh, remote_url, capsys)
@@ -143,25 +184,104 @@ def test_a_pulled_config_goes_aside_and_applies_with_its_difference_keeping_secr
     assert "theirs-secret-1" not in aside.read_text()  # the push uploaded it redacted
     assert "--apply-config" in err
 
-    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config")
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config", "--yes")
     assert code == 0 and not aside.exists()
     assert "+  num_processes: 4" in err and "mine-secret-2" not in err
+    assert "left out launch.env: environment variables choose code" in err
     applied = Workspace(fresh.path).config
-    assert applied["launch.num_processes"] == 4
-    assert applied["launch.env"] == {"HF_TOKEN": "mine-secret-2", "A": "remote"}
+    assert applied["launch.num_processes"] == 4 and applied["logs.level"] == "debug"
+    assert applied["launch.max_restarts"] == 0  # the remote leaves it at its default
+    assert applied["launch.env"] == {"HF_TOKEN": "mine-secret-2"}  # the local value stays
+    assert "# mine" in fresh.config_file.read_text()  # the local file, edited
+
+
+LOCAL = (
+    "version: 1\nlaunch:\n  env:\n    A: mine\n  rdzv_endpoint: 10.0.0.1:29500\n  gpu_ids: [0]\n"
+)
+ATTACKS = {  # the routes of issue 22: each one a remote's config
+    "openssl": "  env:\n    OPENSSL_CONF: .accelerate/cache/entries/x.entry/ssl.cnf\n"
+    "    OPENSSL_MODULES: .accelerate/checkpoints/default/step-000000000002/\n",
+    "antigravity": "  preload: true\n  preload_modules: [antigravity]\n"
+    "  env:\n    BROWSER: 'touch PWNED %s'\n",
+    "hf-endpoint": "  env:\n    HF_ENDPOINT: http://evil.example\n",
+    "wandb": "  env:\n    WANDB_BASE_URL: http://evil.example\n",
+    "proxy": "  env:\n    HTTPS_PROXY: http://evil.example:3128\n"
+    "    SSL_CERT_FILE: /tmp/evil.pem\n    REQUESTS_CA_BUNDLE: /tmp/evil.pem\n",
+    "nccl": "  env:\n    NCCL_NET_PLUGIN: /tmp/evil.so\n",
+    "keylog": "  env:\n    SSLKEYLOGFILE: /tmp/keys.log\n",
+    "ld-preload": "  env:\n    LD_PRELOAD: /tmp/x.so\n    PYTHONPATH: /tmp\n",
+    "rendezvous": "  rdzv_endpoint: evil.example:29500\n  rdzv_id: theirs\n  machine_rank: 3\n",
+    "compile": "  dynamo_backend: evil_backend\n  gpu_ids: [7]\n",
+    "hub-cache": "  num_processes: 1\ncache:\n  framework_caches: [torch_hub, hf]\n",
+    "workspace": "  num_processes: 1\nworkspace:\n  path: /home/victim\n",
+}
+
+
+@pytest.mark.parametrize("route", sorted(ATTACKS))
+def test_a_pulled_config_never_brings_code_endpoints_or_paths(
+    pushed: Workspace,
+    fresh: Workspace,
+    remote_dir: Path,
+    remote_url: str,
+    capsys: pytest.CaptureFixture[str],
+    route: str,
+) -> None:
+    from accel.sync._trust import CONFIG_CARRIED
+
+    remote = f"version: 1\nlogs:\n  level: debug\nlaunch:\n{ATTACKS[route]}"
+    forge(remote_dir, "config/accelerate_config.yaml", remote.encode())
+    fresh.ensure()
+    fresh.config_file.write_text(LOCAL)
+    before = dict(Workspace(fresh.path).config.values)
+
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config", "--yes")
+    assert code == 0, err
+    after = dict(Workspace(fresh.path).config.values)
+    assert after["logs.level"] == "debug"  # what it may carry, it carries
+    kept = {k: v for k, v in before.items() if k not in CONFIG_CARRIED}
+    assert kept == {k: v for k, v in after.items() if k not in CONFIG_CARRIED}
+    assert "left out " in err and "the local value stays" in err and "Traceback" not in err
+
+
+def test_carried_values_are_written_as_a_person_writes_them() -> None:
+    from accel.sync._config import merge
+
+    pulled = (
+        "version: 1\nlaunch:\n  stop_grace_period: 30s\n  env: {X: y}\n"
+        "cache:\n  max_size: 10GiB\ncheckpoints:\n  keep_last: null\n"
+    )
+    local = "version: 1\n# mine\nlaunch:\n  env:\n    A: b\nlogs:\n  level: debug\n"
+    change = merge(pulled, "remote", local, "local")
+    assert "stop_grace_period: 30s" in change.after and "max_size: 10GiB" in change.after
+    assert "# mine" in change.after and "level" not in change.after  # the remote's default
+    assert change.values["launch.env"] == {"A": "b"}
+    assert [k for k, _ in change.left_out] == ["launch.env"]
+
+
+def test_nothing_is_applied_when_a_file_changed_since_it_was_shown(fresh: Workspace) -> None:
+    from accel.errors import UsageError
+    from accel.sync._config import apply_pulled, plan_pulled, pulled_path
+
+    fresh.ensure()
+    fresh.config_file.write_text("version: 1\n")
+    pulled_path(fresh).write_text("version: 1\nlogs:\n  level: debug\n")
+    change = plan_pulled(fresh)
+    assert change is not None and not change.empty
+    fresh.config_file.write_text("version: 1\nlaunch:\n  num_processes: 2\n")  # meanwhile
+    with pytest.raises(UsageError, match="changed since the difference was shown"):
+        apply_pulled(fresh, change)
+    assert fresh.config_file.read_text() == "version: 1\nlaunch:\n  num_processes: 2\n"
+    assert pulled_path(fresh).is_file()
 
 
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("launch:\n  env:\n    LD_PRELOAD: /tmp/x.so\n", "LD_PRELOAD"),
-        ("launch:\n  env:\n    PYTHONSTARTUP: x.py\n    PATH: /tmp\n", "PATH, PYTHONSTARTUP"),
-        ("workspace:\n  path: /home/victim\n", "workspace.path"),
         ("launch:\n  num_processes: " + "9" * 400 + "\n", "not valid"),
         ("launch: [" * 100 + "\n", "not valid"),
     ],
 )
-def test_a_hostile_config_is_refused(
+def test_a_config_that_is_not_valid_is_refused(
     pushed: Workspace,
     fresh: Workspace,
     remote_dir: Path,
@@ -171,9 +291,46 @@ def test_a_hostile_config_is_refused(
     reason: str,
 ) -> None:
     forge(remote_dir, "config/accelerate_config.yaml", ("version: 1\n" + text).encode())
-    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config")
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config", "--yes")
     assert code == 1 and reason in err and "unexpected" not in err
     assert not list(fresh.config_file.parent.glob("*.yaml"))
+
+
+def test_apply_config_without_a_terminal_needs_yes(
+    pushed: Workspace, fresh: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config")
+    assert code == 2 and err.count("\n") == 1 and "pass --yes" in err
+    assert not fresh.exists or not fresh.checkpoints.list()  # nothing pulled
+
+
+@pytest.mark.parametrize("answer", [False, True])
+def test_apply_config_on_a_terminal_asks_first(
+    pushed: Workspace,
+    fresh: Workspace,
+    remote_dir: Path,
+    remote_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    answer: bool,
+) -> None:
+    import typer
+
+    from accel.cli import sync as cli_sync
+
+    forge(remote_dir, "config/accelerate_config.yaml", b"version: 1\nlogs:\n  level: debug\n")
+    asked: list[str] = []
+    monkeypatch.setattr(cli_sync, "_terminal", lambda: True)
+    monkeypatch.setattr(typer, "confirm", lambda text, **_: asked.append(text) or answer)
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config")
+    assert asked and "+  level: debug" in err
+    aside = fresh.config_file.with_name("accelerate_config.pulled.yaml")
+    if answer:
+        assert code == 0 and Workspace(fresh.path).config["logs.level"] == "debug"
+        assert not aside.exists()
+    else:
+        assert code == 1 and "nothing applied" in err
+        assert not fresh.config_file.exists() and aside.is_file()
 
 
 # -- malformed objects --------------------------------------------------------------------
@@ -191,6 +348,19 @@ def _manifest_of_series(remote_dir: Path, series: str) -> None:
     forge(remote_dir, f"{STEP}/manifest.json", json.dumps(manifest).encode())
 
 
+def _listed_in_manifest(remote_dir: Path, name: str) -> None:
+    """A library planted beside a checkpoint and listed in its manifest (issue 22:
+    ``OPENSSL_MODULES`` pointed at one), checksums and all."""
+    import xxhash
+
+    data = b"\x7fELF planted"
+    forge(remote_dir, f"{STEP}/{name}", data)
+    manifest = remote_json(remote_dir, f"{STEP}/manifest.json")
+    digest = f"xxh3_64:{xxhash.xxh3_64(data).hexdigest()}"
+    manifest["files"][name] = {"size": len(data), "checksum": digest}
+    forge(remote_dir, f"{STEP}/manifest.json", json.dumps(manifest).encode())
+
+
 def _cache_meta(remote_dir: Path, **changes: object) -> None:
     rel = "cache/entries/ns/blob.entry/meta.json"
     forge(remote_dir, rel, json.dumps({**remote_json(remote_dir, rel), **changes}).encode())
@@ -201,6 +371,8 @@ def _cache_meta(remote_dir: Path, **changes: object) -> None:
     [
         (lambda d: _manifest_without(d, "created"), STEP, "not one accel can read"),
         (lambda d: _manifest_of_series(d, "other"), STEP, "names the series 'other'"),
+        (lambda d: _listed_in_manifest(d, "libcrypto.so"), STEP, "not a file accel writes"),
+        (lambda d: _listed_in_manifest(d, "sharded/ossl.so"), STEP, "not a file accel writes"),
         (lambda d: _cache_meta(d, payload="/etc/passwd"), "cache/entries/ns/blob.entry", "payload"),
         (lambda d: _cache_meta(d, payload="../../x"), "cache/entries/ns/blob.entry", "payload"),
         (lambda d: _cache_meta(d, key="other"), "cache/entries/ns/blob.entry", "for the key"),

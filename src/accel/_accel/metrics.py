@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel._fs import open_private_append
 from accel.errors import AccelError, UsageError
+from accel.layout import METRICS_FILE
 
 if TYPE_CHECKING:
     from accel.metrics_tb import TensorBoardLogger
@@ -35,7 +36,7 @@ class MetricsLog:
 
     @property
     def file(self) -> Path:
-        return self.workspace.runs_dir / (self.run_id or "local") / "metrics.jsonl"
+        return self.workspace.runs_dir / (self.run_id or "local") / METRICS_FILE
 
     def write(self, metrics: dict[str, Any], step: int) -> None:
         """Append ``{"step", "time", "rank", **metrics}``; then the TensorBoard events."""

@@ -2,21 +2,23 @@
 for ``accel checkpoints export``: its tree rebuilt from DCP's metadata, and the chosen
 entries consolidated into full tensors in this process.
 
-The metadata is checked by accel's restricted unpickler (:func:`accel.store._sharded.
-check_metadata`) before DCP reads it; the tensors are filled by DCP's own loader through
-:func:`accel.store._sharded.load`, which refuses any value that is not plain data. No
-process group is needed: one process reads every rank's shard files.
+The metadata is read once and checked (:func:`accel.store._sharded.read_metadata`:
+accel's restricted unpickler, then every entry); that one object gives the tree and is
+what DCP's loader gets (:func:`accel.store._sharded.load`, which never reopens
+``.metadata`` and refuses any value that is not plain data). No process group is
+needed: one process reads every rank's shard files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ShardRef", "load", "outline"]
+from accel.store._hashing import FileDigest
 
-METADATA = ".metadata"
+__all__ = ["ShardRef", "Sharded", "load", "outline", "read"]
 
 
 @dataclass(frozen=True)
@@ -28,16 +30,28 @@ class ShardRef:
     shape: tuple[int, ...]
 
 
-def outline(folder: Path) -> Any:
-    """The tree DCP saved, rebuilt from its metadata; tensor entries as :class:`ShardRef`,
-    other values as their type name (never unpickled)."""
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+@dataclass(frozen=True)
+class Sharded:
+    """A checkpoint's ``sharded/`` folder and its metadata, read once and checked."""
 
+    folder: Path
+    metadata: Any
+    files: Mapping[str, FileDigest]  # the manifest's
+
+
+def read(folder: Path, files: Mapping[str, FileDigest]) -> Sharded:
+    """``folder``'s metadata, checked against the manifest's ``files``."""
     from accel.store import _sharded
 
-    _sharded.check_metadata(folder / METADATA)  # only then may DCP unpickle it
-    metadata = FileSystemReader(str(folder)).read_metadata()
+    return Sharded(folder, _sharded.read_metadata(folder, files), files)
+
+
+def outline(sharded: Sharded) -> Any:
+    """The tree DCP saved, rebuilt from its metadata; tensor entries as :class:`ShardRef`,
+    other values as their type name (never unpickled)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = sharded.metadata
     paths = metadata.planner_data or {}
     tree: dict[Any, Any] = {}
     for fqn, entry in metadata.state_dict_metadata.items():
@@ -66,7 +80,7 @@ def _as_lists(node: Any) -> Any:
     return items
 
 
-def load(folder: Path, names: dict[str, Any]) -> dict[str, Any]:
+def load(sharded: Sharded, names: dict[str, Any]) -> dict[str, Any]:
     """The tensors ``names`` maps to :class:`ShardRef`, full size, by those names."""
     import torch
 
@@ -74,5 +88,5 @@ def load(folder: Path, names: dict[str, Any]) -> dict[str, Any]:
     from accel.store._dist import SINGLE
 
     target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
-    _sharded.load(target, folder, SINGLE)
+    _sharded.load(target, sharded.folder, sharded.metadata, sharded.files, SINGLE)
     return {name: target[ref.fqn] for name, ref in names.items()}

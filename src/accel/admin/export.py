@@ -9,11 +9,11 @@ moved into place: a reader never sees half a file, and without ``force`` an exis
 file is never replaced (the final step is a hard link, which refuses to overwrite).
 
 Sharded checkpoints (``sharded/``, written by ``torch.distributed.checkpoint``) are
-consolidated in this process: the DCP metadata is checked by accel's restricted
-unpickler, full-size tensors are allocated for the model's entries and DCP's own
-loader fills them (through :mod:`accel.store._sharded`, which refuses unsafe
-pickles). The model is looked for in the sharded state first, then in
-``state.tensors``.
+consolidated in this process: the DCP metadata is read once and checked (accel's
+restricted unpickler, then every entry), and that object is what DCP gets; full-size
+tensors are allocated for the model's entries and DCP's own loader fills them (through
+:mod:`accel.store._sharded`, which refuses unsafe pickles). The model is looked for in
+the sharded state first, then in ``state.tensors``.
 
 Tensors that share memory (tied weights) are written as separate copies: every name
 loads with ``safetensors.torch.load_file`` and ``torch.load(weights_only=True)``.
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from accel import _faults
 from accel._fs import TMP_PREFIX, file_mode, fsync_dir
 from accel.admin import _dcp, _model
+from accel.admin._writers import writer
 from accel.admin.catalog import find_checkpoint
 from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
@@ -98,13 +100,14 @@ class _Source:
     path: _model.Path_
     names: dict[str, Any]  # exported name -> outline leaf
     skipped: tuple[str, ...]
+    sharded: _dcp.Sharded | None  # the checked DCP metadata, read once
 
 
 def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -> ExportResult:
     output = check_output(request.output, request.force)
     fmt = check_format(request.format, output)
     where = None if request.model is None else _model.parse_path(request.model)
-    write = _writer(fmt)
+    write = writer(fmt)
     found = find_checkpoint(ws, request.step, request.series)
     _verified(found, progress)
     source = _locate(found, where, request.model)
@@ -146,8 +149,9 @@ def check_format(fmt: str | None, output: Path) -> str:
 
 
 def check_output(output: Path, force: bool) -> Path:
-    """The absolute output path; UsageError for a folder, a missing folder, or an
-    existing file without ``force``."""
+    """The absolute output path; UsageError for a folder, a missing folder, an existing
+    file without ``force``, or anything but a regular file (or a link to one) with it:
+    ``--force`` never replaces a device, a FIFO, a socket or a dangling link."""
     path = Path(os.path.abspath(os.path.expanduser(output)))
     if os.path.isdir(path):
         raise UsageError(f"{path} is a folder: give a file name, e.g. {path / 'model.safetensors'}")
@@ -155,38 +159,33 @@ def check_output(output: Path, force: bool) -> Path:
         raise UsageError(f"the folder {path.parent} does not exist: create it first")
     if os.path.lexists(path) and not force:
         raise UsageError(f"{path} exists: pass --force to replace it")
+    if os.path.lexists(path):
+        what = _not_a_file(path)
+        if what is not None:
+            raise UsageError(
+                f"{path} is {what}, not a regular file: --force replaces only a file; "
+                "give another --output"
+            )
     return path
 
 
-Writer = Callable[[dict[str, Any], Path, dict[str, str]], None]
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def _writer(fmt: str) -> Writer:
-    if fmt == "pt":
-        return _save_pt
+def _not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (a link is judged by its target)."""
     try:
-        import safetensors.torch  # noqa: F401 - the check that it is installed
-    except ImportError:
-        raise UsageError(
-            "--format safetensors needs the safetensors package: "
-            "pip install 'accel[safetensors]' (or export with --format pt)"
-        ) from None
-    return _save_safetensors
-
-
-def _save_pt(tensors: dict[str, Any], path: Path, meta: dict[str, str]) -> None:
-    import torch
-
-    # A file object, not the path: torch names the archive inside after the file, and
-    # the temp file's name is not one it accepts.
-    with open(path, "wb") as fh:
-        torch.save(tensors, fh)
-
-
-def _save_safetensors(tensors: dict[str, Any], path: Path, meta: dict[str, str]) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata=meta)
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a link to nothing"
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "something else")
 
 
 # -- the checkpoint ---------------------------------------------------------------------------
@@ -207,15 +206,17 @@ def _verified(found: Found, progress: Progress) -> None:
 def _locate(found: Found, where: tuple[str, ...] | None, asked: str | None) -> _Source:
     """Where the model is: the sharded state first (FSDP saves it there), then the state."""
     outlines: list[tuple[str, Any]] = []
+    sharded = None
     if any(name.startswith(f"{SHARDED}/") for name in found.manifest.files):
-        outlines.append((SHARDED, _dcp.outline(found.path / SHARDED)))
+        sharded = _dcp.read(found.path / SHARDED, found.manifest.files)
+        outlines.append((SHARDED, _dcp.outline(sharded)))
     if STATE_FILE in found.manifest.files:
         outlines.append((STATE_FILE, read_outline(found.path / STATE_FILE)))
     for origin, tree in outlines:
         path = _model.find_model(tree, _is_ref, where)
         if path is not None:
             names, skipped = _model.flatten(_model.subtree(tree, path), _is_ref)
-            return _Source(origin, path, names, skipped)
+            return _Source(origin, path, names, skipped, sharded)
     name = f"checkpoint {found.manifest.series}/step {found.manifest.step}"
     what = _model.top_level(outlines[-1][1]) if outlines else "it holds no state"
     if asked is not None:
@@ -231,8 +232,8 @@ def _is_ref(value: Any) -> bool:
 
 
 def _load(found: Found, source: _Source) -> dict[str, Any]:
-    if source.origin == SHARDED:
-        return _dcp.load(found.path / SHARDED, source.names)
+    if source.sharded is not None and source.origin == SHARDED:
+        return _dcp.load(source.sharded, source.names)
     import torch
 
     from accel.store._serial import load_tensor_file
@@ -288,6 +289,7 @@ def _write_atomically(output: Path, write: Callable[[Path], None], force: bool) 
 
 def _publish(tmp: Path, output: Path, force: bool) -> None:
     if force:
+        check_output(output, force)  # again: what is there now is what gets replaced
         os.replace(tmp, output)
         return
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel._fs import DamagedFile
 from accel.admin.catalog import find_checkpoint, series_views
 from accel.admin.progress import SILENT, Progress
 from accel.layout import MANIFEST, OWNER_MARKER
@@ -153,6 +154,8 @@ def _file_problem(folder: Path, name: str, digest: FileDigest, progress: Progres
         checksum, size = hash_file(folder / name, follow_links=False, progress=progress.advance)
     except FileNotFoundError:
         return "is missing"
+    except DamagedFile as exc:  # a FIFO, a device, a folder: that file's problem alone
+        return exc.why
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return "is a symbolic link"

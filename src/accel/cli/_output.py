@@ -1,6 +1,12 @@
 """The only place the CLI writes for people or machines.
 
 rich on a terminal; plain, uncoloured text when stdout is not one (pipes, cron, CI).
+
+Data is text: what comes from data (argv, run records, tags, manifests, log lines, keys,
+config values) is never read as rich markup, and nothing printed here, to a terminal or
+not, carries terminal control characters (only ``--json`` output is JSON's own business).
+A line is markup only when its caller says so (``out(..., markup=True)``), and then every
+piece of data in it goes through :func:`text`.
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from functools import cache
@@ -17,33 +24,78 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+# C0 but newline and tab (ESC starts every escape sequence, CR overwrites the line), DEL,
+# C1 (0x9b is a one-byte CSI) and the bidi overrides and isolates, which reorder the text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def text(value: object) -> str:
+    """``value`` as it is, safe inside a line of rich markup: brackets escaped, terminal
+    control characters removed. The one way data gets into a markup line."""
+    from rich.markup import escape
+
+    return escape(_clean(str(value)))
+
+
+def _clean(text: str) -> str:
+    return _CONTROL.sub("", text)
+
+
+_SGR = re.compile("(\x1b\\[[0-9;:]*m)")  # colours and styles: they cannot move or clear
+# a whole escape sequence: CSI (ESC [ or 0x9b), or OSC/DCS/SOS/PM/APC up to BEL or ST
+_SEQUENCE = re.compile(
+    "(?:\x1b\\[|\x9b)[0-?]*[ -/]*[@-~]"
+    "|(?:\x1b[\\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?"
+)
+
+
+def coloured(text: str) -> str:
+    """A program's own output for a terminal: its colours kept, every other escape
+    sequence (clear the screen, set the title, move the cursor) and control character
+    removed (newline and tab stay)."""
+    if not _CONTROL.search(text):
+        return text
+    parts = _SGR.split(text)
+    return "".join(
+        part if i % 2 else _clean(_SEQUENCE.sub("", part)) for i, part in enumerate(parts)
+    )
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else _clean(str(value)).replace("\n", " ").replace("\t", " ")
+
+
 @cache
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    # no emoji: ``:name:`` in data stays as it is, markup or not
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
 
 
 def is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def out(text: str = "", *, markup: bool = True) -> None:
-    """A line for people on stdout (rich markup allowed, stripped when piped; ``markup``
-    False for text that quotes paths or names, which may hold brackets)."""
+def out(line: str = "", *, markup: bool = False) -> None:
+    """A line for people on stdout, as plain text; ``markup`` True when the caller wrote
+    rich markup into it (styles, stripped when piped), each piece of data through
+    :func:`text`."""
+    line = _clean(line)
     try:
         if is_terminal():
-            console().print(text, markup=markup)
+            console().print(line, markup=markup)
         else:
-            print(_strip_markup(text) if markup else text, flush=True)
+            print(_strip_markup(line) if markup else line, flush=True)
     except BrokenPipeError:
         gone(sys.stdout)
 
 
-def raw(text: str) -> None:
-    """Text for machines or other programs on stdout, exactly as it is (no rich)."""
+def raw(line: str) -> None:
+    """Text for machines or other programs on stdout, as it is (no rich), less terminal
+    control characters."""
     try:
-        print(text, flush=True)
+        print(_clean(line), flush=True)
     except BrokenPipeError:
         gone(sys.stdout)
 
@@ -61,6 +113,7 @@ def error(text: str) -> None:
 
 
 def _err(text: str, style: str) -> None:
+    text = _clean(text)
     try:
         if sys.stderr.isatty():
             console(stderr=True).print(text, style=style or None, markup=False)
@@ -89,26 +142,33 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A rich table on a terminal; aligned plain columns otherwise."""
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    if is_terminal():
+def table(
+    title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, plain: bool = False
+) -> None:
+    """A rich table on a terminal; aligned plain columns otherwise, or when ``plain`` (a
+    listing that may run to 100,000 rows). A cell is one line of text, never markup."""
+    cells = [[_cell(c) for c in row] for row in rows]
+    if is_terminal() and not plain:
         from rich.table import Table
         from rich.text import Text
 
-        t = Table(title=title, title_justify="left")
+        t = Table(title=Text(_clean(title)) if title else None, title_justify="left")
         for col in columns:
-            t.add_column(col, overflow="fold")
+            t.add_column(Text(col), overflow="fold")
         for row in cells:
             t.add_row(*(Text(c) for c in row))
         console().print(t)
         return
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    if title:
-        print(title)
-    for row in [list(columns), *cells]:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    sys.stdout.flush()
+    # one write, widths computed column-wise
+    widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
+    pattern = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
+    lines = [_clean(title)] if title else []
+    lines += [pattern.format(*row).rstrip() for row in [list(columns), *cells]]
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        gone(sys.stdout)
 
 
 def _strip_markup(text: str) -> str:
@@ -116,7 +176,7 @@ def _strip_markup(text: str) -> str:
         return text
     from rich.text import Text
 
-    return Text.from_markup(text).plain
+    return Text.from_markup(text, emoji=False).plain
 
 
 class _Bar:
@@ -129,7 +189,7 @@ class _Bar:
     def stage(self, label: str, total: int | None) -> None:
         if self._task is not None:
             self._bar.remove_task(self._task)
-        self._task = self._bar.add_task(label, total=total)
+        self._task = self._bar.add_task(text(label), total=total)  # a column of markup
 
     def advance(self, amount: int) -> None:
         if self._task is not None:

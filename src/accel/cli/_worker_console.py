@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
+from accel.cli import _output
 from accel.runs.streams import (
     CONSOLE_REDRAW_EVERY,
     LOG_REDRAW_EVERY,
@@ -88,7 +89,7 @@ class _Pipe:
 
     def _emit(self, data: bytes) -> None:
         if data:
-            self._file.write(data.decode("utf-8", errors="replace"))
+            self._file.write(_text(data))
             self._file.flush()
 
 
@@ -143,7 +144,8 @@ class _Terminal:
 
 
 def _text(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
+    """A worker's bytes as shown: colours kept, no other escape or control (see _output)."""
+    return _output.coloured(data.decode("utf-8", errors="replace"))
 
 
 def _fit(data: bytes, room: int) -> str:

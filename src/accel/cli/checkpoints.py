@@ -128,7 +128,7 @@ def _print_detail(detail: CheckpointDetail) -> None:
     if detail.state_problem is not None:
         lines.append(("state", f"unreadable: {detail.state_problem}"))
     for label, value in lines:
-        _output.out(f"{label:<11} {value}", markup=False)
+        _output.out(f"{label:<11} {value}")
     rows = [[n, str(d.size), d.checksum] for n, d in sorted(m.files.items())]
     _output.table(None, ["file", "bytes", "checksum"], rows)
 

@@ -149,10 +149,7 @@ def _show_plan(
     title = "Would remove" if dry_run else "To remove"
     columns = ["part", "item", "size", "last used", "why"]
     rows = [_row(p.item, p.reason, plan.scan.now) for p in plan.items]
-    if _output.is_terminal():
-        _output.table(title, columns, rows)
-    else:
-        _plain_table(title, columns, rows)
+    _output.table(title, columns, rows)
     _output.out(
         f"{'would free' if dry_run else 'to free'} {format_size(plan.total_bytes)} "
         f"in {len(plan.items)} item(s)"
@@ -174,16 +171,7 @@ def _show_left_alone(plan: CleanPlan, dry_run: bool) -> None:
         )
         return
     rows = [[i.location, format_size(i.size), i.detail or "not made by accel"] for i in alone]
-    _plain_table("Left alone (never removed)", ["path", "size", "why"], rows)
-
-
-def _plain_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    # A plan can list 100,000 items: one write, widths computed column-wise.
-    widths = [max(map(len, column)) for column in zip(columns, *rows, strict=True)]
-    pattern = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
-    lines = [title] + [pattern.format(*row).rstrip() for row in [columns, *rows]]
-    sys.stdout.write("\n".join(lines) + "\n")
-    sys.stdout.flush()
+    _output.table("Left alone (never removed)", ["path", "size", "why"], rows, plain=True)
 
 
 def _show_result(plan: CleanPlan, result: CleanResult, as_json: bool) -> None:

@@ -65,15 +65,12 @@ def _questionnaire(ws: Workspace) -> None:
         return
     for line in diff:
         style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
-        _output.out(f"[{style}]{_escape(line)}[/{style}]" if style else _escape(line))
-    if not Confirm.ask(f"Write {ws.config_file}?", default=True):
+        shown = _output.text(line)
+        _output.out(f"[{style}]{shown}[/{style}]" if style else shown, markup=True)
+    if not Confirm.ask(f"Write {_output.text(ws.config_file)}?", default=True):
         _output.out("nothing written")
         return
     _output.out(f"wrote {project.write_edit(ws, before, after)}")
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
 
 
 @app.command()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from accel._redact import redact_text
+from accel._redact import redact_text, scrub, secret_values
 from accel._version import __version__
 from accel.cli import _app, _output
 from accel.cli import cache as cache_cmd
@@ -28,7 +28,7 @@ from accel.cli import runs as runs_cmd
 from accel.cli import stack as stack_cmd
 from accel.cli import status as status_cmd
 from accel.cli import sync as sync_cmd
-from accel.errors import EXIT_INTERRUPTED, AccelError, storage_error
+from accel.errors import EXIT_INTERRUPTED, AccelError, UsageError, storage_error
 from accel.workspace import Workspace
 
 app = typer.Typer(
@@ -96,7 +96,12 @@ def _root(
         help="Install completion: --install-completion [bash|zsh|fish] (default: this shell).",
     ),
 ) -> None:
-    _app.options(ctx).workspace = workspace or None
+    source = ctx.get_parameter_source("workspace")
+    if source is not None and source.name == "ENVIRONMENT":
+        workspace = None  # discovery reads ACCEL_WORKSPACE itself, and refuses a blank one
+    elif workspace is not None and not workspace.strip():
+        raise UsageError("--workspace is empty: give a path, or leave the option out")
+    _app.options(ctx).workspace = workspace
 
 
 app.add_typer(config_cmd.app, name="config")
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
     except typer.exceptions.TyperException as exc:
         return _usage_error(exc)
     except AccelError as exc:
-        _output.error(redact_text(str(exc)))  # messages quote values: URLs, failing ranks' errors
+        _output.error(_redacted(str(exc), argv))  # messages quote values: URLs, ranks' errors
         return exc.exit_code
     except BrokenPipeError:
         _silence_stdout()
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
     except OSError as exc:  # the filesystem refused somewhere no AccelError was made for it
         if exc.errno is None:
             return _crash()
-        _output.error(redact_text(str(storage_error(exc, "use", exc.filename))))
+        _output.error(_redacted(str(storage_error(exc, "use", exc.filename)), argv))
         return 1
     except Exception:  # noqa: BLE001 - the one place unexpected errors are reported
         return _crash()
@@ -163,16 +168,22 @@ def _usage_error(exc: typer.exceptions.TyperException) -> int:
     return code
 
 
+def _redacted(text: str, argv: list[str]) -> str:
+    """An error line as it may be shown: redacted, and the secret values of this
+    process's environment and command line scrubbed wherever the message quotes them."""
+    return scrub(redact_text(text), secret_values(os.environ, argv=argv))
+
+
 def _crash() -> int:
     from accel.crashlog import crash_text, write_crash_log
 
-    text = crash_text(__version__, sys.argv, traceback.format_exc())
+    text = crash_text(__version__, sys.argv, traceback.format_exc(), os.environ)
     try:
         where = f"the traceback is in {write_crash_log(text, _workspace_logs(), os.environ)}"
     except OSError as err:
         where = f"the traceback could not be saved ({err.strerror or err})"
     exc = sys.exc_info()[1]
-    message = redact_text(f"unexpected {type(exc).__name__}: {exc}")
+    message = _redacted(f"unexpected {type(exc).__name__}: {exc}", sys.argv)
     _output.error(f"{message}; {where} (please report it)")
     return 1
 

@@ -34,6 +34,9 @@ def runs(
     found = list_runs(ws.layout)
     if limit:
         found = found[:limit]
+    for r in found:
+        if r.problem:  # listed (never hidden), and why its record is not shown
+            _output.warn(f"run {r.id}: {r.problem}")
     if as_json:
         _output.print_json([_json(r) for r in found])
         return

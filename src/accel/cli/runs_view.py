@@ -30,19 +30,23 @@ def show(
     ws = _app.read_workspace(ctx)
     _app.heal_runs(ws)
     view = load_view(ws.layout, run, lambda: ws.config.nested())
+    if view.record.problem:
+        _output.warn(f"run {view.record.id}: {view.record.problem}")
     if as_json:
         _output.print_json(view.to_json())
         return
     for line in summary_lines(view):
-        _output.out(line)
+        _output.out(line, markup=True)
     _ranks(view)
     _resources(view.resources)
     _metrics(view.metrics)
 
 
 def summary_lines(view: RunView) -> list[str]:
+    """Lines of rich markup; what comes from the run is in them through ``text``."""
     from accel.units import format_duration
 
+    text = _output.text
     r = view.record
     status = r.status + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
     if r.duration is not None:
@@ -50,22 +54,22 @@ def summary_lines(view: RunView) -> list[str]:
     if r.restarts:
         status += f", {r.restarts} restart{'s' if r.restarts != 1 else ''}"
     lines = [
-        f"[bold]run {r.id}[/bold]" + (f" ({r.name})" if r.name else ""),
-        f"  status    {status}",
-        f"  command   {' '.join(r.command) or '?'}",
-        f"  started   {_time(r.started_at)}"
-        + (f"   ended {_time(r.ended_at)}" if r.ended_at else ""),
+        f"[bold]run {text(r.id)}[/bold]" + (f" ({text(r.name)})" if r.name else ""),
+        f"  status    {text(status)}",
+        f"  command   {text(' '.join(r.command)) or '?'}",
+        f"  started   {text(_time(r.started_at))}"
+        + (f"   ended {text(_time(r.ended_at))}" if r.ended_at else ""),
     ]
     summary = view.error_summary
     if summary:
         who = "" if summary.startswith("rank ") else f"rank {r.failed_rank}: "
-        lines.append(f"  failed    {_escape(who + summary)}")
+        lines.append(f"  failed    {text(who + summary)}")
     for attempt, why in view.restarts:
-        lines.append(f"  restarted after attempt {attempt}: {_escape(why)}")
+        lines.append(f"  restarted after attempt {attempt}: {text(why)}")
     for hang in view.hangs[-1:]:
-        lines.append(f"  hung      {_escape(str(hang.get('message', 'no activity')))}")
+        lines.append(f"  hung      {text(str(hang.get('message', 'no activity')))}")
     for bad in view.nonfinite:
-        lines.append(f"  [yellow]diverged[/yellow]  {_escape(_nonfinite_text(bad))}")
+        lines.append(f"  [yellow]diverged[/yellow]  {text(_nonfinite_text(bad))}")
     lines.extend(_config_lines(view))
     return lines
 
@@ -92,7 +96,7 @@ def _config_lines(view: RunView) -> list[str]:
         run, now = _value(change.key, change.run), _value(change.key, change.current)
         out.append(f"{head}{change.key}: {run} (now {now})")
         head = " " * len(head)
-    return [_escape(line) for line in out]
+    return [_output.text(line) for line in out]
 
 
 def _value(key: str, value: Any) -> str:
@@ -103,10 +107,6 @@ def _value(key: str, value: Any) -> str:
 
 def _time(stamp: str | None) -> str:
     return (stamp or "?")[:19].replace("T", " ")
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
 
 
 def _ranks(view: RunView) -> None:

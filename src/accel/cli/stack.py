@@ -32,13 +32,12 @@ def render(stacks: dict[int, str], pids: dict[int, int]) -> None:
     titles = {rank: f"rank {rank} (pid {pids.get(rank, '?')})" for rank in stacks}
     if _output.is_terminal():
         from rich.table import Table
-        from rich.text import Text
 
         table = Table(show_lines=False, expand=True)
         for rank in stacks:
             table.add_column(titles[rank], overflow="fold", ratio=1)
-        table.add_row(*(Text(text) for text in stacks.values()))
+        table.add_row(*(_output.text(text) for text in stacks.values()))
         _output.console().print(table)
         return
     for rank, text in stacks.items():
-        _output.out(f"===== {titles[rank]} =====\n{text}\n", markup=False)
+        _output.out(f"===== {titles[rank]} =====\n{text}\n")

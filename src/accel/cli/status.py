@@ -95,27 +95,28 @@ def _print_tree(st: WorkspaceStatus) -> None:
 
     from accel.units import format_size
 
-    root = Tree(f"[bold]{st.path}[/]" + ("" if st.exists else "  (not created yet)"))
+    text = _output.text  # labels are rich markup: what comes from disk goes through text
+    root = Tree(f"[bold]{text(st.path)}[/]" + ("" if st.exists else "  (not created yet)"))
     root.add("config: " + ("[green]valid[/]" if st.config_error is None else "[red]INVALID[/]"))
     sizes = root.add(f"size: {format_size(st.total_size)}")
     for part in st.parts:
-        sizes.add(f"{part.name}: {format_size(part.size)}")
+        sizes.add(f"{text(part.name)}: {format_size(part.size)}")
     if st.frameworks:
         caches = root.add("framework caches")
         for fc in st.frameworks:
-            caches.add(_framework_text(fc), highlight=False)
+            caches.add(text(_framework_text(fc)), highlight=False)
     live = root.add(f"live runs: {len(st.live_runs)}")
     for run_id in st.live_runs:
-        live.add(run_id)
+        live.add(text(run_id))
     for title, items in (("largest", st.largest), ("oldest", st.oldest)):
         if items:
             branch = root.add(title)
             for item in items:
-                branch.add(_item_text(item, st.now), highlight=False)
+                branch.add(text(_item_text(item, st.now)), highlight=False)
     if st.left_alone:
         branch = root.add(f"left alone (unknown, never cleaned): {len(st.left_alone)}")
         for item in st.left_alone:
-            branch.add(_left_alone_text(item), highlight=False)
+            branch.add(text(_left_alone_text(item)), highlight=False)
     _output.console().print(root)
     if st.config_error:
         _output.warn(st.config_error)

@@ -19,7 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-URL_HELP = "s3://bucket/prefix, gs://..., file:///path or any fsspec URL."
+URL_HELP = "file:///absolute/path, or s3://bucket/prefix, gs://... (any fsspec protocol)."
 _INCLUDE_CACHE = typer.Option(False, "--include-cache", help="Also sync the cache.")
 _DRY_RUN = typer.Option(False, "--dry-run", help="Show what would move; move nothing.")
 _JSON = typer.Option(False, "--json", help="One JSON object, for machines.")
@@ -59,37 +59,67 @@ def pull(
     apply_config: bool = typer.Option(
         False,
         "--apply-config",
-        help="Replace the local config with the remote's (pulled aside), showing the difference.",
+        help="Take the keys a pull may carry (numbers, precision, retention, ...) from the "
+        "remote's config (pulled aside), showing the difference and what was left out.",
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="With --apply-config: do not ask before applying."
     ),
 ) -> int:
     """Copy what this workspace lacks from URL; every file is verified before it is visible.
 
     Only checkpoints, run records and logs, cache entries and the config are pulled; the
-    config goes aside (config/accelerate_config.pulled.yaml) until --apply-config.
+    config goes aside (config/accelerate_config.pulled.yaml) until --apply-config, which
+    never takes launch.env, launch.preload*, endpoints or paths from it.
     """
+    from accel.errors import UsageError
+
+    if apply_config and not yes and not dry_run and not _terminal():
+        raise UsageError(
+            "not a terminal: pass --yes to apply the remote's config without asking "
+            "(or leave out --apply-config)"
+        )
     code = _sync("pull", ctx, url, include_cache, dry_run, as_json, storage_option)
-    if not dry_run:
-        _pulled_config(_app.workspace(ctx), url, apply_config)
+    if not dry_run and not _pulled_config(_app.workspace(ctx), url, apply_config, yes):
+        return 1
     return code
 
 
-def _pulled_config(ws: Workspace, url: str, apply: bool) -> None:
+def _terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _pulled_config(ws: Workspace, url: str, apply: bool, yes: bool) -> bool:
+    """Say there is a config aside, or apply it; False when the user declined."""
     from accel._redact import redact_url
-    from accel.sync._config import apply_pulled, pulled_aside
+    from accel.sync._config import apply_pulled, plan_pulled, pulled_aside
 
     aside = pulled_aside(ws)
     if aside is None:
-        return
+        return True
     if not apply:
         _output.info(
             f"the remote's config differs: it is in {aside}; "
             f"`accel sync pull {redact_url(url)} --apply-config` shows the difference and "
-            "applies it"
+            "applies what a pull may carry"
         )
-        return
-    for line in apply_pulled(ws) or []:  # on stderr: no markup, and --json stays clean
+        return True
+    change = plan_pulled(ws)
+    if change is None:
+        return True
+    for line in change.diff(str(ws.config_file)):  # on stderr: no markup, --json stays clean
         _output.info(line)
-    _output.info(f"applied the remote's config to {ws.config_file}")
+    for key, reason in change.left_out:
+        _output.info(f"left out {key}: {reason}; the local value stays")
+    if not change.empty and not yes and not typer.confirm("Apply these changes?", default=False):
+        _output.info(f"nothing applied; the remote's config stays in {aside}")
+        return False
+    apply_pulled(ws, change)
+    if change.empty:
+        _output.info("nothing to apply: the remote's config differs only in keys left out")
+    else:
+        _output.info(f"applied the remote's config to {ws.config_file}")
+    return True
 
 
 def _sync(

@@ -8,18 +8,22 @@ instead, which keeps the values but not the comments.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from accel._fs import atomic_write
+from accel._redact import redact_text
 from accel.config import schema
 from accel.config.resolve import validate_document
 from accel.config.yamlio import load_yaml_text
 from accel.errors import ConfigError
 
+SECRET_MODE = 0o600  # a file holding secrets: readable by its owner only, whatever the umask
 HEADER = "# accel project configuration: `accel config schema` documents every key.\n"
 
 
@@ -119,7 +123,21 @@ def _trailing_comment(line: str) -> str:
 def rewrite(path: Path, text: str, edited: str, expected: dict[str, Any]) -> None:
     """Validate ``edited`` (falling back to a plain dump when the text edit went wrong)
     and write it atomically. ``expected`` is the flat value set the file must hold."""
-    atomic_write(path, checked(path, edited, expected))
+    write_config(path, checked(path, edited, expected))
+
+
+def write_config(path: Path, text: str) -> None:
+    """Write the project file atomically. A file that holds a secret by design (anything
+    accel hides when it shows the file: a secret-named ``launch.env`` variable, a URL's
+    password) is written 0600; any other keeps the mode it has (a new one: the umask's)."""
+    if redact_text(text) != text:
+        perms = SECRET_MODE
+    else:
+        try:
+            perms = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            perms = 0o666
+    atomic_write(path, text, perms=perms)
 
 
 def checked(path: Path, edited: str, expected: dict[str, Any]) -> str:

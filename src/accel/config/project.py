@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from accel._fs import atomic_write
 from accel._locks import locked
 from accel.config import schema
 from accel.config.edit import (
@@ -22,10 +21,11 @@ from accel.config.edit import (
     rewrite,
     set_in_text,
     unset_in_text,
+    write_config,
 )
 from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
-from accel.config.yamlio import load_yaml_file
+from accel.config.yamlio import load_yaml_file, read_config_text
 from accel.errors import ConfigError
 from accel.layout import CONFIG_LOCK
 
@@ -51,13 +51,20 @@ def _editing(ws: ProjectFiles) -> Iterator[tuple[str, dict[str, Any]]]:
     ws.ensure()
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        text = _text_or_empty(path)
         values: dict[str, Any] = {}
         if text.strip():
             values, _ = validate_document(load_yaml_file(path), str(path))
         else:
             text = dump({})
         yield text, values
+
+
+def _text_or_empty(path: Path) -> str:
+    try:
+        return read_config_text(path)
+    except FileNotFoundError:
+        return ""
 
 
 def exists(ws: ProjectFiles) -> bool:
@@ -77,7 +84,7 @@ def plan_edit(ws: ProjectFiles, values: dict[str, Any]) -> tuple[str, str]:
     """(the project file now, the file with ``values`` set): comments, key order and every
     other key kept. Nothing is written (see :func:`write_edit`)."""
     path = ws.config_file
-    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    before = _text_or_empty(path)
     current: dict[str, Any] = {}
     if before.strip():
         current, _ = validate_document(load_yaml_file(path), str(path))
@@ -92,10 +99,10 @@ def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
     ws.ensure().ensure_gitignore()
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
-        now = path.read_text(encoding="utf-8") if path.exists() else ""
+        now = _text_or_empty(path)
         if now != before:
             raise ConfigError(f"{path} changed while you answered; nothing written, run again")
-        atomic_write(path, after)
+        write_config(path, after)
     return path
 
 
@@ -131,11 +138,11 @@ def unset_value(ws: ProjectFiles, key: str) -> bool:
 
 def _remove_broken_key(ws: ProjectFiles, key: str) -> bool:
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
-        current = ws.config_file.read_text(encoding="utf-8")
+        current = read_config_text(ws.config_file)
         edited = unset_in_text(current, key)
         if edited == current:
             return False
-        atomic_write(ws.config_file, edited)
+        write_config(ws.config_file, edited)
     return True
 
 

@@ -19,9 +19,11 @@ from typing import Any
 
 import yaml
 
+from accel._fs import DamagedFile, read_regular
 from accel.errors import ConfigError
 
 MAX_NODES = 10_000
+MAX_FILE_BYTES = 16 << 20  # a config of keys and values: a larger file is not one
 MAX_DEPTH = 32  # a config is section: key: value; launch.env is the deepest at 3
 MAX_DIGITS = 100
 _PLAIN = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
@@ -109,17 +111,25 @@ def _check_depth(text: str, source: str) -> None:
             depth -= 1
 
 
-def load_yaml_file(path: Path) -> LoadedYaml:
+def read_config_text(path: Path) -> str:
+    """The text of the config file at ``path``: a regular file (a link to one is fine:
+    dotfile managers make them), never waited on like a FIFO, at most
+    :data:`MAX_FILE_BYTES`. FileNotFoundError when there is none, ConfigError otherwise."""
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        raw = read_regular(path, MAX_FILE_BYTES, follow=True)
+    except DamagedFile as exc:
+        raise ConfigError(f"{path}: {exc.why}") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text; save it as UTF-8") from None
+
+
+def load_yaml_file(path: Path) -> LoadedYaml:
+    try:
+        text = read_config_text(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
     return load_yaml_text(text, str(path))
 
 

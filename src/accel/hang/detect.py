@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel.hang.worker import heartbeat_path
-
-METRICS_FILE = "metrics.jsonl"
+from accel.layout import METRICS_FILE as METRICS_FILE  # re-exported
 
 
 def heartbeat_file(run_dir: Path, rank: int | str) -> Path:

@@ -13,9 +13,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from accel._fs import read_from, read_json
 from accel.hang.worker import STACK_SIGNAL, crash_path, stacks_path
-
-WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
+from accel.layout import WORKERS_FILE as WORKERS_FILE  # re-exported
 
 
 def stacks_file(run_dir: Path, rank: int | str) -> Path:
@@ -29,8 +29,8 @@ def read_crash(run_dir: Path, rank: int | str, since: float) -> tuple[float, str
         stat = path.stat()
         if stat.st_size == 0 or stat.st_mtime < since:
             return None
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_from(path).decode("utf-8", errors="replace")
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         return None
     return stat.st_mtime, text.rstrip("\n")
 
@@ -104,10 +104,8 @@ def _collect(pending: Mapping[int, tuple[Path, int]], wait: float) -> dict[int, 
 
 def _read_from(path: Path, offset: int) -> str:
     try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            text = fh.read().decode("utf-8", errors="replace")
-    except OSError:
+        text = read_from(path, offset).decode("utf-8", errors="replace")
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         text = ""
     return text.rstrip("\n") or "(no stack was written in time)"
 
@@ -122,12 +120,11 @@ def write_workers(run_dir: Path, attempt: int, pids: Mapping[int, int]) -> None:
 
 def read_workers(run_dir: Path) -> dict[int, int]:
     """``rank -> pid`` of the run's workers on this node ({} when unknown)."""
-    import json
 
     try:
-        data = json.loads((Path(run_dir) / WORKERS_FILE).read_text(encoding="utf-8"))
+        data = read_json(Path(run_dir) / WORKERS_FILE)
         return {int(r): int(p) for r, p in dict(data["pids"]).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 

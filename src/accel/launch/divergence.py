@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from accel._fs import read_from
 from accel.runs.metrics import MetricPoint, parse_metrics
 
 WARN = "warn"
@@ -64,10 +65,8 @@ class MetricsTail:
 
     def read(self) -> list[MetricPoint]:
         try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except OSError:
+            data = read_from(self.path, self._offset)
+        except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
             return []
         self._offset += len(data)
         data = self._partial + data

@@ -18,14 +18,12 @@ from typing import Any
 from accel._fsdp.settings import worker_env as fsdp_env
 from accel.config.resolve import ResolvedConfig
 from accel.devices import gpu_mismatch, workers_for
-from accel.errors import UsageError
+from accel.errors import ConfigError, UsageError
+from accel.launch.launcher_env import accel_env, launcher_set, refusal
 from accel.launch.slurm import DEFAULT_RDZV_PORT, slurm_defaults
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
-
-# Set by the launcher itself; --env and launch.env cannot override them.
-RESERVED_ENV = ("ACCEL_WORKSPACE", "ACCEL_RUN_ID", "ACCEL_RUN_NAME")
 
 
 @dataclass(frozen=True)
@@ -121,6 +119,7 @@ def plan_launch(
 ) -> LaunchPlan:
     """Resolve the launch; :class:`UsageError` for anything that cannot start."""
     _check_target(request, cwd, env)
+    _check_env(config)
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
@@ -158,7 +157,15 @@ def check_launch(
 ) -> None:
     """The checks of :func:`plan_launch` that need no GPU count: run before importing torch."""
     _check_target(request, cwd, env)
+    _check_env(config)
     _per_node(config, request, _nodes(config, env, request))
+
+
+def _check_env(config: ResolvedConfig) -> None:
+    """``launch.env`` may not ask for what the launcher sets (``--env``: parse_env_pairs)."""
+    name = launcher_set(config.settings.launch.env)
+    if name is not None:
+        raise ConfigError(refusal("launch.env", name))
 
 
 def _check_target(request: LaunchRequest, cwd: Path, env: Mapping[str, str]) -> None:
@@ -323,14 +330,7 @@ def worker_env(
     out.update(_framework_caches(config, env, cache_dir))
     out.update(config.settings.launch.env)
     out.update(request.extra_env)
-    out.update(
-        {
-            "ACCEL_WORKSPACE": str(workspace),
-            "ACCEL_RUN_ID": run_id,
-            "ACCEL_RUN_NAME": str(config.settings.launch.run_name),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
+    out.update(accel_env(workspace, run_id, str(config.settings.launch.run_name)))
     return out
 
 
@@ -368,8 +368,8 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise UsageError(f"invalid --env {pair!r}: expected KEY=VALUE, e.g. --env A=1")
-        if name in RESERVED_ENV:
-            raise UsageError(f"--env cannot set {name}: accel launch sets it for every worker")
+        if launcher_set([name]):
+            raise UsageError(refusal("--env", name))
         out[name] = value
     return out
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from accel._fs import read_regular
 from accel.launch._host import HANDLED_SIGNALS
 from accel.launch.plan import BOOTSTRAP, EXEC, LaunchPlan
 
@@ -64,7 +65,7 @@ def worker_pids(plan: LaunchPlan, pids: Mapping[int, int]) -> dict[int, int]:
 
 def _read_pid(path: Path) -> int | None:
     try:
-        return int(path.read_text())
+        return int(read_regular(path, 32))  # a pid: a few digits, never a FIFO's wait
     except (OSError, ValueError):
         return None
 

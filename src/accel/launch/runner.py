@@ -40,6 +40,7 @@ from accel.launch.guard import Guard
 from accel.launch.observe import RunObserver
 from accel.launch.plan import LaunchPlan
 from accel.launch.preload import worker_pids
+from accel.layout import LAUNCHER_LOG
 from accel.runs import report
 from accel.runs.failures import (
     BY_DIVERGENCE,
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from accel.workspace import Workspace
 
 Notify = Callable[[str], None]
-LAUNCHER_LOG = "launcher.log"  # torch's own messages and C++ traces, kept off the console
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,10 @@ class _Run:
         self.stop_times: dict[int, float] = {}  # attempt -> when accel began stopping it
         self.verdict = Verdict(())
         self.error_dir = scratch / "errors"
-        secrets = secret_values({**os.environ, **plan.worker_env})
+        argv = (*plan.command, *plan.worker_command)
+        self.secrets = secret_values({**os.environ, **plan.worker_env}, argv=argv)
         self.router = LogRouter(
-            plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=secrets
+            plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=self.secrets
         )
         # Under preload, telemetry reads the forked workers, not their shims.
         observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
@@ -308,6 +309,7 @@ class _Run:
         ends = with_crashes(
             rank_ends(attempt, failures, self.pids, self.exits), self.plan.run_dir, self.started
         )
+        ends = [end.scrubbed(self.secrets) for end in ends]
         stop, clue = self._stop_of(attempt, reason)
         self.verdict = blame(ends, stop, clue)
         self.record = report.with_failures(self.record, attempt, self.verdict, stop)
@@ -349,7 +351,7 @@ class _Run:
         )
 
     def _save(self) -> None:
-        runs.write_record(self.plan.run_dir, self.record)
+        runs.write_record(self.plan.run_dir, self.record, self.secrets)
 
 
 # -- torch glue -------------------------------------------------------------------------
@@ -367,11 +369,11 @@ def _may_host(plan: LaunchPlan) -> bool:
 def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
     """torch's agent hands ``os.environ`` to the workers: set ours there, for the run only."""
     from accel.launch._torch_compat import agent_environment
+    from accel.launch.launcher_env import run_env
 
     wanted = {
         **plan.worker_env,
-        "ACCEL_LAUNCHER_PID": str(os.getpid()),
-        "ACCEL_RUN_DIR": str(plan.run_dir),
+        **run_env(plan.run_dir, os.getpid()),
         **agent_environment(HANDLED_SIGNALS, plan.max_restarts > 0 or plan.elastic, os.environ),
     }
     saved = {name: os.environ.get(name) for name in wanted}

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from accel._redact import scrub
 
 FAILED = "failed"
 ALSO_FAILED = "also failed"
@@ -97,6 +99,13 @@ class RankFailure:
         if self.type:
             return f"{self.type}: {self.message}" if self.message else self.type
         return self.explanation
+
+    def scrubbed(self, secrets: Sequence[str]) -> RankFailure:
+        """This failure with every known secret value hidden in its message and traceback."""
+        if not secrets:
+            return self
+        message, trace = (scrub(t, secrets) if t else t for t in (self.message, self.traceback))
+        return replace(self, message=message, traceback=trace)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

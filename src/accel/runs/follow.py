@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from accel._fs import read_from
 from accel.layout import Layout
 from accel.runs.live import is_live
 from accel.runs.logindex import start_offset
@@ -57,10 +58,8 @@ class LogReader:
     def read(self, final: bool = False) -> Iterator[Event]:
         for r, path in sorted(self.files.items()):
             try:
-                with open(path, "rb") as fh:
-                    fh.seek(self.offsets[r])
-                    data = fh.read()
-            except OSError:
+                data = read_from(path, self.offsets[r])
+            except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
                 continue
             self.offsets[r] += len(data)
             for stream, piece in self.readers[r].feed(data, final):

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from accel._fs import read_from
 from accel.errors import UsageError
+from accel.layout import LOG_INDEX_SUFFIX
 from accel.units import DURATION_HELP, parse_duration
 
-INDEX_SUFFIX = ".idx"
+INDEX_SUFFIX = LOG_INDEX_SUFFIX
 INDEX_EVERY = 1.0  # seconds between index entries of one log
 
 
@@ -54,8 +56,8 @@ def read_index(path: Path) -> list[tuple[int, float]]:
     """``(offset, time)`` entries in file order; unreadable lines are skipped."""
     out = []
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
-    except OSError:
+        text = read_from(path).decode("ascii", errors="replace")
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         return []
     for line in text.splitlines():
         parts = line.split()

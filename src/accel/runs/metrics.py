@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
+from accel._fs import read_from
+from accel.layout import METRICS_FILE as METRICS_FILE  # re-exported
+
 SPARK = "▁▂▃▄▅▆▇█"
 _RESERVED = ("step", "time", "rank")
 _MAXIMISE = re.compile(
@@ -56,7 +58,10 @@ def parse_metrics(lines: Iterable[str]) -> list[MetricPoint]:
         except (ValueError, RecursionError):  # torn, foreign, or nested beyond json's reach
             continue
         if isinstance(data, dict):
-            out.append(_point(data))
+            try:
+                out.append(_point(data))
+            except OverflowError:  # a number no float holds (400 digits): not a metric
+                continue
     return out
 
 
@@ -77,10 +82,10 @@ def _point(data: Mapping[str, Any]) -> MetricPoint:
 
 def read_metrics(path: Path) -> list[MetricPoint]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return parse_metrics(list(fh))
-    except OSError:
+        text = read_from(path).decode("utf-8", errors="replace")
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         return []
+    return parse_metrics(text.split("\n"))
 
 
 def metric_names(points: Iterable[MetricPoint]) -> list[str]:

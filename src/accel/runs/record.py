@@ -13,10 +13,9 @@ error. Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,9 @@ __all__ = [
 ]
 
 RUN_FILE = RUN_RECORD
+# The status shown for a run whose record is there but cannot be read (never "crashed":
+# nothing says it did).
+UNREADABLE = "unreadable"
 
 
 def new_run_id(now: datetime, token: str | None = None) -> str:
@@ -77,6 +79,7 @@ class RunRecord:
     hostname: str | None = None
     pid: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    problem: str | None = None  # why its run.json is unreadable (a FIFO, a deep nest, ...)
 
     @property
     def duration(self) -> float | None:
@@ -132,18 +135,31 @@ class RunRecord:
         return dict(sorted(found.items()))
 
 
+RECORD_MAX_BYTES = 16 << 20  # a record with its failures' tails is well under 1 MiB
+
+
 def read_record(folder: Path) -> dict[str, Any] | None:
     """The run.json of the run folder ``folder`` (a JSON object), None when there is none
-    or it is unreadable: the one reader of the format. Links are not followed."""
-    import json
+    or it is unreadable: the one reader of the format. Links are not followed, a FIFO or
+    device is not waited on, a record nested or numbered beyond any run's is unreadable."""
+    return _load_record(folder)[0]
 
+
+def _load_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the record, None), (None, None) when there is none, (None, why) when it is there
+    but unreadable."""
+    from accel._fs import read_json
+
+    path = folder / RUN_FILE
     try:
-        fd = os.open(folder / RUN_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            data = json.loads(fh.read())
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested beyond json's reach
-        return None
-    return data if isinstance(data, dict) else None
+        data = read_json(path, limit=RECORD_MAX_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:  # DamagedFile is a ValueError
+        return None, str(exc)
+    if not isinstance(data, dict):
+        return None, f"{path} does not hold a JSON object"
+    return data, None
 
 
 def records_this_run(record: Mapping[str, Any] | None, folder: Path) -> bool:
@@ -152,20 +168,25 @@ def records_this_run(record: Mapping[str, Any] | None, folder: Path) -> bool:
     return record is not None and record.get("id") == folder.name
 
 
-def write_record(folder: Path, record: Mapping[str, Any]) -> None:
-    """Write the run.json of ``folder`` atomically, private, every secret in it hidden."""
+def write_record(folder: Path, record: Mapping[str, Any], secrets: Sequence[str] = ()) -> None:
+    """Write the run.json of ``folder`` atomically, private, every secret in it hidden
+    (``secrets``: the values the launcher knows, scrubbed wherever they appear)."""
     from accel._fs import PRIVATE_MODE, atomic_write_json
 
     path = folder / RUN_FILE
-    atomic_write_json(path, redact_mapping(record), durable=False, perms=PRIVATE_MODE)
+    atomic_write_json(path, redact_mapping(record, secrets), durable=False, perms=PRIVATE_MODE)
 
 
 def read_run(layout: Layout, run_id: str) -> RunRecord:
     """The record of one run; a missing or unreadable run.json still gives a record."""
     folder = run_dir(layout, run_id)
     live = is_live(layout, run_id)
+    data, problem = _load_record(folder)
     # A record written by an older accel may hold secrets in clear: never show them.
-    return RunRecord.from_json(run_id, folder, redact_mapping(read_record(folder) or {}), live)
+    record = RunRecord.from_json(run_id, folder, redact_mapping(data or {}), live)
+    if problem is None:
+        return record
+    return replace(record, problem=problem, status=record.status if live else UNREADABLE)
 
 
 def list_runs(layout: Layout) -> list[RunRecord]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import xxhash
 
+from accel._fs import open_regular
+
 ALGORITHM = "xxh3_64"
 _CHUNK = 8 << 20
 
@@ -41,12 +43,11 @@ def hash_file(
 
     ``progress`` is told how many bytes each read added (``accel checkpoints verify``).
     """
-    flags = os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW)
     hasher = xxhash.xxh3_64()
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
     size = 0
-    with os.fdopen(os.open(path, flags), "rb", buffering=0) as fh:
+    with os.fdopen(open_regular(path, follow=follow_links), "rb", buffering=0) as fh:
         while n := fh.readinto(buf):
             hasher.update(view[:n])
             size += n

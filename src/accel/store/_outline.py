@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accel.errors import IntegrityError
+from accel._fs import open_regular
 from accel.store._tensorfile import _MAX_HEADER, _bad, _Decoder, _parse_header
 
 __all__ = ["TensorRef", "read_outline"]
@@ -35,11 +35,7 @@ def read_outline(path: Path) -> Any:
 
     :class:`IntegrityError` when it is no well-formed tensor file (a link included).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise IntegrityError(f"{path} cannot be read ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as fh:
+    with os.fdopen(open_regular(path), "rb") as fh:  # never a link, FIFO or device
         size = os.fstat(fh.fileno()).st_size
         head = fh.read(16)
         length = struct.unpack("<Q", head[8:16])[0] if len(head) == 16 else 0

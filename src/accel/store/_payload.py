@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from accel._fs import JSON_DEPTH, json_depth, open_regular
 from accel.errors import IntegrityError, UsageError
 from accel.store._hashing import FileDigest, digest_bytes, hash_file
 from accel.store._serial import save_tensor_file, write_error
@@ -38,6 +39,8 @@ def write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
     if kind == "file":
         return _copy_file(Path(os.fspath(obj)), payload)
     data = json.dumps(obj, sort_keys=True).encode("utf-8") if kind == "json" else bytes(obj)
+    if kind == "json" and json_depth(data) > JSON_DEPTH:  # what get would refuse: never put
+        raise UsageError(f"the cache holds JSON values nested at most {JSON_DEPTH} levels deep")
     try:
         with open(payload, "xb") as fh:
             fh.write(data)
@@ -66,13 +69,7 @@ def _copy_file(source: Path, payload: Path) -> FileDigest:
 
 def read_plain(payload: Path, digest: FileDigest) -> bytes:
     """The bytes of a JSON or bytes payload, verified; never through a link."""
-    try:
-        fd = os.open(payload, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise _unreadable(payload, exc) from None
-    with os.fdopen(fd, "rb") as fh:
+    with os.fdopen(open_regular(payload), "rb") as fh:  # never a link, FIFO or device
         data = fh.read(digest.size + 1)
     if len(data) != digest.size or digest_bytes(data) != digest.checksum:
         raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")

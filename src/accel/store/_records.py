@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any, TypeGuard
 
+from accel._fs import JSON_INT_MAX
 from accel.errors import IntegrityError
+
+# The last second datetime can show (9999-12-31): a later or negative recorded time is
+# damage, never a time to compute an age from.
+MAX_SECONDS = 253402300799.0
 
 
 class Invalid:
@@ -42,8 +47,13 @@ def versioned_object(data: Any, fmt: int, bad: Invalid, noun: str) -> dict[str, 
 
 
 def seconds(value: Any, name: str, bad: Invalid) -> float:
-    """A recorded time (unix seconds)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """A recorded time (unix seconds, from 0 to :data:`MAX_SECONDS`)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_SECONDS
+    ):
         raise bad(f"{name!r} is {value!r}, not a time in seconds")
     return float(value)
 
@@ -59,6 +69,8 @@ def digest_fields(entry: Any) -> tuple[int, str] | None:
     """``(size, checksum)`` of ``{"size": int >= 0, "checksum": non-empty str}``."""
     size = entry.get("size") if isinstance(entry, dict) else None
     checksum = entry.get("checksum") if isinstance(entry, dict) else None
-    if not is_int(size) or size < 0 or not isinstance(checksum, str) or not checksum:
+    if not is_int(size) or not 0 <= size <= JSON_INT_MAX:
+        return None
+    if not isinstance(checksum, str) or not checksum:
         return None
     return size, checksum

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accel._fs import require_regular
 from accel.errors import AccelError, IntegrityError
 from accel.store._hashing import FileDigest
 from accel.store._tensorfile import read_tree, write_tree
@@ -59,9 +60,11 @@ class PayloadMissing(IntegrityError):
 
 def verify_size(path: Path, expected: FileDigest) -> None:
     try:
-        size = os.lstat(path).st_size
+        st = os.lstat(path)
     except FileNotFoundError:
         raise PayloadMissing(f"{path} is missing; the checkpoint or entry is damaged") from None
+    require_regular(st, path)  # a FIFO or device: refused before its size says anything
+    size = st.st_size
     if size != expected.size:
         raise IntegrityError(
             f"{path} has {size} bytes, its manifest says {expected.size}; it is damaged "

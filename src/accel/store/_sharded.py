@@ -6,9 +6,19 @@ lists them in the manifest. On load, the ranks share the verification of every f
 before DCP reads any of them.
 
 DCP itself unpickles ``.metadata`` with ``pickle.load`` and non-tensor values with
-``torch.load(weights_only=False)``. accel checks both first: the metadata with an
-unpickler that only knows DCP's metadata classes, the values with ``weights_only=True``.
-Anything else is refused before DCP unpickles it.
+``torch.load(weights_only=False)``. accel never lets it: the metadata is read once and
+checked by :mod:`accel.store._dcp_meta`, and DCP's reader is handed that checked object
+(it never opens ``.metadata``); the values are checked with ``weights_only=True``
+before DCP unpickles them. The shard files DCP opens after the verification are opened
+only as the manifest lists them (no link, no FIFO, the recorded size). Every failure
+inside DCP (its ``CheckpointException`` is a ``BaseException``) comes out as one
+:class:`IntegrityError` line.
+
+Relied on in DCP, the same in torch 2.6-2.15: the loader takes its metadata from the
+storage reader's ``read_metadata()`` (public API); ``FileSystemReader`` opens every
+file through ``self.fs.create_stream(path, "rb")`` with ``self.fs`` set in
+``__init__``. ``tests/store/test_sharded.py`` proves both on the installed torch (a
+swapped ``.metadata`` never unpickled, a FIFO swapped in for a shard refused).
 """
 
 from __future__ import annotations
@@ -16,59 +26,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
-import pickle
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from accel._fs import DamagedFile
 from accel.errors import IntegrityError
+from accel.store._dcp_meta import FOLDER, METADATA, open_verified, read_metadata
 from accel.store._dist import DistContext
 from accel.store._hashing import FileDigest, hash_file
 
-FOLDER = "sharded"
-_METADATA_CLASSES_FROM = ("torch.distributed.checkpoint.metadata",)
-_ALSO_ALLOWED = {
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch.serialization", "_get_layout"),
-    ("torch", "Size"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("pathlib", "PureWindowsPath"),
-    ("collections", "OrderedDict"),
-    ("builtins", "set"),
-    ("builtins", "frozenset"),
-}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        import importlib
-
-        import torch
-
-        if (module, name) in _ALSO_ALLOWED:
-            return super().find_class(module, name)
-        if module == "torch" and isinstance(
-            getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format)
-        ):
-            return getattr(torch, name)
-        if module in _METADATA_CLASSES_FROM:
-            obj = getattr(importlib.import_module(module), name, None)
-            if isinstance(obj, type) and obj.__module__ == module:
-                return obj
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of DCP metadata")
-
-
-def check_metadata(path: Path) -> None:
-    """Refuse a ``.metadata`` file that names anything but DCP's metadata classes."""
-    try:
-        _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
-    except Exception as exc:  # noqa: BLE001 - any failure means: do not unpickle it
-        raise IntegrityError(
-            f"{path} was refused: it is not plain DCP metadata ({exc}); delete the checkpoint"
-        ) from None
+__all__ = ["FOLDER", "load", "read_metadata", "save", "verify_share"]
 
 
 @contextlib.contextmanager
@@ -122,6 +91,8 @@ def verify_share(step_dir: Path, files: Mapping[str, FileDigest], ctx: DistConte
     for name in names[ctx.rank :: ctx.world_size]:
         try:
             checksum, size = hash_file(step_dir / name, follow_links=False)
+        except DamagedFile as exc:  # a FIFO, a link: this rank's problem, told to all
+            return str(exc)
         except OSError as exc:
             return f"{step_dir / name} cannot be read ({exc.strerror})"
         if (size, checksum) != (files[name].size, files[name].checksum):
@@ -129,8 +100,12 @@ def verify_share(step_dir: Path, files: Mapping[str, FileDigest], ctx: DistConte
     return None
 
 
-def load(target: Any, folder: Path, ctx: DistContext) -> None:
-    """``dcp.load`` into ``target`` in place (a collective), refusing unsafe pickles."""
+def load(
+    target: Any, folder: Path, metadata: Any, files: Mapping[str, FileDigest], ctx: DistContext
+) -> None:
+    """``dcp.load`` into ``target`` in place (a collective), from ``metadata`` as
+    :func:`read_metadata` checked it against the manifest's ``files``, refusing unsafe
+    pickles; IntegrityError for any failure inside DCP."""
     import torch
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -138,17 +113,19 @@ def load(target: Any, folder: Path, ctx: DistContext) -> None:
 
     refused: list[str] = []
 
-    class SafeReader(FileSystemReader):
+    class CheckedReader(FileSystemReader):
+        """Hands DCP the checked metadata: ``.metadata`` is never opened again; the shard
+        files DCP opens are checked again (see :func:`_shard_files`)."""
+
+        def __init__(self) -> None:
+            super().__init__(str(folder))
+            self.fs = _shard_files(folder, files)
+
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-            rank = kwargs.get("rank")
-            path = folder / (".metadata" if rank is None else f"__{rank}.metadata")
-            if path.exists():  # a missing one is DCP's to report (it probes per-rank files)
-                try:
-                    check_metadata(path)
-                except IntegrityError as exc:
-                    refused.append(str(exc))
-                    raise
-            return super().read_metadata(*args, **kwargs)
+            if kwargs.get("rank") is not None:  # per-rank metadata: accel writes none
+                raise FileNotFoundError(f"{folder} has only the global {METADATA}")
+            _stamp(metadata, getattr(self, "load_id", None))
+            return metadata
 
     class SafePlanner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
@@ -167,13 +144,70 @@ def load(target: Any, folder: Path, ctx: DistContext) -> None:
         with _quiet(ctx):
             dcp_load(
                 target,
-                storage_reader=SafeReader(str(folder)),
+                storage_reader=CheckedReader(),
                 planner=SafePlanner(),
                 process_group=ctx.group,
                 **_single_process(dcp_load, ctx),
             )
-    except BaseException:
+    except (Exception, _checkpoint_exception()) as exc:  # noqa: BLE001 - one accel line
         # DCP wraps each rank's failure in CheckpointException, a BaseException.
-        if refused:
-            raise IntegrityError(refused[0]) from None
-        raise
+        inner = _first_failure(exc)
+        if not isinstance(inner, Exception):
+            raise inner from None  # an interrupt stays one
+        if refused or isinstance(inner, IntegrityError):
+            raise IntegrityError(refused[0] if refused else str(inner)) from None
+        raise IntegrityError(_failure(folder, inner)) from None
+
+
+def _shard_files(folder: Path, files: Mapping[str, FileDigest]) -> Any:
+    """DCP's file system for reading, opening only what was verified: a file of
+    ``folder`` the manifest lists, never through a link, never blocking (a FIFO swapped
+    in after the verification), a regular file of the size recorded."""
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class ShardFiles(FileSystem):  # type: ignore[misc]
+        @contextlib.contextmanager
+        def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+            path = Path(path)
+            digest = files.get(f"{FOLDER}/{path.name}") if path.parent == folder else None
+            if mode != "rb" or digest is None:
+                raise IntegrityError(f"{path} is not a file of {folder} that accel verified")
+            with open_verified(path, digest) as stream:
+                yield stream
+
+    return ShardFiles()
+
+
+def _stamp(metadata: Any, load_id: Any) -> None:
+    """What DCP's own ``read_metadata`` adds: this load's id (2.6-2.15 alike)."""
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    if getattr(metadata, "storage_meta", None) is None:
+        metadata.storage_meta = StorageMeta()
+    metadata.storage_meta.load_id = load_id
+
+
+def _checkpoint_exception() -> type[BaseException]:
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return CheckpointException
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first rank's own exception in DCP's wrapper (``exc`` itself when unwrapped)."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        wrapped = failures[min(failures)]
+        inner = wrapped[0] if isinstance(wrapped, tuple) and wrapped else wrapped
+        if isinstance(inner, BaseException):
+            return inner
+    return exc
+
+
+def _failure(folder: Path, exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return (
+        f"{folder} could not be loaded ({detail}): load it into a state shaped as it was "
+        "saved (`accel checkpoints show` lists it), or delete the checkpoint if it is damaged"
+    )

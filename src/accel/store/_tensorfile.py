@@ -23,7 +23,6 @@ are views of the mapping: no copy, and the checksum is the only pass over the da
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import math
 import mmap
@@ -36,6 +35,7 @@ from typing import Any
 
 import xxhash
 
+from accel._fs import open_regular
 from accel.errors import IntegrityError, UsageError
 from accel.store import _staging
 from accel.store._hashing import ALGORITHM
@@ -230,12 +230,10 @@ def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, st
     """
     if size < 16:
         raise _bad(path, "it is too short to be a tensor file")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a link is never a payload: it could lead anywhere
-            raise _bad(path, "it is a symbolic link") from None
-        raise
+    # A link is never a payload (it could lead anywhere), a FIFO or device never one either
+    # (mapping or reading it would wait or never end); the size is the one recorded, so
+    # the mapping never reaches past the file's end.
+    fd = open_regular(path, size=size)
     with os.fdopen(fd, "rb") as fh:
         try:
             mapped = mmap.mmap(

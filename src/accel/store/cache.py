@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import secrets
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from accel import _faults
-from accel._fs import fsync_dir, remove_tree
+from accel._fs import fsync_dir, parse_json, remove_tree
 from accel._locks import locked
 from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, StorageError, UsageError, storage_error
@@ -209,7 +208,9 @@ class Cache:
         if meta.kind == "file":
             return payload, verify_file(payload, meta)
         data = read_plain(payload, meta.digest)
-        return (json.loads(data) if meta.kind == "json" else data), None
+        # Checksummed, yet maybe pulled: bounded in depth (any number: the values are the user's).
+        value = parse_json(data, payload, strict=False) if meta.kind == "json" else data
+        return value, None
 
     def _touch(self, entry: Path, read: CacheMeta, stamp: Stamp | None) -> None:
         try:

@@ -209,7 +209,11 @@ class Checkpoints:
             raise IntegrityError(f"{problem}: load another checkpoint or delete this one")
         if not any(name.startswith(f"{_sharded.FOLDER}/") for name in files):
             raise UsageError(f"{found.path} holds no sharded state")
-        _sharded.load(target, found.path / _sharded.FOLDER, ctx)
+        folder = found.path / _sharded.FOLDER
+        # Every rank reads and checks the metadata; one rank's refusal is every rank's.
+        metadata, error = attempt(ctx, lambda: _sharded.read_metadata(folder, files))
+        collect((metadata, next((e for e in ctx.all_gather(error) if e), None)))
+        _sharded.load(target, folder, metadata, files, ctx)
         return found.manifest.step
 
     def _resolve(self, step: int | None, series: str | None) -> Found:

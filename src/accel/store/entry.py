@@ -24,7 +24,6 @@ never returned and never deleted. Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import time
@@ -32,11 +31,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from accel import _faults
-from accel._fs import atomic_write_json, remove_tree
+from accel._fs import JSON_INT_MAX, atomic_write_json, read_json, remove_tree
 from accel.errors import IntegrityError
 from accel.layout import CACHE_META, ENTRY_SUFFIX, OWNER_MARKER, VERSION_RE, detach, is_owned
 from accel.store._hashing import FileDigest
 from accel.store._records import (
+    MAX_SECONDS,
     Invalid,
     digest_fields,
     is_int,
@@ -60,7 +60,7 @@ FORMAT = 1
 KINDS = frozenset({"json", "bytes", "tensors", "file"})
 PAYLOAD_NAMES = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
 RESERVED = frozenset({CACHE_META, OWNER_MARKER})
-_MAX_BYTES = 1 << 20
+META_MAX_BYTES = 1 << 20
 _PAYLOAD_RE = re.compile(r"(?:v[0-9a-f]{16}/)?[^/\\\x00]+")
 _NOT_A_NAME = frozenset({".", "..", CACHE_META, OWNER_MARKER})
 _NUMBERS = (int, float)
@@ -127,17 +127,9 @@ def read_cache_meta(entry: Path, key: str | None = None) -> CacheMeta:
     """
     path = entry / CACHE_META
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        data = read_json(path, limit=META_MAX_BYTES)  # a FIFO, a device, a deep nest: refused
     except FileNotFoundError:
         raise MetaMissing(f"{entry} has no {CACHE_META}") from None
-    except OSError as exc:
-        raise IntegrityError(f"{path} cannot be read ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(_MAX_BYTES)
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise IntegrityError(f"{path} is not valid JSON ({exc})") from None
     return parse_cache_meta(data, str(path), key)
 
 
@@ -172,13 +164,13 @@ def _parse_fast(data: Any, key: str | None) -> CacheMeta | None:
         and (key is None or found == key)
         and kind in KINDS
         and type(size) is int
-        and size >= 0
+        and 0 <= size <= JSON_INT_MAX
         and type(checksum) is str
         and checksum != ""
         and type(created) in _NUMBERS
         and type(used) in _NUMBERS
-        and created - created == 0  # finite: inf - inf and nan - nan are nan
-        and used - used == 0
+        and 0 <= created <= MAX_SECONDS  # false for nan, inf and 1e308 alike
+        and 0 <= used <= MAX_SECONDS
         and (run_id is None or type(run_id) is str)
         and type(payload) is str
         and _PAYLOAD_RE.fullmatch(payload) is not None

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from accel._fs import atomic_write
+from accel._fs import JSON_DEPTH, atomic_write, json_depth, parse_json, read_regular
 from accel._locks import locked
 from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
@@ -33,6 +33,7 @@ __all__ = ["Store", "decode_state", "encode_state"]
 MAGIC = b"accel-state"
 FORMAT = 1
 _MISSING: Any = object()
+_MAX_BYTES = 1 << 30  # small run state: a store this large is not one
 # Updates hold the lock for about a millisecond: waiters that poll every 50 ms (the
 # default) leave it idle most of the time. Measured with 4 processes: 1.7x updates/s.
 _POLL = 0.001
@@ -40,6 +41,8 @@ _POLL = 0.001
 
 def encode_state(data: dict[str, Any]) -> bytes:
     body = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    if json_depth(body) > JSON_DEPTH:  # what the reader would refuse is never written
+        raise UsageError(f"the store holds values nested at most {JSON_DEPTH - 1} levels deep")
     header = f"{MAGIC.decode()} {FORMAT} {zlib.crc32(body):08x} {len(body)}\n".encode()
     return header + body
 
@@ -59,7 +62,10 @@ def decode_state(raw: bytes, source: Path) -> dict[str, Any]:
         raise _corrupt(source, "its length does not match its header")
     if f"{zlib.crc32(body):08x}".encode() != parts[2]:
         raise _corrupt(source, "its checksum does not match")
-    data = json.loads(body)
+    try:
+        data = parse_json(body, source, strict=False)  # values are the user's: any number
+    except ValueError as exc:
+        raise _corrupt(source, str(exc).removeprefix(f"{source} ").split(";")[0]) from None
     if not isinstance(data, dict):
         raise _corrupt(source, "it does not hold an object")
     return data
@@ -95,7 +101,7 @@ class Store:
     def read(self) -> dict[str, Any]:
         """A snapshot of the whole store."""
         try:
-            raw = self.path.read_bytes()
+            raw = read_regular(self.path, _MAX_BYTES)  # never a FIFO, device or link
         except FileNotFoundError:
             return {}
         return decode_state(raw, self.path)

@@ -8,23 +8,26 @@
 
 A checkpoint is exactly what :func:`read_manifest` accepts; the store, clean, sync,
 status and env all ask it. A manifest that is not JSON, lacks a field, has a field of
-the wrong type, lists a file outside its folder, records another step than its folder's
-name or has a newer ``format`` is refused with :class:`~accel.errors.IntegrityError`
-naming the problem: that folder is no checkpoint (reported, never loaded, never
-deleted), and the rest of its series is unaffected. Nothing here imports torch.
+the wrong type, lists a file that is not one of accel's (:data:`FILE_NAME`), records
+another step than its folder's name or has a newer ``format`` is refused with
+:class:`~accel.errors.IntegrityError` naming the problem: that folder is no checkpoint
+(reported, never loaded, never deleted), and the rest of its series is unaffected.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accel._fs import read_json
 from accel.errors import IntegrityError
-from accel.layout import ASIDE_RE, MANIFEST, OWNER_MARKER, STAGE_RE, STEP_RE
+from accel.layout import ASIDE_RE, MANIFEST, STAGE_RE, STEP_RE
 from accel.store._hashing import FileDigest
 from accel.store._records import (
     Invalid,
@@ -36,6 +39,7 @@ from accel.store._records import (
 )
 
 __all__ = [
+    "FILE_NAME",
     "FORMAT",
     "MAX_STEP",
     "Manifest",
@@ -49,6 +53,14 @@ __all__ = [
 FORMAT = 1
 MAX_STEP = 10**12 - 1
 _MAX_BYTES = 64 << 20  # a manifest lists files: anything this large is not one
+_N = "(?:0|[1-9][0-9]{0,8})"  # a rank or a file count, as accel and DCP write them
+# The only files a checkpoint may hold (an allowlist; the names are free text in a
+# pulled manifest): the replicated state, each rank's state, and what DCP writes into
+# sharded/ (its metadata and one or more __<rank>_<n>.distcp per rank). A manifest
+# listing anything else is no checkpoint: store, verify, clean and sync all refuse it.
+FILE_NAME = re.compile(
+    rf"state\.tensors|rank-{_N}\.tensors|sharded/\.metadata|sharded/__{_N}_{_N}\.distcp"
+)
 
 
 class ManifestMissing(IntegrityError):
@@ -103,25 +115,10 @@ def read_manifest(folder: Path, name: str | None = None) -> Manifest:
     if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
         raise IntegrityError(f"{folder} is not a folder of its own (a link or a file)")
     try:
-        raw = _read_plain(path)
+        data = read_json(path, limit=_MAX_BYTES)  # a FIFO, a device, a deep nest: refused
     except FileNotFoundError:
         raise ManifestMissing(f"{folder} has no {MANIFEST}") from None
-    except OSError as exc:
-        raise IntegrityError(f"{path} cannot be read ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise IntegrityError(f"{path} is not valid JSON ({exc})") from None
     return parse_manifest(data, str(path), step)
-
-
-def _read_plain(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(_MAX_BYTES + 1)
-    if len(data) > _MAX_BYTES:
-        raise IntegrityError(f"{path} is larger than any manifest ({_MAX_BYTES} bytes)")
-    return data
 
 
 def parse_manifest(data: Any, where: str, step: int | None = None) -> Manifest:
@@ -191,11 +188,9 @@ def _name_problem(name: Any) -> str | None:
     """Why ``name`` cannot be a file of a checkpoint folder, or None."""
     if not isinstance(name, str) or not name:
         return "is not a file name"
-    if name.startswith("/") or "\\" in name or "\0" in name:
-        return "is not a relative path"
-    parts = name.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return "leads outside its folder"
-    if name in (MANIFEST, OWNER_MARKER):
-        return "is accel's own"
+    if FILE_NAME.fullmatch(name) is None:
+        return (
+            "is not a file accel writes (state.tensors, rank-N.tensors, "
+            "sharded/.metadata, sharded/__N_M.distcp)"
+        )
     return None

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from accel._fs import open_regular
 from accel.errors import IntegrityError
 
 DEFAULT_ALGORITHM = "xxh3_64"
@@ -77,10 +78,11 @@ def format_checksum(algorithm: str, hasher: Hasher) -> str:
 
 
 def hash_file(path: Path, algorithm: str = DEFAULT_ALGORITHM) -> tuple[str, int]:
-    """(checksum, size) of the file at ``path``."""
+    """(checksum, size) of the regular file at ``path``: a FIFO, device or link is
+    :class:`accel._fs.DamagedFile` (a ``ValueError``), never waited on."""
     hasher = new_hasher(algorithm)
     size = 0
-    with open(path, "rb", buffering=0) as fh:
+    with os.fdopen(open_regular(path), "rb", buffering=0) as fh:
         # A buffer the size of the file, up to CHUNK: zeroing 8 MiB per small log costs more
         # than hashing it.
         buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size + 1)))

@@ -1,21 +1,23 @@
-"""A pulled config: written aside, applied only when asked, and then with its difference.
+"""A pulled config: written aside, applied only when asked, and then only what it may carry.
 
 ``sync pull`` never replaces ``config/accelerate_config.yaml``: the remote's config goes
-to ``config/accelerate_config.pulled.yaml`` once it is a valid config that sets no
-variable choosing the code workers run (:func:`accel.sync._trust.config_refusal`).
-``sync pull --apply-config`` checks it again, keeps the local value of every
-``launch.env`` variable the remote shows as ``***`` (a push never uploads secrets),
-shows the difference (redacted) and writes it in place atomically.
+to ``config/accelerate_config.pulled.yaml`` once it is a valid config. ``sync pull
+--apply-config`` reads it once, checks it again and takes from it only the keys of the
+allowlist :data:`accel.sync._trust.CONFIG_CARRIED` (numbers, switches, fixed choices);
+every other key (``launch.env``, ``launch.preload*``, endpoints, paths) keeps its local
+value and is listed with the reason. The difference is shown (redacted) and written in
+place atomically, after the local config is found unchanged since it was shown.
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel._redact import REDACTED, redact_text
-from accel.errors import ConfigError, IntegrityError
+from accel._redact import redact_text
+from accel.errors import ConfigError, IntegrityError, UsageError
 from accel.layout import CONFIG_LOCK
 
 if TYPE_CHECKING:
@@ -35,69 +37,117 @@ def pulled_aside(ws: Workspace) -> Path | None:
 
 
 def checked(text: str, source: str) -> dict[str, Any]:
-    """The flat values of a pulled config; IntegrityError when it may not be used."""
+    """The flat values of a pulled config; IntegrityError when it is not a valid config."""
     from accel.config.resolve import validate_document
     from accel.config.yamlio import load_yaml_text
-    from accel.sync._trust import config_refusal
 
     try:
         values, _ = validate_document(load_yaml_text(text, source), source)
     except ConfigError as exc:
         raise IntegrityError(f"the remote's config is not valid ({exc}); refused") from None
-    reason = config_refusal(values)
-    if reason is not None:
-        raise IntegrityError(f"the remote's config was refused: {reason}")
     return values
 
 
-def apply_pulled(ws: Workspace) -> list[str] | None:
-    """Apply the config pulled aside; the difference shown (redacted), None when none."""
+@dataclass(frozen=True)
+class ConfigChange:
+    """What ``--apply-config`` would do: the local text before and after, the flat values
+    after, and each key of the remote's left out with the reason."""
+
+    pulled: str
+    before: str
+    after: str
+    values: dict[str, Any]
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.after == self.before
+
+    def diff(self, name: str) -> list[str]:
+        """The change as ``diff -u`` shows it, redacted (an empty list: no change)."""
+        lines = difflib.unified_diff(
+            redact_text(self.before).splitlines(),
+            redact_text(self.after).splitlines(),
+            f"{name} (local)",
+            f"{name} (remote)",
+            lineterm="",
+        )
+        return list(lines)
+
+
+def plan_pulled(ws: Workspace) -> ConfigChange | None:
+    """What applying the config pulled aside would change; None when there is none."""
+    aside = pulled_aside(ws)
+    if aside is None:
+        return None
+    local = _local_text(ws)
+    return merge(aside.read_text(encoding="utf-8"), str(aside), local, str(ws.config_file))
+
+
+def apply_pulled(ws: Workspace, change: ConfigChange) -> None:
+    """Write ``change`` (from :func:`plan_pulled`) and remove the config pulled aside;
+    UsageError, nothing written, when either file changed since it was planned."""
     from accel._locks import locked
     from accel.config.edit import rewrite
-    from accel.config.resolve import read_layer
 
     aside = pulled_path(ws)
-    if not aside.is_file():
-        return None
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
-        pulled = aside.read_text(encoding="utf-8")
-        values = checked(pulled, str(aside))
-        local = read_layer("project", ws.config_file)
-        current = ws.config_file.read_text(encoding="utf-8") if local else ""
-        text, values = _keep_local_secrets(pulled, values, dict(local.values) if local else {})
-        rewrite(ws.config_file, current, text, values)  # validated, atomic
+        now = aside.read_text(encoding="utf-8") if aside.is_file() else None
+        if now != change.pulled or _local_text(ws) != change.before:
+            raise UsageError(
+                f"{ws.config_file} or {aside} changed since the difference was shown; "
+                "nothing applied: run the command again"
+            )
+        if not change.empty:
+            rewrite(ws.config_file, change.before, change.after, change.values)  # validated
         aside.unlink()
-    return _diff(current, ws.config_file.read_text(encoding="utf-8"), str(ws.config_file))
 
 
-def _keep_local_secrets(
-    text: str, values: dict[str, Any], local: dict[str, Any]
-) -> tuple[str, dict[str, Any]]:
-    """``launch.env`` values the remote shows as ``***`` take the local value (or go)."""
+def merge(pulled: str, source: str, local: str, local_source: str) -> ConfigChange:
+    """The local config text with the carried keys of ``pulled`` set (or unset, where the
+    remote leaves them out); every other key keeps its local value."""
+    from accel.config import edit, schema
+    from accel.sync._trust import config_left_out
+
+    remote = checked(pulled, source)
+    mine = _values(local, local_source) if local else {}
+    text = local or f"version: {schema.SCHEMA_VERSION}\n"
+    values = dict(mine)
+    left_out = []
+    for key in sorted(set(remote) | set(mine)):
+        reason = config_left_out(key)
+        if reason is not None:
+            if key in remote and remote[key] != mine.get(key, schema.BY_KEY[key].default):
+                left_out.append((key, reason))
+        elif key not in remote:
+            text, _ = edit.unset_in_text(text, key), values.pop(key)
+        elif remote[key] != mine.get(key, _MISSING):
+            rendered = edit.render_value(schema.BY_KEY[key], remote[key], _typed(key, remote[key]))
+            text = edit.set_in_text(text, key, rendered)
+            values[key] = remote[key]
+    if values == mine:
+        return ConfigChange(pulled, local, local, values, left_out)
+    after = edit.checked(Path(local_source), text, values)  # what will be written, validated
+    return ConfigChange(pulled, local, after, values, left_out)
+
+
+_MISSING = object()
+
+
+def _typed(key: str, value: Any) -> str | None:
+    """A size or duration as a person writes it (``10s``, ``10MiB``)."""
     from accel.config import schema
-    from accel.config.edit import render_value, set_in_text, unset_in_text
 
-    env = values.get("launch.env") or {}
-    if REDACTED not in env.values():
-        return text, values
-    mine = local.get("launch.env") or {}
-    merged = {
-        k: mine[k] if v == REDACTED else v for k, v in env.items() if v != REDACTED or k in mine
-    }
-    values = {k: v for k, v in values.items() if k != "launch.env"}
-    if not merged:
-        return unset_in_text(text, "launch.env"), values
-    values["launch.env"] = merged
-    rendered = render_value(schema.field("launch.env"), merged)
-    return set_in_text(text, "launch.env", rendered), values
+    return None if value is None else schema.display(key, value)
 
 
-def _diff(before: str, after: str, name: str) -> list[str]:
-    lines = difflib.unified_diff(
-        redact_text(before).splitlines(),
-        redact_text(after).splitlines(),
-        f"{name} (local)",
-        f"{name} (remote)",
-        lineterm="",
-    )
-    return list(lines)
+def _local_text(ws: Workspace) -> str:
+    path = ws.config_file
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def _values(text: str, source: str) -> dict[str, Any]:
+    from accel.config.resolve import validate_document
+    from accel.config.yamlio import load_yaml_text
+
+    return validate_document(load_yaml_text(text, source), source)[0]

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accel.layout import RUN_FILE_RE, RUN_RECORD
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, LocalFile, Skipped
 from accel.sync._paths import CONFIG_REL, MARKERS, is_debris
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 _BARE_REDACTED = re.compile(r"^([^#\n]*:[ \t]*)\*\*\*(?=[ \t]*(#.*)?$)", re.MULTILINE)
 MANIFEST = "manifest.json"
-RUN_RECORD = "run.json"
 CONFIG_NAME = CONFIG_REL.rsplit("/", 1)[-1]
 
 
@@ -123,15 +123,16 @@ def checkpoint_files(step_dir: Path, unit: str) -> Iterator[LocalFile | Skipped]
     for name, digest in sorted(manifest.files.items()):
         entry = FileEntry(digest.size, digest.checksum)
         path = step_dir / name
-        if is_debris(name) or "/" in name or _size(path) != entry.size:
+        linked = path.parent != step_dir and path.parent.is_symlink()  # sharded/ a link
+        if is_debris(name) or linked or _size(path) != entry.size:
             yield Skipped(unit, f"{name} is missing or differs from its manifest")
             return
         rel = f"{unit}/{name}"
         found.append(LocalFile(rel, path, entry.size, entry.checksum, unit, CHECKPOINT))
     try:
         checksum, size = hash_file(step_dir / MANIFEST)
-    except OSError:
-        yield Skipped(unit, "deleted while it was read")
+    except (OSError, ValueError):
+        yield Skipped(unit, "deleted or replaced while it was read")
         return
     yield from found
     yield LocalFile(f"{unit}/{MANIFEST}", step_dir / MANIFEST, size, checksum, unit, CHECKPOINT)
@@ -162,7 +163,12 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
         if is_live(ws.layout, run.name):
             yield Skipped(unit, "live run")
             continue
-        yield from _tree(Path(run.path), unit, RUN)
+        for item in _tree(Path(run.path), unit, RUN):
+            # The pull's allowlist, applied here too: a user's notebook in a run folder
+            # stays local instead of going up to be refused by every pull.
+            if isinstance(item, LocalFile) and not RUN_FILE_RE.fullmatch(item.rel[len(unit) + 1 :]):
+                item = Skipped(item.rel, "not a file accel writes in a run folder; kept local")
+            yield item
 
 
 def _cache(ws: Workspace) -> Iterator[LocalFile | Skipped]:

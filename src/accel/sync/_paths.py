@@ -40,11 +40,19 @@ def split(rel: str) -> list[str]:
         not rel
         or "\\" in rel
         or "\0" in rel
-        or any(p in ("", ".", "..") or is_debris(p) for p in parts)
+        or any(p in ("", ".", "..") for p in parts)
+        or (any(is_debris(p) for p in parts) and not is_checkpoint_file(parts))
     )
     if bad:
         raise IntegrityError(f"the remote index lists an unsafe path {rel!r}; refusing it")
     return parts
+
+
+def is_checkpoint_file(parts: list[str]) -> bool:
+    """A name a manifest may list (DCP's ``sharded/.metadata`` is hidden, not debris)."""
+    from accel.store.manifest import FILE_NAME
+
+    return parts[0] == "checkpoints" and FILE_NAME.fullmatch("/".join(parts[3:])) is not None
 
 
 def kind_of(rel: str) -> str:

@@ -16,7 +16,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -260,8 +260,11 @@ def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) ->
         import fsspec
     except ImportError:
         raise UsageError("remote sync needs fsspec: pip install 'accel[sync]'") from None
-    protocol = url.split("://", 1)[0] if "://" in url else "file"
     shown = redact_url(url)
+    problem = url_problem(url, fsspec.available_protocols())
+    if problem is not None:
+        raise UsageError(f"{shown!r}: {problem}" if url else problem)
+    protocol = url.split("://", 1)[0].lower()
     try:
         fs, root = fsspec.core.url_to_fs(url, **storage_options_for(protocol, options, env))
     except ImportError:
@@ -272,6 +275,39 @@ def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) ->
     except TypeError as exc:
         raise UsageError(f"{shown}: bad --storage-option ({_first_line(exc)})") from None
     return Remote(fs, root, url)
+
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
+_LOCAL = ("file", "local")
+_FORMS = "file:///absolute/path or s3://bucket/prefix (any fsspec protocol)"
+
+
+def url_problem(url: str, protocols: Collection[str]) -> str | None:
+    """What is wrong with a remote URL, or None. The forms accepted (an allowlist):
+    ``file:///absolute/path``, and ``<protocol>://<bucket or host>/...`` for a protocol
+    fsspec knows. Not a bare path, not ``file://`` with a host or a relative path (which
+    fsspec reads as a folder under the current one), not a chained ``a::b`` URL."""
+    if not url.strip():
+        return f"the remote URL is empty: write {_FORMS}"
+    if not url.isprintable():
+        return f"a remote URL has no control characters: write {_FORMS}"
+    if "::" in url:
+        return f"chained fsspec URLs (a::b) are not accepted: write {_FORMS}"
+    match = _URL.fullmatch(url)
+    if match is None:
+        hint = f"file://{url}" if url.startswith("/") else _FORMS
+        return f"not a URL: write {hint}"
+    protocol, rest = match.group(1).lower(), match.group(2)
+    if protocol in _LOCAL:
+        if not rest.startswith("/"):
+            what = "no folder" if not rest else f"the host {rest.split('/')[0]!r}, not a folder"
+            return f"a {protocol}:// URL names {what}: write file:///absolute/path (three slashes)"
+        return None
+    if protocol not in protocols:
+        return f"{protocol}:// is not a protocol fsspec knows: write {_FORMS}"
+    if not rest.split("/", 1)[0]:
+        return f"a {protocol}:// URL names no bucket or host: write {protocol}://bucket/prefix"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -150,7 +150,7 @@ def _with_checksums(files: list[LocalFile], index: dict[str, FileEntry]) -> list
     out = []
     for f in files:
         if f.rel in wanted:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):  # gone, or not a regular file
                 checksum, size = hash_file(f.path)
                 f = LocalFile(f.rel, f.path, size, checksum, f.unit, f.kind)
         out.append(f)
@@ -228,7 +228,7 @@ def _file_here(path: Path, remote: FileEntry) -> FileEntry | None:
         return FileEntry(size, "")
     try:
         checksum, size = hash_file(path)
-    except OSError:
+    except (OSError, ValueError):  # gone, or not a regular file: not the remote's file
         return None
     return FileEntry(size, checksum)
 

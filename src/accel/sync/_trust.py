@@ -3,15 +3,15 @@
 Everything read from a remote is data, never code and never a path out of the
 workspace. A pull writes only
 
-- ``checkpoints/<series>/step-<12 digits>/<name>``: the files of a checkpoint (its
-  manifest says which, and is verified after download);
+- ``checkpoints/<series>/step-<12 digits>/<name>``: the files of a checkpoint, by the
+  names a manifest may list (:data:`accel.store.manifest.FILE_NAME`, ``sharded/`` DCP
+  files included) and the manifest itself, which is verified after download;
 - ``logs/runs/<run-id>/<known name>``: a run record and the logs accel writes
-  (:data:`RUN_FILES`);
+  (:data:`accel.layout.RUN_FILE_RE`);
 - ``cache/entries/.../<key>.entry/<name>``: a cache entry (its ``meta.json`` is verified
   after download);
-- ``config/accelerate_config.yaml``: written *aside*, never over the local config, and
-  refused when it sets a variable that changes what code runs (:data:`CODE_ENV`) or
-  moves the workspace (``workspace.path``).
+- ``config/accelerate_config.yaml``: written *aside*, never over the local config; applied
+  only when asked, and then only the keys of :data:`CONFIG_CARRIED` (an allowlist).
 
 Anything else the remote lists (a ``sitecustomize.py`` in a run folder, framework caches
 holding compiled kernels, ``state.bin``) is refused and listed. Pure: no IO here.
@@ -21,63 +21,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
+from accel.layout import RUN_FILE_RE
 from accel.sync._model import FileEntry, Skipped
-from accel.sync._paths import CONFIG_REL, split
+from accel.sync._paths import CONFIG_REL, is_checkpoint_file, split
 
 STEP = re.compile(r"step-[0-9]{12}")
 SERIES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{1,32}")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
-_RANK = r"rank-[0-9]{1,6}"
-RUN_FILES = re.compile(
-    rf"run\.json|{_RANK}\.log|{_RANK}\.log\.idx|metrics\.jsonl|resources\.jsonl|workers\.json"
-    rf"|stacks/{_RANK}\.txt|heartbeats/{_RANK}"
-    rf"|tensorboard/{_RANK}/events\.out\.tfevents\.[A-Za-z0-9._-]{{1,200}}"
-)
-# Variables that choose the code a worker runs (interpreter paths, preloaded libraries,
-# compilers, caches of compiled or downloaded code): never taken from a remote's config.
-CODE_ENV = frozenset(
-    {
-        "PATH",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PYTHONHOME",
-        "PYTHONUSERBASE",
-        "PYTHONEXECUTABLE",
-        "PYTHONWARNINGS",
-        "PYTHONBREAKPOINT",
-        "PYTHONPYCACHEPREFIX",
-        "PYTHONPLATLIBDIR",
-        "BASH_ENV",
-        "ENV",
-        "PERL5LIB",
-        "PERL5OPT",
-        "RUBYLIB",
-        "RUBYOPT",
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "GCONV_PATH",
-        "CC",
-        "CXX",
-        "CPP",
-        "LDSHARED",
-        "CFLAGS",
-        "CXXFLAGS",
-        "LDFLAGS",
-        "CPATH",
-        "LIBRARY_PATH",
-        "TORCHINDUCTOR_CACHE_DIR",
-        "TRITON_CACHE_DIR",
-        "TORCH_EXTENSIONS_DIR",
-        "CUDA_CACHE_PATH",
-        "TORCH_HOME",
-        "HF_HOME",
-        "HF_MODULES_CACHE",
-    }
-)
-CODE_ENV_PREFIXES = ("LD_", "DYLD_")
 
 
 def screen(index: Mapping[str, FileEntry]) -> tuple[dict[str, FileEntry], list[Skipped]]:
@@ -114,11 +66,13 @@ def refusal(rel: str) -> str | None:
 
 
 def _checkpoint_file(parts: list[str]) -> str | None:
+    from accel.layout import MANIFEST
+
     ok = (
-        len(parts) == 4
+        len(parts) >= 4
         and SERIES.fullmatch(parts[1]) is not None
         and STEP.fullmatch(parts[2]) is not None
-        and PLAIN_NAME.fullmatch(parts[3]) is not None
+        and (parts[3:] == [MANIFEST] or is_checkpoint_file(parts))
     )
     return None if ok else "not a file of a checkpoint (checkpoints/<series>/step-N/<name>)"
 
@@ -126,7 +80,7 @@ def _checkpoint_file(parts: list[str]) -> str | None:
 def _run_file(parts: list[str]) -> str | None:
     if len(parts) < 4 or RUN_ID.fullmatch(parts[2]) is None:
         return "not in a run folder (logs/runs/<run-id>/)"
-    if RUN_FILES.fullmatch("/".join(parts[3:])) is None:
+    if RUN_FILE_RE.fullmatch("/".join(parts[3:])) is None:
         return "not a file accel writes in a run folder"
     return None
 
@@ -153,16 +107,61 @@ def cache_key(unit: str) -> str:
 
 # -- the config ------------------------------------------------------------------------------
 
+# The keys a pulled config may carry (``--apply-config``): how a run goes, as numbers,
+# switches and fixed choices that cannot name code, a module, a file, a host or a
+# credential. Every other key keeps its local value; the reason is in CONFIG_KEPT, and a
+# key new to the schema is in neither set and is left out until someone classifies it
+# (tests/sync/test_sync_trust.py::test_every_config_key_is_classified_for_a_pull).
+CONFIG_CARRIED = frozenset(
+    {
+        "launch.num_processes",
+        "launch.num_machines",
+        "launch.min_machines",
+        "launch.max_restarts",
+        "launch.mixed_precision",
+        "launch.use_cpu",
+        "launch.run_name",
+        "launch.fsdp",
+        "launch.fsdp_wrap",
+        "launch.fsdp_layer_classes",  # compared with the model's class names, never imported
+        "launch.fsdp_min_params",
+        "launch.fsdp_reshard_after_forward",
+        "launch.stop_grace_period",
+        "launch.hang_timeout",
+        "launch.hang_action",
+        "checkpoints.keep_last",
+        "checkpoints.async_save",
+        "checkpoints.collective_timeout",
+        "checkpoints.arrival_timeout",
+        "cache.max_size",
+        "logs.level",
+        "logs.rotate_max_bytes",
+        "logs.backup_count",
+        "logs.resource_interval",
+        "logs.on_nonfinite",
+        "store.lock_timeout",
+    }
+)
+_CODE = "it chooses the code workers run"
+CONFIG_KEPT: Mapping[str, str] = {
+    "launch.env": (
+        "environment variables choose code, endpoints and credentials "
+        "(OPENSSL_CONF, HF_ENDPOINT, HTTPS_PROXY, NCCL_NET_PLUGIN, ...)"
+    ),
+    "launch.preload": f"{_CODE} (a template process that imports modules)",
+    "launch.preload_modules": f"{_CODE} (modules imported before the script)",
+    "launch.dynamo_backend": f"{_CODE} (a torch.compile backend)",
+    "cache.framework_caches": "it chooses where frameworks load compiled and downloaded code",
+    "launch.rdzv_endpoint": "it chooses the host this machine connects to",
+    "launch.rdzv_id": "it names the job at the rendezvous host",
+    "launch.machine_rank": "it belongs to this machine",
+    "launch.gpu_ids": "it names this machine's devices",
+    "workspace.path": "it moves the workspace to a folder outside it",
+}
 
-def config_refusal(values: Mapping[str, Any]) -> str | None:
-    """Why a pulled config (validated, flat values) may not be used here, or None."""
-    env = values.get("launch.env") or {}
-    code = sorted(n for n in env if n in CODE_ENV or n.startswith(CODE_ENV_PREFIXES))
-    if code:
-        return (
-            f"its launch.env sets {', '.join(code)}, which choose the code workers run; "
-            "set them locally if you mean it"
-        )
-    if values.get("workspace.path"):
-        return "it sets workspace.path, a folder outside this workspace"
-    return None
+
+def config_left_out(key: str) -> str | None:
+    """Why a pulled config's ``key`` keeps its local value (None: the pull carries it)."""
+    if key in CONFIG_CARRIED:
+        return None
+    return CONFIG_KEPT.get(key, "it is not on the list of keys a pull may carry")

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel._fs import read_from
+from accel.layout import RESOURCES_FILE as RESOURCES_FILE  # re-exported
 from accel.telemetry._gpu import GpuStats
-
-RESOURCES_FILE = "resources.jsonl"
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def parse_lines(lines: Iterator[str] | list[str]) -> list[Sample]:
 def read_samples(path: Path) -> list[Sample]:
     """Every sample in ``path`` (a run's resources.jsonl); [] when there is none."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return parse_lines(list(fh))
-    except OSError:
+        text = read_from(path).decode("utf-8", errors="replace")
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         return []
+    return parse_lines(text.split("\n"))

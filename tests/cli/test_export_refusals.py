@@ -1,0 +1,124 @@
+"""`accel checkpoints export` on a full disk and onto what is not a file: one line each,
+nothing left behind, nothing replaced."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from accel_runner import cli
+
+from accel._fs import TMP_PREFIX
+from accel.workspace import Workspace
+
+
+@pytest.fixture
+def saved(ws: Workspace) -> Workspace:
+    torch.manual_seed(0)
+    ws.checkpoints.save({"model": torch.nn.Linear(64, 64).state_dict()}, 1)
+    return ws
+
+
+class _FullFile(io.FileIO):
+    """A file on a full disk: every write fails as the kernel's does."""
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """The export's writes fail with ENOSPC: torch's archive writer sees the failing
+    file; safetensors (whose writes are in Rust) fails as it does on a full tmpfs."""
+    if fmt == "pt":
+        from accel.admin import _writers
+
+        monkeypatch.setattr(_writers, "io", SimpleNamespace(FileIO=_FullFile))
+    else:
+        import safetensors.torch
+        from safetensors import SafetensorError
+
+        def save_file(tensors: Any, path: str, metadata: Any) -> None:
+            Path(path).write_bytes(b"half a file")
+            raise SafetensorError(
+                "Error while serializing: I/O error: No space left on device (os error 28)"
+            )
+
+        monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+
+
+@pytest.mark.parametrize("fmt", ["pt", "safetensors"])
+@pytest.mark.parametrize("force", [False, True], ids=["new", "over-an-old-file"])
+def test_a_full_disk_is_the_storage_line_and_leaves_no_file(
+    saved: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, force: bool
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / f"model.{fmt}"
+    if force:
+        target.write_bytes(b"the old export")
+    _full_disk(monkeypatch, fmt)
+    result = cli("checkpoints", "export", "-o", str(target), *(["--force"] if force else []))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1
+    assert f"cannot write {target}: No space left on device; the disk is full" in result.stderr
+    assert [p.name for p in out.iterdir()] == (["model." + fmt] if force else [])
+    if force:
+        assert target.read_bytes() == b"the old export"
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _link_to_dev_null(path: Path) -> None:
+    path.symlink_to("/dev/null")  # the link is the target here; /dev/null is never touched
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "nothing")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (_fifo, "is a FIFO"),
+        (_link_to_dev_null, "is a character device"),
+        (_dangling, "is a link to nothing"),
+    ],
+    ids=["fifo", "link-to-dev-null", "dangling-link"],
+)
+def test_force_replaces_only_a_regular_file(
+    saved: Workspace, tmp_path: Path, make: Any, says: str
+) -> None:
+    target = tmp_path / "model.pt"
+    make(target)
+    before = os.lstat(target)
+    link = os.readlink(target) if target.is_symlink() else None
+    result = cli("checkpoints", "export", "-o", str(target), "--force")
+    assert result.exit_code == 2, result.output
+    assert f"{target} {says}, not a regular file: --force replaces only a file" in result.stderr
+    assert result.stderr.count("\n") == 1
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert (os.readlink(target) if stat.S_ISLNK(after.st_mode) else None) == link
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(TMP_PREFIX)]
+
+
+def test_force_replaces_a_link_to_a_regular_file_and_not_its_target(
+    saved: Workspace, tmp_path: Path
+) -> None:
+    real = tmp_path / "real.pt"
+    real.write_bytes(b"keep me")
+    link = tmp_path / "model.pt"
+    link.symlink_to(real)
+    result = cli("checkpoints", "export", "-o", str(link), "--force")
+    assert result.exit_code == 0, result.output
+    assert not link.is_symlink() and real.read_bytes() == b"keep me"
+    assert sorted(torch.load(link, weights_only=True)) == ["bias", "weight"]
