@@ -237,6 +237,8 @@ def test_a_worker_reseeds_what_the_template_seeded_at_import_but_keeps_a_chosen_
 
     template = _load_template(monkeypatch)
     template._torch_import_seed = torch.initial_seed()  # as the template's import left it
+    random.seed(7)  # a preloaded module's seeds for random and numpy are not kept (launch.md)
+    numpy.random.seed(7)
     before = (torch.initial_seed(), random.getstate(), numpy.random.get_state()[1].tolist())
     template._reseed()
     after = (torch.initial_seed(), random.getstate(), numpy.random.get_state()[1].tolist())
