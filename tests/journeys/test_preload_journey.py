@@ -34,6 +34,7 @@ mask = torch.nn.functional.dropout(torch.ones(64), 0.5).nonzero().flatten().toli
 seen = {"pid": os.getpid(), "seed": torch.initial_seed(), "mask": mask}
 with open(os.path.join(out, f"a{attempt}-r{rank}.json"), "w") as fh:
     json.dump(seen, fh)
+print(f"rank {rank} attempt {attempt} starts", flush=True)  # activity, for the detector
 dist.init_process_group("gloo")
 print(f"rank {rank} attempt {attempt} up", flush=True)
 
