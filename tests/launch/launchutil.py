@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel.launch.guard import run_processes
+from accel.launch.guard import descendants, process_table, run_processes
 from run_helpers import run_folder, run_json, wait_for
 
-__all__ = ["SCRIPTS", "assert_no_orphans", "pid_alive", "run_folder", "run_json", "wait_for"]
+__all__ = [
+    "SCRIPTS",
+    "assert_gone",
+    "assert_no_orphans",
+    "pid_alive",
+    "run_folder",
+    "run_json",
+    "tree",
+    "wait_for",
+    "wait_for_guard_rounds",
+]
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -24,3 +34,46 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def tree(launcher: int) -> dict[int, int]:
+    """``pid -> start time`` of every descendant of ``launcher`` now (the guard included)."""
+    return descendants(launcher, process_table())
+
+
+def assert_gone(processes: dict[int, int], timeout: float) -> None:
+    """None of ``processes`` (pid -> start time) is alive within ``timeout`` (a pid given
+    out again to another process does not count)."""
+
+    def gone() -> bool:
+        table = process_table()
+        return not any(
+            p in table and table[p][1] == s and pid_alive(p) for p, s in processes.items()
+        )
+
+    wait_for(gone, timeout, f"the processes {sorted(processes)} to be gone")
+
+
+def wait_for_guard_rounds(launcher: int, rounds: int = 3, timeout: float = 30.0) -> None:
+    """Wait until the launcher's guard has slept ``rounds`` more times: each sleep ends a
+    snapshot of the tree, so what exists now is in the guard's record. The guard is the
+    launcher's child with the launcher's own command line (a fork)."""
+    own = _cmdline(launcher)
+    children = [p for p, (ppid, _) in process_table().items() if ppid == launcher]
+    (guard,) = [p for p in children if _cmdline(p) == own]
+    start = _sleeps(guard)
+    wait_for(lambda: _sleeps(guard) >= start + rounds, timeout, "the guard to see the tree")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _sleeps(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches for {pid}")

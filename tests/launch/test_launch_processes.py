@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,7 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from launchutil import SCRIPTS, assert_no_orphans, pid_alive, run_folder, run_json, wait_for
+from launchutil import (
+    SCRIPTS,
+    assert_gone,
+    assert_no_orphans,
+    pid_alive,
+    run_folder,
+    run_json,
+    tree,
+    wait_for,
+    wait_for_guard_rounds,
+)
 
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 StartAccel = Callable[..., subprocess.Popen[str]]
@@ -280,10 +291,43 @@ def test_a_daemon_started_by_a_worker_ends_when_the_launcher_is_killed(
     proc = start_accel("launch", "-n", "2", str(SCRIPTS / "daemonizer.py"), str(out), "--stay")
     wait_for(lambda: all((out / f"daemon-{r}").exists() for r in (0, 1)), 30, "the daemons")
     daemons = [_daemon(out, r) for r in (0, 1)]
-    time.sleep(1.0)  # the guard has seen them
+    wait_for_guard_rounds(proc.pid)  # the guard has seen them
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     for pid in daemons:
         wait_for(lambda pid=pid: not pid_alive(pid), 5, f"the daemon {pid} to be ended")
     # the guard also removes the launcher's scratch (log FIFOs; under preload its socket)
     wait_for(lambda: not any(scratch.iterdir()), 5, "the launcher's scratch to be removed")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_no_process_outlives_a_sigkill_of_the_launchers_whole_process_group(
+    accel_exe: list[str], project: Path, out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell's `kill -9 %1`: the job's whole process group, guard's group included."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    command = [*accel_exe, "launch", "-n", "2", str(SCRIPTS / "daemonizer.py"), str(out), "--stay"]
+    # a job of its own, as a shell starts it: the launcher leads its process group
+    proc = subprocess.Popen(command, cwd=project, stdout=subprocess.DEVNULL, start_new_session=True)
+    daemons: list[int] = []
+    try:
+        wait_for(lambda: all((out / f"daemon-{r}").exists() for r in (0, 1)), 60, "the daemons")
+        daemons = [_daemon(out, r) for r in (0, 1)]
+        wait_for_guard_rounds(proc.pid)
+        run = tree(proc.pid)  # workers, (shims, template,) daemons and the guard
+        assert set(daemons) <= set(run)
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        assert_gone(run, 15)
+        assert_no_orphans(run_folder(project).name)  # nothing with its ACCEL_RUN_ID either
+        wait_for(lambda: not any(scratch.iterdir()), 10, "the launcher's scratch to be removed")
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for pid in daemons:  # a failed run of this test leaves nothing sleeping either
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

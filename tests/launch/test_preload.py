@@ -8,18 +8,22 @@ template's thread check and the shim standing in for its worker.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from launchutil import SCRIPTS, pid_alive, run_folder, run_json, wait_for
 
 from accel.launch.plan import BOOTSTRAP
-from accel.launch.preload import SHIM, first_path, shim_args
+from accel.launch.preload import SHIM, TEMPLATE, first_path, shim_args
 
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 StartAccel = Callable[..., subprocess.Popen[str]]
@@ -34,19 +38,42 @@ PER_RUN = (
 
 
 def _probe(accel: Accel, project: Path, mode: str, *extra: str) -> dict[int, dict[str, object]]:
-    out = project / mode.strip("-")
-    out.mkdir()
+    out = Path(tempfile.mkdtemp(prefix=mode.strip("-") + "-", dir=project))
     done = accel("launch", "-n", "2", mode, *extra, str(SCRIPTS / "preload_probe.py"), str(out))
     assert done.returncode == 0, done.stderr
     return {r: json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)}
 
 
+# docs/commands/launch.md, "What differs from exec", and only that: for rank r, what the
+# probe sees under exec and under preload.
+DIFFERENCES: dict[str, Callable[[int], tuple[object, object]]] = {
+    "parent": lambda r: ("launcher", "template"),  # os.getppid()
+    "program": lambda r: ("_bootstrap.py", "_template.py"),  # the command line `ps` shows
+    "preloaded": lambda r: (False, True),  # torch in sys.modules before the script runs
+    "rank_at_import": lambda r: (str(r), None),  # a preloaded module's import: no RANK
+    "gc_frozen": lambda r: (False, True),  # gc.get_freeze_count() > 0
+}
+SHARED_BY_RANKS = "hash"  # the template's string hash seed, under preload only
+OWN_PER_RANK = "rng"  # in both modes: checked across ranks and runs
+NOT_COMPARED = ("env", "argv", "stdout_fd_target")  # per run: compared without those
+
+
 def _comparable(data: dict[str, object]) -> dict[str, object]:
     env = {k: v for k, v in dict(data["env"]).items() if k not in PER_RUN}  # type: ignore[call-overload]
     same = {
-        k: v for k, v in data.items() if k not in ("env", "argv", "preloaded", "stdout_fd_target")
+        k: v
+        for k, v in data.items()
+        if k not in (*NOT_COMPARED, *DIFFERENCES, SHARED_BY_RANKS, OWN_PER_RANK)
     }
     return {**same, "env": env, "argv0": data["argv"][0]}  # type: ignore[index]
+
+
+def _assert_own_generators(*runs: dict[int, dict[str, object]]) -> None:
+    """Every rank of every run drew its own numbers from every global generator."""
+    draws = [ranks[r][OWN_PER_RANK] for ranks in runs for r in ranks]
+    for name in draws[0]:  # type: ignore[attr-defined]
+        values = [json.dumps(d[name]) for d in draws]  # type: ignore[index]
+        assert len(set(values)) == len(values), f"{name} repeats across ranks/runs: {values}"
 
 
 @contextlib.contextmanager
@@ -68,20 +95,38 @@ def _ignoring(signals: tuple[signal.Signals, ...]) -> Iterator[None]:
     ids=["from-a-shell", "under-nohup-in-a-script"],
 )
 def test_a_preloaded_worker_sees_what_an_exec_worker_sees(
-    accel: Accel, project: Path, ignored: tuple[signal.Signals, ...]
+    accel: Accel,
+    project: Path,
+    ignored: tuple[signal.Signals, ...],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("ACCEL_LAUNCH_PRELOAD_MODULES", "import_probe")  # preload only
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     with _ignoring(ignored):
         exec_ranks = _probe(accel, project, "--no-preload")
         fork_ranks = _probe(accel, project, "--preload")
     for rank in (0, 1):
         exec_data, fork_data = exec_ranks[rank], fork_ranks[rank]
-        assert exec_data["preloaded"] is False
-        assert fork_data["preloaded"] is True  # torch came from the template
         assert _comparable(fork_data) == _comparable(exec_data)
         assert sorted(fork_data["env"]) == sorted(exec_data["env"])  # type: ignore[call-overload]
         assert fork_data["env"]["RANK"] == str(rank)  # type: ignore[index]
         assert fork_data["c_env_rank"] == str(rank)  # the C environment too (a shell sees it)
         assert fork_data["session_leader"] is True
+        for key, expected in DIFFERENCES.items():
+            assert (exec_data[key], fork_data[key]) == expected(rank), key
+    assert fork_ranks[0][SHARED_BY_RANKS] == fork_ranks[1][SHARED_BY_RANKS]
+    assert exec_ranks[0][SHARED_BY_RANKS] != exec_ranks[1][SHARED_BY_RANKS]
+    _assert_own_generators(exec_ranks, fork_ranks)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["--no-preload", "--preload"])
+def test_every_rank_of_every_run_draws_its_own_random_numbers(
+    accel: Accel, project: Path, mode: str
+) -> None:
+    # torch's initial_seed, a draw of its default generator, random, numpy's global state
+    _assert_own_generators(_probe(accel, project, mode), _probe(accel, project, mode))
 
 
 @pytest.mark.slow
@@ -171,3 +216,35 @@ def test_telemetry_samples_the_forked_workers_not_their_shims(
     ]
     sampled = {int(r): s["pid"] for sample in samples for r, s in sample["ranks"].items()}
     assert sampled == workers
+
+
+def _load_template(monkeypatch: pytest.MonkeyPatch) -> Any:
+    spec = importlib.util.spec_from_file_location("_accel_template_probe", TEMPLATE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclass looks itself up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_worker_reseeds_what_the_template_seeded_at_import_but_keeps_a_chosen_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import random
+
+    import numpy
+    import torch
+
+    template = _load_template(monkeypatch)
+    template._torch_import_seed = torch.initial_seed()  # as the template's import left it
+    random.seed(7)  # a preloaded module's seeds for random and numpy are not kept (launch.md)
+    numpy.random.seed(7)
+    before = (torch.initial_seed(), random.getstate(), numpy.random.get_state()[1].tolist())
+    template._reseed()
+    after = (torch.initial_seed(), random.getstate(), numpy.random.get_state()[1].tolist())
+    assert all(b != a for b, a in zip(before, after, strict=True))
+    assert numpy.random.get_state()[2:] == numpy.random.RandomState().get_state()[2:]
+    # A preloaded module that seeds torch at import did so in every exec'd worker too.
+    torch.manual_seed(1234)
+    template._reseed()
+    assert torch.initial_seed() == 1234

@@ -16,10 +16,11 @@ says so once, and the shims exec the plain bootstrap instead.
 Each worker, in the child, becomes what an exec'd worker is: a session of its own
 (torch's ``start_new_session``), the shim's stdin/stdout/stderr on 0/1/2, its
 environment (``os.environ`` and the C environment), its folder, fresh seeds for
-``random``, then the bootstrap (:mod:`_bootstrap`, loaded by path) runs the script as
-``__main__``. The template reaps each worker (a pidfd says when) and sends its wait
-status to its shim, which exits the same way; when a shim dies first (SIGKILL), the
-template kills the worker's process group.
+``random``, numpy's and torch's global generators (:func:`_reseed`), then the
+bootstrap (:mod:`_bootstrap`, loaded by path) runs the script as ``__main__``. The
+template reaps each worker (a pidfd says when) and sends its wait status to its shim,
+which exits the same way; when a shim dies first (SIGKILL), the template kills the
+worker's process group.
 
 Run by path; imports nothing from accel.
 """
@@ -84,9 +85,12 @@ def preload(path0: str, modules: list[str]) -> int:
     with _quiet_import():
         importlib.import_module("numpy")
     allowed = thread_count()
+    global _torch_import_seed
     for name in ("torch", *modules):
         try:
             importlib.import_module(name)
+            if name == "torch":
+                _torch_import_seed = sys.modules["torch"].initial_seed()
         except BaseException as exc:  # noqa: BLE001 - SystemExit at import time included
             _warn(
                 f"launch.preload_modules: importing {name} failed ({type(exc).__name__}: "
@@ -289,13 +293,33 @@ def _threads_as_told(wanted: str | None) -> None:
         torch.set_num_threads(int(wanted))
 
 
+# The seed torch's default CPU generator got when the template imported torch (or None).
+_torch_import_seed: int | None = None
+
+
 def _reseed() -> None:
-    # Seeded from the OS at import in the template: every worker would draw the same.
+    """The global generators as a fresh interpreter has them: seeded in the template, at
+    import, they would draw the same numbers on every rank.
+
+    - ``random``: seeded from ``os.urandom`` at import (Python's own at-fork hook does
+      it again in every child; said here too);
+    - numpy's legacy global ``RandomState``: a fresh ``RandomState()`` at import (a
+      ``SeedSequence`` from the OS): the worker gets the state of a new one;
+    - torch's default CPU generator: seeded from ``std::random_device`` when libtorch
+      creates it, at ``import torch``: reseeded the same way (``Generator.seed()``),
+      unless a preloaded module seeded it on purpose (``torch.manual_seed``), as it
+      would have in every exec'd worker too. CUDA's default generators are created,
+      and seeded from the same source, when CUDA starts, in the worker (never in the
+      template: CUDA starts threads, and a template with threads is never forked).
+    """
     if "random" in sys.modules:
         sys.modules["random"].seed()
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
-        numpy_random.seed()
+        numpy_random.set_state(numpy_random.RandomState().get_state())
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.initial_seed() == _torch_import_seed:
+        torch.default_generator.seed()
 
 
 def run_worker(request: Request, template_pid: int) -> int:

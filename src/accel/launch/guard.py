@@ -10,7 +10,9 @@ the process tree, and two things keep that tree whole:
 - the *guard*, a tiny process forked from the launcher before torch is imported,
   records that tree (pid and start time of every descendant, a few times a second) and
   waits for the launcher to go away (end of file on a pipe only the launcher writes
-  to, so a SIGKILL cannot be missed).
+  to, so a SIGKILL cannot be missed). It starts a session of its own, so a signal to
+  the launcher's process group (a shell's ``kill -9 %1``, a terminal's hang-up) does
+  not reach it: it outlives the launcher to end what the launcher left.
 
 At the end of a run the launcher ends its descendants itself; when the launcher is
 killed, the guard ends every process it recorded, then removes the private scratch
@@ -237,6 +239,7 @@ def _reap(pids: Iterable[int], timeout: float = 2.0) -> None:
 
 def _guard_main(read_fd: int, run_id: str, launcher: int, since: int) -> None:  # pragma: no cover
     try:
+        os.setsid()  # out of the launcher's group: a kill of that group (`kill -9 %1`) spares it
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)
         devnull = os.open(os.devnull, os.O_RDWR)

@@ -19,7 +19,8 @@ What a preloaded worker sees differently from an exec'd one (docs/commands/launc
 its parent is the template, not the launcher, and ``ps`` shows the template's command
 line; ``sys.modules`` holds torch (and the
 listed modules) before the script runs; string hashing shares the template's seed
-(``PYTHONHASHSEED``) across ranks.
+(``PYTHONHASHSEED``) across ranks; ``gc.get_freeze_count()`` is not 0. Random numbers
+are each worker's own (``_template._reseed``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Write what this worker sees to OUT/rank-N.json: exec and preload must agree."""
+"""Write what this worker sees to OUT/rank-N.json: exec and preload must agree, except
+where docs/commands/launch.md says they differ (tests/launch/test_preload.py)."""
 
+import gc
 import json
 import os
 import signal
@@ -7,6 +9,27 @@ import sys
 import threading
 
 preloaded = "torch" in sys.modules  # before the script imported anything
+frozen = gc.get_freeze_count()
+import random  # noqa: E402
+
+import numpy  # noqa: E402
+import torch  # noqa: E402
+
+try:
+    import import_probe  # a module that reads RANK at import (if given)
+
+    rank_at_import = import_probe.RANK
+except ImportError:
+    rank_at_import = "no module"
+
+
+def _program(pid: int | str) -> str:
+    """The accel script a process runs, by its command line (what `ps` shows)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        args = [os.path.basename(a.decode()) for a in fh.read().split(b"\0")]
+    return next((a for a in args if a in ("_template.py", "_bootstrap.py")), "launcher")
+
+
 handlers = {
     name: repr(signal.getsignal(getattr(signal, name)))
     for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2", "SIGPIPE", "SIGCHLD")
@@ -29,6 +52,20 @@ data = {
     "flags": repr(sys.flags),
     "stdout_write_through": sys.stdout.write_through,
     "main_module": sys.modules["__main__"].__dict__.get("__file__"),
+    # documented differences (launch.md, "What differs from exec")
+    "parent": "template" if _program(os.getppid()) == "_template.py" else "launcher",
+    "program": _program("self"),
+    "hash": hash("accel"),
+    "gc_frozen": frozen > 0,
+    "rank_at_import": rank_at_import,
+    # the global generators: each worker's own, under exec and preload alike
+    "rng": {
+        "torch_seed": torch.initial_seed(),
+        "torch_draw": torch.randint(2**62, (1,)).item(),
+        "random": random.getrandbits(64),
+        "numpy": int(numpy.random.randint(2**62)),
+        "numpy_key": [int(k) for k in numpy.random.get_state()[1][1:5]],
+    },
 }
 with open(os.path.join(sys.argv[1], f"rank-{os.environ['RANK']}.json"), "w") as fh:
     json.dump(data, fh)
