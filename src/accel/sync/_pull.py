@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from accel._fs import TMP_PREFIX, fsync_dir, read_json
 from accel._locks import locked
 from accel.errors import IntegrityError, JobFailed, UsageError
-from accel.layout import CACHE_LOCK, OWNER_MARKER, SYNC_COMMIT_LOCK, make_owned_dir
-from accel.sync._inventory import MANIFEST, RUN_RECORD
+from accel.layout import CACHE_LOCK, OWNER_MARKER, RUN_RECORD, SYNC_COMMIT_LOCK, make_owned_dir
+from accel.sync._inventory import MANIFEST
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
 from accel.sync._paths import local_path
 from accel.sync._remote import Remote
