@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from accel import Workspace
+from accel.clean._live import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.store._hashing import hash_file
@@ -298,6 +299,7 @@ def test_a_live_run_keeps_its_series_across_a_worker_restart(
         assert workers.finish(child) == 0
         holder = holder_of(ws.layout, "default")
         assert holder is not None and holder.run_id == run_a
+        assert held_series(ws.locks_dir) == {"default"}  # accel clean keeps it too
         monkeypatch.setenv("ACCEL_RUN_ID", "20261201-000000-bbbbbb")
         with pytest.raises(LeaseHeld, match=rf"held by pid {child.pid} .*run {run_a}"):
             Workspace.discover().checkpoints.save(_state(2), 2)
@@ -308,6 +310,7 @@ def test_a_live_run_keeps_its_series_across_a_worker_restart(
         child.start()
         assert workers.finish(child) == 0
     assert holder_of(ws.layout, "default") is None  # run A ended: the series is free
+    assert held_series(ws.locks_dir) == frozenset()
     Workspace.discover().checkpoints.save(_state(4), 4)
     assert [i.step for i in ws.checkpoints.list()] == [1, 3, 4]
 

@@ -29,9 +29,23 @@ from accel import _locks
 from accel._fs import atomic_write_json, read_json
 from accel.errors import AccelError, LockTimeout
 from accel.identity import ensure
-from accel.layout import Layout, run_lock, series_holder, series_lock
+from accel.layout import (
+    HOLDER_SUFFIX,
+    SERIES_LOCK_PREFIX,
+    Layout,
+    run_lock,
+    series_holder,
+    series_lock,
+)
 
-__all__ = ["LeaseHeld", "LeaseHolder", "SeriesLease", "held_message", "holder_of"]
+__all__ = [
+    "LeaseHeld",
+    "LeaseHolder",
+    "SeriesLease",
+    "claimed_by_live_runs",
+    "held_message",
+    "holder_of",
+]
 
 # A probe by holder_of() holds a free flock for microseconds; a saver that collides
 # with it retries for this long instead of failing.
@@ -56,8 +70,12 @@ class LeaseHolder:
 
 def read_holder(layout: Layout, series: str) -> LeaseHolder | None:
     """What holder.json says, whether or not that holder is still alive."""
+    return _read_holder_file(series_holder(layout.root, series))
+
+
+def _read_holder_file(path: Path) -> LeaseHolder | None:
     try:
-        data: Any = read_json(series_holder(layout.root, series))
+        data: Any = read_json(path)
         return LeaseHolder(
             pid=int(data["pid"]),
             host=str(data["host"]),
@@ -83,9 +101,28 @@ def holder_of(layout: Layout, series: str) -> LeaseHolder | None:
 
 def _run_is_live(layout: Layout, holder: LeaseHolder | None) -> bool:
     """True while the run ``holder`` names is live (its launcher holds the run lock)."""
+    return _live_run(layout.root, holder)
+
+
+def _live_run(root: Path, holder: LeaseHolder | None) -> bool:
     if holder is None or holder.run_id is None or not _RUN_ID.fullmatch(holder.run_id):
         return False  # no run, or a name no run lock of this workspace can have
-    return _locks.held(run_lock(layout.root, holder.run_id))
+    return _locks.held(run_lock(root, holder.run_id))
+
+
+def claimed_by_live_runs(locks_dir: Path) -> frozenset[str]:
+    """The series whose last saver's run is live, flock held or not (for ``accel clean``:
+    a run between a worker's death and its restart's first save keeps its series)."""
+    names = set()
+    try:
+        entries = [e.name for e in os.scandir(locks_dir)]
+    except OSError:
+        return frozenset()
+    for name in entries:
+        ours = name.startswith(SERIES_LOCK_PREFIX) and name.endswith(HOLDER_SUFFIX)
+        if ours and _live_run(locks_dir.parent, _read_holder_file(locks_dir / name)):
+            names.add(name[len(SERIES_LOCK_PREFIX) : -len(HOLDER_SUFFIX)])
+    return frozenset(names)
 
 
 def held_message(series: str, holder: LeaseHolder | None) -> str:
