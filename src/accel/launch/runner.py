@@ -96,10 +96,7 @@ def launch(
     if plan.nnodes > 1:
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
     ws.ensure()
-    _check_series(ws, plan)  # before the line naming the run folder, before any worker
-    (notify or (lambda _: None))(
-        f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
-    )
+    _check_series(ws, plan)  # before anything starts
     guard = Guard(plan.run_id).start()  # forked before torch is imported: cheap and safe
     try:
         with contextlib.ExitStack() as stack:
@@ -172,6 +169,11 @@ class _Run:
 
     def execute(self) -> RunOutcome:
         self.plan.run_dir.mkdir(parents=True, exist_ok=False)
+        # Named once it exists: a launch refused before never names a folder it never made.
+        plan = self.plan
+        self.notify(
+            f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
+        )
         self.record = report.start_record(self.plan, facts(self.plan.cwd))
         self._save()
         status, code = RunStatus.FAILED, 1
