@@ -26,7 +26,7 @@ from pathlib import Path
 
 from accel.errors import LockTimeout, storage_error
 
-__all__ = ["DEFAULT_TIMEOUT", "acquire", "held", "locked", "release", "try_hold"]
+__all__ = ["DEFAULT_TIMEOUT", "acquire", "held", "locked", "release", "shared", "try_hold"]
 
 DEFAULT_TIMEOUT = 60.0
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
@@ -74,6 +74,29 @@ def locked(
         yield
     finally:
         release(fd)
+
+
+@contextlib.contextmanager
+def shared(path: Path, timeout: float = DEFAULT_TIMEOUT) -> Iterator[bool]:
+    """Hold the lock at ``path`` shared for the block (many readers at once, never with
+    an exclusive holder); waits up to ``timeout``, then :class:`LockTimeout`. Yields
+    False, holding nothing, when the lock file cannot be made (a read-only workspace).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _open(path, create=True)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        while not _try_flock(fd, fcntl.LOCK_SH):
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"timed out after {timeout:g}s waiting for the lock {path}")
+            time.sleep(0.01)
+        yield True
+    finally:
+        os.close(fd)
 
 
 def held(path: Path) -> bool:

@@ -48,6 +48,7 @@ LOCKS_DIR = "locks"
 LOCK_SUFFIX = ".lock"
 SERIES_LOCK_PREFIX = "series-"
 RUN_LOCK_PREFIX = "run-"
+READERS_LOCK_PREFIX = "readers-"  # shared by export/show/verify; retention waits its turn
 # The other locks (locks/<name>.lock), by what they guard:
 LAYOUT_LOCK = "layout"  # creating the workspace
 CONFIG_LOCK = "config"  # the project file
@@ -123,6 +124,12 @@ def series_lock(root: Path, series: str) -> Path:
 def series_holder(root: Path, series: str) -> Path:
     """Who holds the lease of ``series`` (for messages; the flock is what counts)."""
     return root / LOCKS_DIR / f"{SERIES_LOCK_PREFIX}{series}{HOLDER_SUFFIX}"
+
+
+def series_readers_lock(root: Path, series: str) -> Path:
+    """Held shared by ``accel checkpoints`` readers of ``series``; retention removes
+    nothing of the series while a reader holds it (it catches up at a later save)."""
+    return lock_file(root, f"{READERS_LOCK_PREFIX}{series}")
 
 
 def run_lock(root: Path, run_id: str) -> Path:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from launchutil import SCRIPTS
 
+from accel import Workspace
+
 # Every test here starts `accel` processes: a hang fails fast.
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,3 +101,42 @@ def test_runs_limit_and_logs_of_a_finished_run(accel: Accel, project: Path) -> N
     assert "failed, exit code 1" in follow.stderr
     bad = accel("logs", "nope")
     assert bad.returncode == 2 and "unknown run 'nope'" in bad.stderr
+
+
+# A live run that has saved into the default series: its rank 0 holds the lease.
+HOLDER = """
+import sys
+from accel.workspace import Workspace
+from accel.store.lease import SeriesLease
+SeriesLease(Workspace(sys.argv[1]).layout, "default", "20990101-000000-abcdef").acquire()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+def test_a_launch_into_a_series_a_live_run_holds_is_refused_before_any_worker(
+    accel: Accel, ws: Workspace, project: Path
+) -> None:
+    marker = project / "a-worker-ran"
+    script = project / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(ws.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        done = accel("launch", "-n", "2", str(script))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert f"series 'default' is held by pid {holder.pid}" in line
+    assert "run 20990101-000000-abcdef" in line and "--run-name" in line
+    assert "logs in" not in done.stdout + done.stderr  # no run folder is named
+    assert not marker.exists()
+    assert not list((ws.path / "logs" / "runs").glob("*"))

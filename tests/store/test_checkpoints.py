@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from accel import Workspace
+from accel.clean._live import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.store._hashing import hash_file
@@ -279,6 +280,39 @@ def test_workers_of_the_holding_run_save_without_acquiring(
     Workspace.discover().checkpoints.save(_state(3), 3)  # the dead holder's lease is taken
     holder = holder_of(ws.layout, "default")
     assert holder is not None and holder.pid == os.getpid() and holder.run_id == "run-B"
+
+
+@pytest.mark.timeout(60)
+def test_a_live_run_keeps_its_series_across_a_worker_restart(
+    ws: Workspace, fork: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel import runs
+
+    run_a = "20261201-000000-aaaaaa"
+    with runs.run_lock(ws.layout, run_a):  # run A's launcher: live, holding no lease
+        # Its rank 0 took the series at its first save and died (a restart is coming):
+        # the kernel dropped the flock, the series is still run A's.
+        child = workers.process(
+            fork, workers.save_in_child, str(ws.path), 1, {"ACCEL_RUN_ID": run_a}
+        )
+        child.start()
+        assert workers.finish(child) == 0
+        holder = holder_of(ws.layout, "default")
+        assert holder is not None and holder.run_id == run_a
+        assert held_series(ws.locks_dir) == {"default"}  # accel clean keeps it too
+        monkeypatch.setenv("ACCEL_RUN_ID", "20261201-000000-bbbbbb")
+        with pytest.raises(LeaseHeld, match=rf"held by pid {child.pid} .*run {run_a}"):
+            Workspace.discover().checkpoints.save(_state(2), 2)
+        # The restarted rank 0 of run A saves on.
+        child = workers.process(
+            fork, workers.save_in_child, str(ws.path), 3, {"ACCEL_RUN_ID": run_a}
+        )
+        child.start()
+        assert workers.finish(child) == 0
+    assert holder_of(ws.layout, "default") is None  # run A ended: the series is free
+    assert held_series(ws.locks_dir) == frozenset()
+    Workspace.discover().checkpoints.save(_state(4), 4)
+    assert [i.step for i in ws.checkpoints.list()] == [1, 3, 4]
 
 
 # -- crashes and write errors ------------------------------------------------------------

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.admin.catalog import find_checkpoint
+from accel.admin._reading import gone, read_checkpoint
 from accel.errors import IntegrityError
 from accel.store._outline import read_outline
 from accel.store.checkpoints import STATE_FILE
 from accel.store.manifest import Manifest
+from accel.store.series import Found
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -55,12 +56,17 @@ def _list(keys: tuple[str, ...] | None) -> list[str] | None:
 
 
 def show_checkpoint(ws: Workspace, step: int, series: str | None) -> CheckpointDetail:
-    found = find_checkpoint(ws, step, series)
+    return read_checkpoint(ws, step, series, _detail)
+
+
+def _detail(found: Found) -> CheckpointDetail:
     if STATE_FILE not in found.manifest.files:
         return CheckpointDetail(found.path, found.manifest)
     try:
         state = read_outline(found.path / STATE_FILE)
     except IntegrityError as exc:
+        if gone(found):
+            raise  # removed while being read: not damaged
         return CheckpointDetail(found.path, found.manifest, state_problem=str(exc))
     if not isinstance(state, dict):
         return CheckpointDetail(found.path, found.manifest, state_keys=())

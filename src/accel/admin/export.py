@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from accel import _faults
 from accel._fs import TMP_PREFIX, file_mode, fsync_dir
 from accel.admin import _dcp, _model
+from accel.admin._reading import read_checkpoint, removed
 from accel.admin._writers import writer
-from accel.admin.catalog import find_checkpoint
 from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
 from accel.errors import IntegrityError, UsageError, storage_error
@@ -108,11 +108,15 @@ def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -
     fmt = check_format(request.format, output)
     where = None if request.model is None else _model.parse_path(request.model)
     write = writer(fmt)
-    found = find_checkpoint(ws, request.step, request.series)
-    _verified(found, progress)
-    source = _locate(found, where, request.model)
-    progress.stage("loading", None)
-    tensors = _load(found, source)
+
+    def read(found: Found) -> tuple[Found, _Source, dict[str, Any]]:
+        _verified(found, progress)
+        source = _locate(found, where, request.model)
+        progress.stage("loading", None)
+        return found, source, _load(found, source)
+
+    # Under the series' readers lock: retention keeps the checkpoint until it is loaded.
+    found, source, tensors = read_checkpoint(ws, request.step, request.series, read)
     progress.stage(f"writing {output.name}", None)
     m = found.manifest
     meta = {"format": "pt", "accel_series": m.series, "accel_step": str(m.step)}
@@ -195,7 +199,7 @@ def _verified(found: Found, progress: Progress) -> None:
     report = verify(VerifyTargets((found,)), progress)
     for checked in report.checks:
         if checked.vanished:
-            raise UsageError(f"{found.path} was deleted while it was read; choose another step")
+            raise UsageError(removed(found))
         for problem in checked.problems:
             raise IntegrityError(
                 f"{found.path / problem.file} {problem.problem}: checkpoint "

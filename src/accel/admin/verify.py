@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel._fs import DamagedFile
+from accel.admin._reading import reading
 from accel.admin.catalog import find_checkpoint, series_views
 from accel.admin.progress import SILENT, Progress
 from accel.layout import MANIFEST, OWNER_MARKER
@@ -27,7 +28,15 @@ from accel.store.series import Found, Unreadable
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
-__all__ = ["CheckpointCheck", "FileProblem", "VerifyReport", "VerifyTargets", "targets", "verify"]
+__all__ = [
+    "CheckpointCheck",
+    "FileProblem",
+    "VerifyReport",
+    "VerifyTargets",
+    "targets",
+    "verify",
+    "verify_series",
+]
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,15 @@ def targets(ws: Workspace, step: int | None, series: str | None) -> VerifyTarget
         tuple(f for v in views for f in v.checkpoints),
         tuple(u for v in views for u in v.unreadable),
     )
+
+
+def verify_series(
+    ws: Workspace, step: int | None, series: str | None, progress: Progress = SILENT
+) -> VerifyReport:
+    """:func:`targets` verified under their series' readers lock: retention removes none
+    of them meanwhile (:mod:`accel.admin._reading`)."""
+    with reading(ws, series):
+        return verify(targets(ws, step, series), progress)
 
 
 def verify(chosen: VerifyTargets, progress: Progress = SILENT) -> VerifyReport:

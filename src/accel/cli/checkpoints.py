@@ -143,9 +143,8 @@ def verify(
     """Check every file against its manifest's size and checksum; exit 1 on a mismatch."""
     from accel.admin import verify as verify_mod
 
-    chosen = verify_mod.targets(_app.workspace(ctx), _step(step), series)
     with _output.progress() as bar:
-        report = verify_mod.verify(chosen, bar)
+        report = verify_mod.verify_series(_app.workspace(ctx), _step(step), series, bar)
     if as_json:
         _output.print_json(report.to_json())
     else:

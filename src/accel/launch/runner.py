@@ -96,14 +96,11 @@ def launch(
     if plan.nnodes > 1:
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
     ws.ensure()
-    (notify or (lambda _: None))(
-        f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
-    )
+    _check_series(ws, plan)  # before anything starts
     guard = Guard(plan.run_id).start()  # forked before torch is imported: cheap and safe
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(runs.run_lock(ws.layout, plan.run_id))
-            stack.enter_context(_series_lease(ws, plan))
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="accel-run-")))
             guard.remove_at_end(scratch)  # if the launcher is SIGKILLed
             stack.callback(guard.end_descendants)  # while the run is still live
@@ -116,26 +113,24 @@ def launch(
         guard.stop()
 
 
-@contextlib.contextmanager
-def _series_lease(ws: Workspace, plan: LaunchPlan) -> Iterator[None]:
-    """Hold the checkpoint series lease for the whole run.
+def _check_series(ws: Workspace, plan: LaunchPlan) -> None:
+    """Refuse, before anything starts, a run whose checkpoint series a live run holds.
 
-    Only node 0 holds it: rank 0 (on node 0) saves, and on a shared filesystem the
-    other nodes' launchers would otherwise contend for the same series. Without a
-    --node-rank (torchrun's c10d lines) no node knows it is node 0 before the
-    rendezvous: none holds it, and rank 0 takes it at its first save.
+    The launcher does not take the series: rank 0 takes it at its first save, so runs
+    that never save (a sweep of plain scripts) never collide, and once taken it stays
+    the run's until the run ends, restarts included (:mod:`accel.store.lease`). Only
+    node 0 checks: on a shared filesystem the other nodes would see their own run's
+    lease. Without a --node-rank (torchrun's c10d lines) no node knows it is node 0
+    before the rendezvous: none checks, and rank 0 meets a live holder at its first save.
     """
     if plan.node_rank != 0 or (plan.nnodes > 1 and plan.rdzv_is_host is None):
-        yield
         return
-    from accel.store.lease import SeriesLease
+    from accel.errors import UsageError
+    from accel.store.lease import held_message, holder_of
 
-    lease = SeriesLease(ws.layout, plan.run_name, run_id=plan.run_id)
-    lease.acquire()
-    try:
-        yield
-    finally:
-        lease.release()
+    holder = holder_of(ws.layout, plan.run_name)
+    if holder is not None and holder.run_id != plan.run_id:
+        raise UsageError(held_message(plan.run_name, holder))
 
 
 class _Run:
@@ -174,6 +169,11 @@ class _Run:
 
     def execute(self) -> RunOutcome:
         self.plan.run_dir.mkdir(parents=True, exist_ok=False)
+        # Named once it exists: a launch refused before never names a folder it never made.
+        plan = self.plan
+        self.notify(
+            f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
+        )
         self.record = report.start_record(self.plan, facts(self.plan.cwd))
         self._save()
         status, code = RunStatus.FAILED, 1

@@ -30,11 +30,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from accel import _locks
 from accel._fs import remove_tree
 from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError
 from accel.identity import ensure
-from accel.layout import MANIFEST, Layout, make_owned_dir
+from accel.layout import MANIFEST, Layout, make_owned_dir, series_readers_lock
 from accel.store import _sharded
 from accel.store import series as series_mod
 from accel.store._async_save import AsyncSave
@@ -369,11 +370,15 @@ class Checkpoints:
         keep = self.settings.keep_last
         if keep is None:
             return
-        infos = self.list(series_name)
-        survivors = {i.step for i in infos[-int(keep) :]} | {keep_step}
-        for info in infos:
-            if info.step not in survivors:
-                self._reaper.retire(info.path)
+        readers = series_readers_lock(self.layout.root, series_name)
+        with _locks.try_hold(readers, create=True) as free:
+            if not free:  # export/show/verify is reading: a later save catches up
+                return
+            infos = self.list(series_name)
+            survivors = {i.step for i in infos[-int(keep) :]} | {keep_step}
+            for info in infos:
+                if info.step not in survivors:
+                    self._reaper.retire(info.path)  # renamed away under the lock
 
     # -- deleting -----------------------------------------------------------------------
 

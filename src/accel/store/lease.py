@@ -3,14 +3,21 @@
 ``locks/series-<name>.lock`` is an flock held for the holder's whole life: the kernel
 releases it when the holder dies, even by SIGKILL, so a dead holder's lease is taken
 over at once. ``locks/series-<name>.holder.json`` says who holds it
-(``{pid, host, run_id, since}``) for error messages and for the workers of a run:
-``accel launch`` holds the lease in the launcher, and a worker whose ``ACCEL_RUN_ID``
-equals the holder's ``run_id`` while the flock is held saves without acquiring it.
+(``{pid, host, run_id, since}``) for error messages and for the workers of a run.
+
+A run takes its series at its first save (rank 0 takes the lease), so runs that never
+save never collide. Once taken, the series stays the run's until the run ends: while
+the run named in holder.json is live (its launcher holds ``locks/run-<id>.lock``), a
+process of another run is refused the lease even when the flock is free, so a worker
+restart (rank 0 dies, the kernel drops its flock) never hands the series to a rival.
+A worker whose ``ACCEL_RUN_ID`` equals the holder's ``run_id`` while the flock is held
+saves without acquiring it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -22,13 +29,29 @@ from accel import _locks
 from accel._fs import atomic_write_json, read_json
 from accel.errors import AccelError, LockTimeout
 from accel.identity import ensure
-from accel.layout import Layout, series_holder, series_lock
+from accel.layout import (
+    HOLDER_SUFFIX,
+    SERIES_LOCK_PREFIX,
+    Layout,
+    run_lock,
+    series_holder,
+    series_lock,
+)
 
-__all__ = ["LeaseHeld", "LeaseHolder", "SeriesLease", "holder_of"]
+__all__ = [
+    "LeaseHeld",
+    "LeaseHolder",
+    "SeriesLease",
+    "claimed_by_live_runs",
+    "held_message",
+    "holder_of",
+]
 
 # A probe by holder_of() holds a free flock for microseconds; a saver that collides
 # with it retries for this long instead of failing.
 _ACQUIRE_WAIT = 0.5
+# What a run id read back from holder.json may look like before it names a lock file.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class LeaseHeld(AccelError):
@@ -47,8 +70,12 @@ class LeaseHolder:
 
 def read_holder(layout: Layout, series: str) -> LeaseHolder | None:
     """What holder.json says, whether or not that holder is still alive."""
+    return _read_holder_file(series_holder(layout.root, series))
+
+
+def _read_holder_file(path: Path) -> LeaseHolder | None:
     try:
-        data: Any = read_json(series_holder(layout.root, series))
+        data: Any = read_json(path)
         return LeaseHolder(
             pid=int(data["pid"]),
             host=str(data["host"]),
@@ -60,11 +87,52 @@ def read_holder(layout: Layout, series: str) -> LeaseHolder | None:
 
 
 def holder_of(layout: Layout, series: str) -> LeaseHolder | None:
-    """The live holder of ``series``, None when nobody holds it (for ``accel clean``)."""
+    """The live holder of ``series``, None when nobody holds it (for ``accel clean``).
+
+    The flock's holder, or the live run that saved into the series last (between a
+    worker's death and its restart's first save nobody holds the flock).
+    """
     path = series_lock(layout.root, series)
     if _held_here(path) or _locks.held(path):
         return read_holder(layout, series) or LeaseHolder(-1, "unknown", None, 0.0)
-    return None
+    holder = read_holder(layout, series)
+    return holder if _run_is_live(layout, holder) else None
+
+
+def _run_is_live(layout: Layout, holder: LeaseHolder | None) -> bool:
+    """True while the run ``holder`` names is live (its launcher holds the run lock)."""
+    return _live_run(layout.root, holder)
+
+
+def _live_run(root: Path, holder: LeaseHolder | None) -> bool:
+    if holder is None or holder.run_id is None or not _RUN_ID.fullmatch(holder.run_id):
+        return False  # no run, or a name no run lock of this workspace can have
+    return _locks.held(run_lock(root, holder.run_id))
+
+
+def claimed_by_live_runs(locks_dir: Path) -> frozenset[str]:
+    """The series whose last saver's run is live, flock held or not (for ``accel clean``:
+    a run between a worker's death and its restart's first save keeps its series)."""
+    names = set()
+    try:
+        entries = [e.name for e in os.scandir(locks_dir)]
+    except OSError:
+        return frozenset()
+    for name in entries:
+        ours = name.startswith(SERIES_LOCK_PREFIX) and name.endswith(HOLDER_SUFFIX)
+        if ours and _live_run(locks_dir.parent, _read_holder_file(locks_dir / name)):
+            names.add(name[len(SERIES_LOCK_PREFIX) : -len(HOLDER_SUFFIX)])
+    return frozenset(names)
+
+
+def held_message(series: str, holder: LeaseHolder | None) -> str:
+    """The one line naming who holds ``series`` and the way out."""
+    who = f"pid {holder.pid} on {holder.host}" if holder else "another process"
+    run = f" (run {holder.run_id})" if holder and holder.run_id else ""
+    return (
+        f"checkpoint series {series!r} is held by {who}{run}; wait for that run to "
+        "end, or save under another name with --run-name or ACCEL_RUN_NAME"
+    )
 
 
 # Leases this process holds, by lock file: two Workspace objects of one process share
@@ -106,6 +174,12 @@ class SeriesLease:
                 self._fd = _locks.acquire(self.lock_file, _ACQUIRE_WAIT, poll_interval=0.01)
             except LockTimeout:
                 raise self._held_error() from None
+            previous = read_holder(self.layout, self.series)
+            # The series of a live run whose workers are restarting stays that run's.
+            if previous and previous.run_id != self.run_id and _run_is_live(self.layout, previous):
+                _locks.release(self._fd)
+                self._fd = None
+                raise LeaseHeld(held_message(self.series, previous))
             atomic_write_json(self.holder_file, self._holder_record())
             _HELD[str(self.lock_file)] = (os.getpid(), self)
         return self
@@ -136,13 +210,7 @@ class SeriesLease:
         }
 
     def _held_error(self) -> LeaseHeld:
-        holder = read_holder(self.layout, self.series)
-        who = f"pid {holder.pid} on {holder.host}" if holder else "another process"
-        run = f" (run {holder.run_id})" if holder and holder.run_id else ""
-        return LeaseHeld(
-            f"checkpoint series {self.series!r} is held by {who}{run}; wait for that run to "
-            "end, or save under another name with --run-name or ACCEL_RUN_NAME"
-        )
+        return LeaseHeld(held_message(self.series, read_holder(self.layout, self.series)))
 
 
 def ensure_lease(layout: Layout, series: str, run_id: str | None) -> SeriesLease | None:

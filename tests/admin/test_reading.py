@@ -1,0 +1,74 @@
+"""Readers and retention coexist: a reader holds its series against retention, and a
+checkpoint removed while it is read is never called damaged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel import Workspace
+from accel.admin._reading import read_checkpoint, reading
+from accel.errors import IntegrityError, UsageError
+from accel.store import series as series_mod
+from accel.store.series import Found
+
+
+def _save(ws: Workspace, step: int) -> None:
+    ws.checkpoints.save({"w": torch.full((4,), float(step)), "step": step}, step)
+
+
+def _steps(ws: Workspace) -> list[int]:
+    return [info.step for info in ws.checkpoints.list()]
+
+
+@pytest.fixture
+def kept_one(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_KEEP_LAST", "1")
+    return Workspace.discover()
+
+
+def test_retention_waits_for_readers_and_catches_up(kept_one: Workspace) -> None:
+    _save(kept_one, 1)
+    with reading(kept_one, None):
+        _save(kept_one, 2)
+        _save(kept_one, 3)
+        assert _steps(kept_one) == [1, 2, 3]  # nothing retired under a reader
+    _save(kept_one, 4)
+    assert _steps(kept_one) == [4]
+
+
+def test_the_newest_is_read_again_when_the_one_picked_was_removed(kept_one: Workspace) -> None:
+    _save(kept_one, 1)
+    seen = []
+
+    def read(found: Found) -> int:
+        seen.append(found.manifest.step)
+        if len(seen) == 1:  # as a clean would: step 2 committed, step 1 gone mid-read
+            _save(kept_one, 2)
+            series_mod.retire(found.path)
+            raise IntegrityError(f"{found.path}/state.tensors is missing; it is damaged")
+        return found.manifest.step
+
+    assert read_checkpoint(kept_one, None, None, read) == 2 and seen == [1, 2]
+
+
+def test_a_named_step_removed_mid_read_is_said_so_not_damaged(kept_one: Workspace) -> None:
+    _save(kept_one, 1)
+
+    def read(found: Found) -> None:
+        series_mod.retire(found.path)
+        raise IntegrityError(f"{found.path}/state.tensors is missing; it is damaged")
+
+    with pytest.raises(UsageError, match="step 1 was removed while being read") as caught:
+        read_checkpoint(kept_one, 1, None, read)
+    assert "damaged" not in str(caught.value)
+
+
+def test_a_damaged_checkpoint_that_is_still_there_stays_damaged(kept_one: Workspace) -> None:
+    _save(kept_one, 1)
+
+    def read(found: Found) -> None:
+        raise IntegrityError("it is damaged")
+
+    with pytest.raises(IntegrityError, match="damaged"):
+        read_checkpoint(kept_one, None, None, read)
