@@ -150,6 +150,33 @@ def test_clean_cache(project: Path) -> None:
     assert [e.key for e in acc.clean_cache()] == ["a"]
 
 
+def test_clean_cache_keeps_a_live_runs_entries_as_accel_clean_does(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel._locks import locked
+    from accel.clean import clean
+    from accel.layout import run_lock
+
+    acc = accel.Accelerator()
+    ws = acc.workspace
+    monkeypatch.setenv("ACCEL_RUN_ID", "20260101-000000-abcdef")
+    ws.cache.put("mine", 1)
+    monkeypatch.delenv("ACCEL_RUN_ID")
+    ws.cache.put("other", 2)
+    with locked(run_lock(ws.path, "20260101-000000-abcdef")):
+        plan = clean(ws, only=["cache"], older_than=0, dry_run=True).plan
+        assert [k.item.name for k in plan.kept] == ["mine"]
+        assert [p.item.name for p in plan.items] == ["other"]
+        assert [e.key for e in acc.clean_cache()] == ["other"]
+        assert [e.key for e in ws.cache.entries()] == ["mine"]
+
+
+def test_the_second_cache_cleaner_is_gone_with_a_pointer(project: Path) -> None:
+    acc = accel.Accelerator()
+    with pytest.raises(UsageError, match=r"accel\.clean\.clean_cache"):
+        acc.workspace.cache.clean()
+
+
 # -- a real 2-rank gloo job --------------------------------------------------------------
 
 

@@ -359,8 +359,11 @@ class Accelerator:
         return step
 
     def clean_cache(self, older_than: float | str | None = None) -> list[CacheEntryInfo]:
-        """Delete cache entries unused for ``older_than`` (all when None); main process."""
-        removed = self.workspace.cache.clean(older_than) if self.is_main_process else []
+        """``accel clean --only cache`` on the main process: entries unused for
+        ``older_than`` (all when None), a live run's kept (:func:`accel.clean.clean_cache`)."""
+        from accel.clean import clean_cache
+
+        removed = clean_cache(self.workspace, older_than) if self.is_main_process else []
         self.wait_for_everyone()
         return removed
 

@@ -4,6 +4,9 @@ The Python twin of the command is :func:`clean`::
 
     outcome = clean(ws, older_than="7d", dry_run=True)
     outcome.plan.total_bytes   # what would be freed
+
+:func:`clean_cache` is ``accel clean --only cache --older-than ...`` (and what
+``Accelerator.clean_cache`` calls): the one rule for what a cache clean may remove.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from accel.workspace import Workspace
 
 if TYPE_CHECKING:
     from accel.clean._execute import CleanResult, Skipped, execute
+    from accel.store.cache import CacheEntryInfo
 
 __all__ = [
     "CATEGORIES",
@@ -44,6 +48,7 @@ __all__ = [
     "Skipped",
     "WorkspaceScan",
     "clean",
+    "clean_cache",
     "execute",
     "log_result",
     "make_plan",
@@ -111,6 +116,25 @@ def clean(
     result = execute(ws, plan)
     log_result(ws, result)
     return CleanOutcome(plan, result)
+
+
+def clean_cache(
+    ws: Workspace, older_than: str | float | None = None, *, now: float | None = None
+) -> list[CacheEntryInfo]:
+    """``accel clean --only cache --older-than older_than`` (None: every entry), its plan
+    and its protections (a live run's entries stay); returns the entries removed."""
+    policy = policy_for(ws, older_than=0.0 if older_than is None else older_than, only=["cache"])
+    plan = plan_for(ws, policy, now)
+    if not plan.items:
+        return []
+    entries = [p.item for p in plan.items if p.item.kind == "entry"]
+    infos = {item.location: ws.cache.info(item.name) for item in entries}
+    from accel.clean._execute import execute
+
+    result = execute(ws, plan)
+    log_result(ws, result)
+    removed = (infos.get(p.item.location) for p in result.removed)
+    return [info for info in removed if info is not None]
 
 
 def policy_for(

@@ -51,7 +51,6 @@ from accel.store.entry import (
     read_cache_meta,
     write_cache_meta,
 )
-from accel.units import parse_duration
 
 __all__ = ["Cache", "CacheEntryInfo"]
 
@@ -334,17 +333,12 @@ class Cache:
         found = self.entry_folders()
         return sorted(e for e in found if self._meta_or_none(e, key_of(e, self.root)) is None)
 
-    def clean(
-        self, older_than: float | str | None = None, *, now: float | None = None
-    ) -> list[CacheEntryInfo]:
-        """Delete entries last used more than ``older_than`` ago (all when None)."""
-        seconds = parse_duration(older_than) if isinstance(older_than, str) else older_than
-        cutoff = (time.time() if now is None else now) - (seconds or 0.0)
-        removed = []
-        for info in self.entries():
-            if (seconds is None or info.last_used < cutoff) and self.delete(info.key):
-                removed.append(info)
-        return removed
+    def clean(self, *args: Any, **kwargs: Any) -> list[CacheEntryInfo]:
+        """Removed: a second rule for what a clean may delete (it took live runs' entries)."""
+        raise UsageError(
+            "ws.cache.clean() was removed: use accel.clean.clean_cache(ws, older_than=...), "
+            "the rule of `accel clean --only cache` (it keeps a live run's entries)"
+        )
 
     # -- memoize ------------------------------------------------------------------------
 
