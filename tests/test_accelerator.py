@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accel
 from accel.errors import UsageError
-from run_helpers import free_port
+from run_helpers import free_port, two_ranks
 
 SCRIPT = Path(__file__).parent / "store" / "scripts" / "train.py"
 
@@ -188,21 +188,7 @@ def _env(workspace: Path) -> dict[str, str]:
 
 def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
     """Two ranks started with the torchrun environment, without the elastic agent."""
-    port = str(free_port())
-    procs = []
-    for rank in range(2):
-        env = _env(workspace)
-        env.update(
-            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-        )  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args], env=env))
-    try:
-        return [p.wait(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()  # a no-op for those that exited
-            p.wait()
+    return two_ranks(SCRIPT, args, _env(workspace))
 
 
 def _run_torchrun(workspace: Path, args: list[str]) -> int:
