@@ -86,8 +86,11 @@ class CleanOutcome:
 
 
 def plan_for(ws: Workspace, policy: Policy, now: float | None = None) -> CleanPlan:
-    """Scan ``ws`` and plan ``policy`` against it (reads only)."""
-    return make_plan(scan(ws, time.time() if now is None else now), policy)
+    """Scan ``ws`` and plan ``policy`` against it, naming the files accel did not make
+    inside what goes (reads only)."""
+    from accel.clean._foreign import annotate
+
+    return annotate(make_plan(scan(ws, time.time() if now is None else now), policy))
 
 
 def clean(
@@ -99,14 +102,16 @@ def clean(
     only: Iterable[str] | None = None,
     dry_run: bool = False,
     now: float | None = None,
+    force: bool = False,
 ) -> CleanOutcome:
     """Plan, and unless ``dry_run`` execute, a clean of ``ws``.
 
     Without selectors the configured retention applies (``checkpoints.keep_last``,
-    ``cache.max_size``) plus crash debris. Raises UsageError for a bad selector.
+    ``cache.max_size``) plus crash debris. Files accel did not make inside what goes keep
+    their folders unless ``force``. Raises UsageError for a bad selector.
     """
     policy = policy_for(
-        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only
+        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only, force=force
     )
     plan = plan_for(ws, policy, now)
     if dry_run or not plan.items:
@@ -144,6 +149,7 @@ def policy_for(
     keep_last: int | str | None = None,
     max_size: str | int | None = None,
     only: Iterable[str] | None = None,
+    force: bool = False,
 ) -> Policy:
     """The policy for these selectors; none given means the configured retention."""
     settings = ws.settings
@@ -156,6 +162,7 @@ def policy_for(
             "checkpoints.keep_last": settings.checkpoints.keep_last,
             "cache.max_size": settings.cache.max_size,
         },
+        force=force,
     )
 
 

@@ -49,6 +49,7 @@ from accel.store.entry import (
     made_by_accel,
     prune,
     read_cache_meta,
+    strip_entry,
     write_cache_meta,
 )
 
@@ -286,14 +287,18 @@ class Cache:
         except IntegrityError:
             return None
 
-    def delete(self, key: str) -> bool:
+    def delete(self, key: str, *, force: bool = False) -> bool:
         """Remove ``key``'s entry; False when there was none.
 
-        Only a folder accel made goes (a link or a stranger's folder stays, False).
+        Only a folder accel made goes (a link or a stranger's folder stays, False). Files
+        in it that accel did not make stay, with the folder, unless ``force``: the entry
+        is gone (its record first), the folder holds only those.
         """
         entry = self.entry_dir(key)
         with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
             committed = self._meta_or_none(entry, key) is not None
+            if not force and strip_entry(entry, self.root, key):
+                return committed
             doomed = detach_entry(entry, self.root, key)
         if doomed is None:
             return False
