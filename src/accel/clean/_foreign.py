@@ -19,8 +19,10 @@ from pathlib import Path
 from accel import layout
 from accel.clean._items import Item
 from accel.clean._plan import CleanPlan, PlanItem
+from accel.errors import IntegrityError
 from accel.store import entry as entry_mod
 from accel.store import series as series_mod
+from accel.store.manifest import read_manifest
 
 __all__ = ["annotate", "foreign_of", "kept_reason", "named", "strip"]
 
@@ -28,13 +30,16 @@ __all__ = ["annotate", "foreign_of", "kept_reason", "named", "strip"]
 def foreign_of(item: Item) -> tuple[str, ...]:
     """What accel did not make inside ``item``'s folder (reads only)."""
     path = item.path
-    if item.kind == "checkpoint" and item.step is not None:
-        found = series_mod.view(path.parent).step(item.step)
-        return tuple(series_mod.foreign_in(found)) if found is not None else ()
+    if item.kind == "checkpoint":
+        try:
+            found = series_mod.Found(path, read_manifest(path))
+        except (OSError, IntegrityError):  # gone or damaged since the scan: execution re-checks
+            return ()
+        return tuple(series_mod.foreign_in(found))
     if item.kind == "entry":
         try:
             payload: str | None = entry_mod.read_cache_meta(path, item.name).payload
-        except (OSError, ValueError):
+        except (OSError, IntegrityError):
             payload = None
         return tuple(entry_mod.foreign_in_entry(path, payload))
     if item.kind == "run":
