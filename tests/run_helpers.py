@@ -65,6 +65,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def two_ranks(
+    script: Path, args: list[str], env: dict[str, str], errors: Path | None = None
+) -> list[int]:
+    """Two ranks of ``script`` with the torchrun environment, without the elastic agent;
+    with ``errors``, rank N's stderr goes to ``errors/err-N.txt``."""
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        rank_env = dict(env)
+        rank_env.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+        )  # fmt: skip
+        cmd = [sys.executable, str(script), *args]
+        if errors is None:
+            procs.append(subprocess.Popen(cmd, env=rank_env))
+            continue
+        with (errors / f"err-{rank}.txt").open("w") as err:
+            procs.append(subprocess.Popen(cmd, env=rank_env, stderr=err))
+    try:
+        return [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()  # a no-op for those that exited
+            p.wait()
+
+
 def run_folder(project: Path) -> Path:
     """The folder of the project's only run."""
     (folder,) = (project / ".accelerate" / "logs" / "runs").iterdir()

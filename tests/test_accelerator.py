@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accel
 from accel.errors import UsageError
-from run_helpers import free_port
+from run_helpers import free_port, two_ranks
 
 SCRIPT = Path(__file__).parent / "store" / "scripts" / "train.py"
 
@@ -150,6 +150,33 @@ def test_clean_cache(project: Path) -> None:
     assert [e.key for e in acc.clean_cache()] == ["a"]
 
 
+def test_clean_cache_keeps_a_live_runs_entries_as_accel_clean_does(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel._locks import locked
+    from accel.clean import clean
+    from accel.layout import run_lock
+
+    acc = accel.Accelerator()
+    ws = acc.workspace
+    monkeypatch.setenv("ACCEL_RUN_ID", "20260101-000000-abcdef")
+    ws.cache.put("mine", 1)
+    monkeypatch.delenv("ACCEL_RUN_ID")
+    ws.cache.put("other", 2)
+    with locked(run_lock(ws.path, "20260101-000000-abcdef")):
+        plan = clean(ws, only=["cache"], older_than=0, dry_run=True).plan
+        assert [k.item.name for k in plan.kept] == ["mine"]
+        assert [p.item.name for p in plan.items] == ["other"]
+        assert [e.key for e in acc.clean_cache()] == ["other"]
+        assert [e.key for e in ws.cache.entries()] == ["mine"]
+
+
+def test_the_second_cache_cleaner_is_gone_with_a_pointer(project: Path) -> None:
+    acc = accel.Accelerator()
+    with pytest.raises(UsageError, match=r"accel\.clean\.clean_cache"):
+        acc.workspace.cache.clean()
+
+
 # -- a real 2-rank gloo job --------------------------------------------------------------
 
 
@@ -161,21 +188,7 @@ def _env(workspace: Path) -> dict[str, str]:
 
 def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
     """Two ranks started with the torchrun environment, without the elastic agent."""
-    port = str(free_port())
-    procs = []
-    for rank in range(2):
-        env = _env(workspace)
-        env.update(
-            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-        )  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args], env=env))
-    try:
-        return [p.wait(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()  # a no-op for those that exited
-            p.wait()
+    return two_ranks(SCRIPT, args, _env(workspace))
 
 
 def _run_torchrun(workspace: Path, args: list[str]) -> int:

@@ -303,13 +303,23 @@ class Accelerator:
         return save_parts(models, self._optimizers)
 
     def load_state(self, step: int | None = None) -> int | None:
-        """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none."""
-        found = self._agreed_step(step)
+        """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none.
+
+        The latest is the newest checkpoint every rank can read (a bad one is warned
+        about and skipped, see :mod:`accel._accel.resume`); ``step`` is that step or an error.
+        """
+        from accel._accel import resume
+
+        found = resume.agreed_step(self, step)
         if found is None:
             return None
-        state = self.checkpoints.load(found, map_location="cpu")
         models = [self.unwrap_model(m) for m in self._models]
-        restored = self._load_sharded(found, state.get("sharded") or [], models)
+
+        def sharded(at: int, names: list[str]) -> frozenset[str]:
+            return self._load_sharded(at, names, models)
+
+        loaded = resume.load(self, found, sharded, fallback=step is None)
+        state, found, restored = loaded.state, loaded.step, loaded.restored
         for kind, objs in (
             ("models", models),
             ("optimizers", self._optimizers),
@@ -326,10 +336,9 @@ class Accelerator:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.extra_state = state.get("extra")
-        rank_state = self.checkpoints.load_rank_state(found, self.rank)
-        if rank_state is not None:
-            set_rng_state(rank_state["rng"])
-        return int(state["step"])
+        if loaded.rank_state is not None:
+            set_rng_state(loaded.rank_state["rng"])
+        return found
 
     def _load_sharded(self, step: int, saved: list[str], models: list[Any]) -> frozenset[str]:
         """Restore what FSDP shards (a collective); the names of the objects restored."""
@@ -339,28 +348,12 @@ class Accelerator:
 
         return load_parts(self.checkpoints, step, saved, models, self._optimizers)
 
-    def _agreed_step(self, step: int | None) -> int | None:
-        """Every rank loads the step rank 0 found, even if a save lands meanwhile."""
-        from accel.store._arrival import arrive
-
-        arrive("load_state", float(self.workspace.settings.checkpoints.arrival_timeout))
-        if step is None:
-            latest = self.checkpoints.latest() if self.is_main_process else None
-            step = None if latest is None else latest.step
-        if self.world_size > 1:
-            import torch
-            import torch.distributed as dist
-
-            # A tensor, not broadcast_object_list: that one unpickles what it receives.
-            box = torch.tensor([-1 if step is None else step], dtype=torch.int64)
-            box = box.to(self.device)
-            dist.broadcast(box, src=0)
-            step = None if int(box.item()) < 0 else int(box.item())
-        return step
-
     def clean_cache(self, older_than: float | str | None = None) -> list[CacheEntryInfo]:
-        """Delete cache entries unused for ``older_than`` (all when None); main process."""
-        removed = self.workspace.cache.clean(older_than) if self.is_main_process else []
+        """``accel clean --only cache`` on the main process: entries unused for
+        ``older_than`` (all when None), a live run's kept (:func:`accel.clean.clean_cache`)."""
+        from accel.clean import clean_cache
+
+        removed = clean_cache(self.workspace, older_than) if self.is_main_process else []
         self.wait_for_everyone()
         return removed
 

@@ -25,15 +25,27 @@ ground floor, never the workspace facade, the config, the store or clean.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from accel._fs import TMP_PREFIX, fsync_dir, remove_tree
 
-__all__ = ["LAYOUT_VERSION", "Layout", "lock_file", "run_lock", "series_holder", "series_lock"]
+__all__ = [
+    "LAYOUT_VERSION",
+    "Layout",
+    "foreign_files",
+    "lock_file",
+    "remove_own",
+    "run_file",
+    "run_lock",
+    "series_holder",
+    "series_lock",
+]
 
 DIRNAME = ".accelerate"
 LAYOUT_FILE = "layout.json"
@@ -267,3 +279,57 @@ def dispose(path: Path, device: int | None = None) -> int:
     Returns how many paths stayed (on another filesystem).
     """
     return remove_tree(path, device, last=PROOF_FILES)
+
+
+# -- what accel did not make, inside its own folders -----------------------------------------
+
+
+def run_file(rel: str) -> bool:
+    """A path inside a run folder (``/``-separated) that accel writes there."""
+    base = rel.rpartition("/")[2]
+    return bool(RUN_FILE_RE.fullmatch(rel)) or rel == OWNER_MARKER or is_atomic_temp(base)
+
+
+def foreign_files(folder: Path, own: Callable[[str], bool]) -> list[str]:
+    """What ``own`` (an allowlist of relative, ``/``-separated paths) does not accept
+    under ``folder``: files, links and anything else but folders, which are entered
+    (never through a link). Sorted; [] when everything there is accel's."""
+    return sorted(rel for rel, is_dir in _tree(folder) if not is_dir and not own(rel))
+
+
+def remove_own(folder: Path, own: Callable[[str], bool], first: Sequence[str]) -> None:
+    """Remove accel's files from ``folder`` and keep the folder with the files it did not
+    make. ``first`` (the owner marker, then the record that proves the item) goes before
+    anything else: from the first unlink on, the folder is neither a valid item nor
+    provably accel's debris, so no reader takes it for one and no clean deletes it.
+    Then the rest of accel's files, then the folders they leave empty. Never follows a link.
+    """
+    for name in first:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / name)
+    folders = []
+    for rel, is_dir in list(_tree(folder)):
+        if is_dir:
+            folders.append(rel)
+        elif own(rel):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / rel)
+    for rel in sorted(folders, key=lambda r: r.count("/"), reverse=True):
+        with contextlib.suppress(OSError):  # not empty: it holds what accel did not make
+            os.rmdir(folder / rel)
+
+
+def _tree(folder: Path) -> Iterator[tuple[str, bool]]:
+    """(relative path, is a folder) of everything under ``folder``, links not followed."""
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(folder / rel if rel else folder) as it:
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        except OSError:
+            continue
+        for name, is_dir in entries:
+            yield rel + name, is_dir
+            if is_dir:
+                stack.append(f"{rel}{name}/")

@@ -139,7 +139,7 @@ def test_links_are_never_followed_and_never_taken_for_accels(project: Path, tmp_
     (outside / "data.bin").write_bytes(b"keep me")
     (outside / "meta.json").write_text("{}")
     folder = entry(ws, "linked", created=now - 30 * DAY)
-    (folder / "payload-link").symlink_to(outside)  # inside an entry: removed as a link
+    (folder / "payload-link").symlink_to(outside)  # inside an entry: not accel's, kept
     (folder / "file-link").symlink_to(outside / "data.bin")
     (ws.cache_dir / "entries" / "ns").mkdir()
     (ws.cache_dir / "entries" / "ns" / "sub").symlink_to(outside)  # a namespace leading out
@@ -149,14 +149,25 @@ def test_links_are_never_followed_and_never_taken_for_accels(project: Path, tmp_
     outcome = clean(ws, older_than="1d")
     assert outcome.result is not None
     assert [p.item.path for p in outcome.plan.items] == [folder]
-    assert not folder.exists()
+    assert outcome.plan.items[0].item.foreign == ("file-link", "payload-link")
+    assert sorted(p.name for p in folder.iterdir()) == ["file-link", "payload-link"]
+    assert folder.is_dir() and ws.cache.info("linked") is None
+    assert all(os.path.islink(p) for p in folder.iterdir())
+    # --force removes them, as links: never their targets.
+    forced = entry(ws, "forced", created=now - 30 * DAY)
+    (forced / "file-link").symlink_to(outside / "data.bin")
+    outcome = clean(ws, older_than="1d", force=True)
+    assert [p.item.path for p in outcome.plan.items] == [forced]
+    assert outcome.result is not None and not outcome.result.skipped, outcome.result
+    assert not os.path.lexists(forced) and folder.is_dir()
     left_alone = {k.item.path for k in outcome.plan.kept if k.reason == "unknown, left alone"}
     assert left_alone == {
+        folder,  # only the links are left in it: not accel's
         ws.cache_dir / "entries" / "ns" / "sub",
         ws.cache_dir / "entries" / "out.entry",
         ws.runs_dir / "20200101-000000-linked",
     }
-    assert all(os.path.islink(p) for p in left_alone)
+    assert all(os.path.islink(p) for p in left_alone - {folder})
     assert sorted(p.name for p in outside.iterdir()) == ["data.bin", "meta.json"]
     assert (outside / "data.bin").read_bytes() == b"keep me"
 

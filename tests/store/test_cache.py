@@ -221,18 +221,20 @@ def test_memoize(ws: Workspace) -> None:
 
 
 def test_clean_by_last_use(ws: Workspace) -> None:
+    from accel.clean import clean_cache
+
     ws.cache.put("old", 1)
     ws.cache.put("new", 2)
     old = ws.cache.info("old")
     assert old is not None
-    removed = ws.cache.clean(older_than=60, now=old.last_used + 30)
+    removed = clean_cache(ws, older_than=60, now=old.last_used + 30)
     assert removed == []
     new = ws.cache.info("new")
     assert new is not None
-    removed = ws.cache.clean(older_than="1m", now=new.last_used + 60.0 + 1e-3)
+    removed = clean_cache(ws, older_than="1m", now=new.last_used + 60.0 + 1e-3)
     assert sorted(e.key for e in removed) == ["new", "old"]
     ws.cache.put("x", 1)
-    assert [e.key for e in ws.cache.clean()] == ["x"]
+    assert [e.key for e in clean_cache(ws)] == ["x"]
 
 
 # -- verification, payload paths, links ----------------------------------------------------
@@ -336,7 +338,9 @@ def test_deletes_never_follow_a_link(ws: Workspace, tmp_path: Path) -> None:
     assert ws.cache.delete("evil") is False and ws.cache.delete("ns/k") is False
     with pytest.raises(IntegrityError, match="symbolic link"):
         ws.cache.get("evil")
-    ws.cache.clean()
+    from accel.clean import clean_cache
+
+    clean_cache(ws)
     assert sorted((p.name, p.read_bytes()) for p in (outside / "k.entry").iterdir()) == before
     assert (entries / "evil.entry").is_symlink() and (entries / "ns").is_symlink()
 

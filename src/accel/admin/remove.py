@@ -30,10 +30,12 @@ from accel import layout
 from accel._locks import held as lock_held
 from accel.admin.cache import DEBRIS, CacheRow, check_prefix, list_cache, read_entry
 from accel.admin.catalog import find_checkpoint
+from accel.clean._foreign import kept_reason
 from accel.clean._items import Item
 from accel.clean._scan import checkpoint_item
 from accel.errors import AccelError, UsageError
 from accel.runs import is_live
+from accel.store import entry as entry_mod
 from accel.store import series as series_mod
 from accel.store._keys import check_key
 from accel.store.lease import LeaseHeld, read_holder
@@ -67,6 +69,7 @@ class Removal:
     last_used: float | None
     run_id: str | None
     item: Item | None = dataclasses.field(default=None, compare=False, repr=False)
+    foreign: tuple[str, ...] = ()  # files in it that accel did not make: kept unless forced
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +79,7 @@ class Removal:
             "size": self.size,
             "last_used": self.last_used,
             "run_id": self.run_id,
+            "foreign": list(self.foreign),
         }
 
 
@@ -93,6 +97,7 @@ class RemovalPlan:
     part: str  # "checkpoints" or "cache"
     items: tuple[Removal, ...]
     kept: tuple[Kept, ...] = ()
+    force: bool = False  # the files accel did not make inside them go too
 
     @property
     def total_bytes(self) -> int:
@@ -104,6 +109,7 @@ class RemovalPlan:
             "items": [r.to_json() for r in self.items],
             "kept": [k.to_json() for k in self.kept],
             "total_bytes": self.total_bytes,
+            "force": self.force,
         }
 
 
@@ -161,10 +167,11 @@ def plan_checkpoint_removal(
     refusal = checkpoint_refusal(name, step, newest, force=force, holder=_holder(ws, name))
     if refusal is not None:
         raise refusal
-    item = checkpoint_item(name, found)
+    foreign = tuple(series_mod.foreign_in(found))
+    item = checkpoint_item(name, found)._replace(foreign=foreign)
     m = found.manifest
-    removal = Removal(CHECKPOINT, item.name, found.path, m.size, m.created, m.run_id, item)
-    return RemovalPlan("checkpoints", (removal,))
+    removal = Removal(CHECKPOINT, item.name, found.path, m.size, m.created, m.run_id, item, foreign)
+    return RemovalPlan("checkpoints", (removal,), force=force)
 
 
 def _holder(ws: Workspace, series: str) -> str | None:
@@ -182,7 +189,12 @@ def _holder(ws: Workspace, series: str) -> str | None:
 
 
 def plan_cache_removal(
-    ws: Workspace, key: str | None, prefix: str | None, now: float | None = None
+    ws: Workspace,
+    key: str | None,
+    prefix: str | None,
+    now: float | None = None,
+    *,
+    force: bool = False,
 ) -> RemovalPlan:
     """The entries ``key`` (exactly) or ``prefix`` (every key starting with it) name.
 
@@ -204,7 +216,7 @@ def plan_cache_removal(
             kept.append(Kept(removal, f"used by the live run {row.run_id}"))
         else:
             items.append(removal)
-    return RemovalPlan("cache", tuple(items), tuple(kept))
+    return RemovalPlan("cache", tuple(items), tuple(kept), force)
 
 
 def _one_entry(ws: Workspace, key: str) -> CacheRow:
@@ -224,7 +236,9 @@ def _one_entry(ws: Workspace, key: str) -> CacheRow:
 
 def _entry_removal(row: CacheRow) -> Removal:
     m = row.meta
-    return Removal(row.state, row.key, row.path, row.size, m.last_used if m else None, row.run_id)
+    foreign = tuple(entry_mod.foreign_in_entry(row.path, m.payload if m else None))
+    used = m.last_used if m else None
+    return Removal(row.state, row.key, row.path, row.size, used, row.run_id, foreign=foreign)
 
 
 # -- execution --------------------------------------------------------------------------------
@@ -249,7 +263,8 @@ def _remove_checkpoints(
     items = tuple(r.item for r in plan.items if r.item is not None)
     scan = WorkspaceScan(ws.data_path, time.time(), items, 0, frozenset(), frozenset())
     chosen = tuple(PlanItem(item, "requested") for item in items)
-    outcome = execute(ws, CleanPlan(Policy(explicit=True), scan, chosen, (), ()))
+    policy = Policy(explicit=True, force=plan.force)
+    outcome = execute(ws, CleanPlan(policy, scan, chosen, (), ()))
     gone = {p.item.location for p in outcome.removed}
     why = {str(s.path): s.reason for s in outcome.skipped}
     removed = tuple(r for r in plan.items if str(r.path) in gone)
@@ -267,8 +282,11 @@ def _remove_entries(
         if removal.run_id is not None and is_live(ws.layout, removal.run_id):
             kept.append(Kept(removal, f"used by the live run {removal.run_id}"))
             continue
-        ws.cache.delete(removal.name)
-        if os.path.lexists(removal.path):
+        ws.cache.delete(removal.name, force=plan.force)
+        foreign = [] if plan.force else entry_mod.foreign_in_entry(removal.path, None)
+        if os.path.lexists(removal.path) and foreign:
+            kept.append(Kept(removal, kept_reason(foreign)))
+        elif os.path.lexists(removal.path):
             kept.append(Kept(removal, "not removed: not a folder accel made, or outside the cache"))
         else:
             removed.append(removal)

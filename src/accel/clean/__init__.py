@@ -4,6 +4,9 @@ The Python twin of the command is :func:`clean`::
 
     outcome = clean(ws, older_than="7d", dry_run=True)
     outcome.plan.total_bytes   # what would be freed
+
+:func:`clean_cache` is ``accel clean --only cache --older-than ...`` (and what
+``Accelerator.clean_cache`` calls): the one rule for what a cache clean may remove.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from accel.workspace import Workspace
 
 if TYPE_CHECKING:
     from accel.clean._execute import CleanResult, Skipped, execute
+    from accel.store.cache import CacheEntryInfo
 
 __all__ = [
     "CATEGORIES",
@@ -44,6 +48,7 @@ __all__ = [
     "Skipped",
     "WorkspaceScan",
     "clean",
+    "clean_cache",
     "execute",
     "log_result",
     "make_plan",
@@ -81,8 +86,11 @@ class CleanOutcome:
 
 
 def plan_for(ws: Workspace, policy: Policy, now: float | None = None) -> CleanPlan:
-    """Scan ``ws`` and plan ``policy`` against it (reads only)."""
-    return make_plan(scan(ws, time.time() if now is None else now), policy)
+    """Scan ``ws`` and plan ``policy`` against it, naming the files accel did not make
+    inside what goes (reads only)."""
+    from accel.clean._foreign import annotate
+
+    return annotate(make_plan(scan(ws, time.time() if now is None else now), policy))
 
 
 def clean(
@@ -94,14 +102,16 @@ def clean(
     only: Iterable[str] | None = None,
     dry_run: bool = False,
     now: float | None = None,
+    force: bool = False,
 ) -> CleanOutcome:
     """Plan, and unless ``dry_run`` execute, a clean of ``ws``.
 
     Without selectors the configured retention applies (``checkpoints.keep_last``,
-    ``cache.max_size``) plus crash debris. Raises UsageError for a bad selector.
+    ``cache.max_size``) plus crash debris. Files accel did not make inside what goes keep
+    their folders unless ``force``. Raises UsageError for a bad selector.
     """
     policy = policy_for(
-        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only
+        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only, force=force
     )
     plan = plan_for(ws, policy, now)
     if dry_run or not plan.items:
@@ -113,6 +123,25 @@ def clean(
     return CleanOutcome(plan, result)
 
 
+def clean_cache(
+    ws: Workspace, older_than: str | float | None = None, *, now: float | None = None
+) -> list[CacheEntryInfo]:
+    """``accel clean --only cache --older-than older_than`` (None: every entry), its plan
+    and its protections (a live run's entries stay); returns the entries removed."""
+    policy = policy_for(ws, older_than=0.0 if older_than is None else older_than, only=["cache"])
+    plan = plan_for(ws, policy, now)
+    if not plan.items:
+        return []
+    entries = [p.item for p in plan.items if p.item.kind == "entry"]
+    infos = {item.location: ws.cache.info(item.name) for item in entries}
+    from accel.clean._execute import execute
+
+    result = execute(ws, plan)
+    log_result(ws, result)
+    removed = (infos.get(p.item.location) for p in result.removed)
+    return [info for info in removed if info is not None]
+
+
 def policy_for(
     ws: Workspace,
     *,
@@ -120,6 +149,7 @@ def policy_for(
     keep_last: int | str | None = None,
     max_size: str | int | None = None,
     only: Iterable[str] | None = None,
+    force: bool = False,
 ) -> Policy:
     """The policy for these selectors; none given means the configured retention."""
     settings = ws.settings
@@ -132,6 +162,7 @@ def policy_for(
             "checkpoints.keep_last": settings.checkpoints.keep_last,
             "cache.max_size": settings.cache.max_size,
         },
+        force=force,
     )
 
 

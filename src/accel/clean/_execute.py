@@ -20,6 +20,7 @@ from typing import Any
 
 from accel import _faults, layout
 from accel._locks import locked, try_hold
+from accel.clean._foreign import kept_reason, strip
 from accel.clean._items import META, Item
 from accel.clean._plan import CleanPlan, PlanItem
 from accel.clean._proof import proves_item
@@ -64,7 +65,7 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     with locked(ws.lock_path(CLEAN_LOCK), ws.lock_timeout):
         device = os.lstat(root).st_dev
         for planned in plan.items:
-            why = _remove(ws, planned.item, root, device)
+            why = _remove(ws, planned.item, root, device, plan.policy.force)
             if why is None:
                 removed.append(planned)
                 freed += planned.item.size
@@ -74,7 +75,7 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     return CleanResult(tuple(removed), tuple(skipped), freed)
 
 
-def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
+def _remove(ws: Workspace, item: Item, root: str, device: int, force: bool) -> str | None:
     """Remove ``item``; the reason it stayed, or None when it is gone."""
     if item.kind in ("unknown", "unreadable"):
         return "not made by accel"
@@ -88,13 +89,16 @@ def _remove(ws: Workspace, item: Item, root: str, device: int) -> str | None:
         if not free:
             return "in use"
         if item.kind == "checkpoint":
-            return _retire_checkpoint(item)
+            return _retire_checkpoint(item, force)
         if not os.path.lexists(item.path):
             return "already gone"
         if not proves_item(item):
             return "no longer provably accel's"
         if item.kind == "entry" and _changed_since(item):
             return "used since the plan"
+        kept = [] if force else strip(ws.cache.root, item)
+        if kept:
+            return kept_reason(kept)
         try:
             detached = _detach(item.path)
         except OSError as exc:
@@ -123,7 +127,7 @@ def _guard(ws: Workspace, item: Item) -> Iterator[bool]:
         yield True
 
 
-def _retire_checkpoint(item: Item) -> str | None:
+def _retire_checkpoint(item: Item, force: bool) -> str | None:
     """Under the series lease: finish an interrupted re-save, then retire the step if it
     is still the checkpoint that was planned (a re-save since then keeps it)."""
     folder = item.path.parent
@@ -140,9 +144,10 @@ def _retire_checkpoint(item: Item) -> str | None:
         return "saved again since the plan"
     _faults.point("clean.retiring")
     try:
-        return None if series_mod.retire(found.path, reaper) else "already gone"
+        kept = series_mod.retire_checkpoint(found, reaper, force=force)
     except OSError as exc:
         return f"could not remove: {exc.strerror or exc}"
+    return "already gone" if kept is None else kept_reason(kept) if kept else None
 
 
 def _changed_since(item: Item) -> bool:

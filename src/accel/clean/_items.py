@@ -50,6 +50,7 @@ class Item(NamedTuple):
     run_id: str | None = None
     status: str | None = None
     detail: str | None = None
+    foreign: tuple[str, ...] = ()  # files inside it that accel did not make (named by a plan)
 
     @property
     def path(self) -> Path:

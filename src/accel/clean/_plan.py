@@ -35,6 +35,7 @@ class Policy:
     max_size: int | None = None
     only: frozenset[str] = frozenset(CATEGORIES)
     explicit: bool = False
+    force: bool = False  # also the files accel did not make inside what goes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class Policy:
             "keep_last": self.keep_last,
             "max_size": self.max_size,
             "only": sorted(self.only),
+            "force": self.force,
         }
 
 
@@ -96,6 +98,7 @@ def item_json(item: Item, reason: str) -> dict[str, Any]:
         "size": item.size,
         "last_used": item.last_used,
         "reason": reason,
+        "foreign": list(item.foreign),
     }
 
 
@@ -106,6 +109,7 @@ def parse_policy(
     max_size: str | int | None = None,
     only: Iterable[str] | None = None,
     defaults: Mapping[str, Any] | None = None,
+    force: bool = False,
 ) -> Policy:
     """Validate selectors (raising UsageError); no selector means the configured retention.
 
@@ -123,6 +127,7 @@ def parse_policy(
         max_size=None if max_size is None else parse_size(max_size),
         only=categories,
         explicit=explicit,
+        force=force,
     )
 
 

@@ -56,6 +56,9 @@ def _show_plan(plan: RemovalPlan, as_json: bool, *, dry_run: bool) -> None:
         ["kind", "name", "size", "last used", "run"],
         rows,
     )
+    for removal in plan.items:
+        if removal.foreign:
+            _output.warn(foreign_line(removal.name, removal.foreign, plan.force))
     verb = "would free" if dry_run else "to free"
     _output.out(f"{verb} {format_size(plan.total_bytes)} in {len(plan.items)} item(s)")
 
@@ -84,6 +87,18 @@ def _row(removal: Any, now: float) -> list[str]:
         ago(now, removal.last_used),
         removal.run_id or "",
     ]
+
+
+def foreign_line(name: str, foreign: tuple[str, ...], force: bool) -> str:
+    """What a plan does with the files accel did not make inside ``name``."""
+    from accel.clean._foreign import named
+
+    if force:
+        return f"{name} holds {named(foreign)}: --force removes them too"
+    return (
+        f"{name} holds {named(foreign)}: they stay, with the folder; only accel's files go "
+        "(--force removes them too)"
+    )
 
 
 def ago(now: float, when: float | None) -> str:

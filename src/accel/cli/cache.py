@@ -71,6 +71,9 @@ def rm(
     prefix: str | None = typer.Option(
         None, "--prefix", "-p", metavar="PREFIX", help="Every entry whose key starts with PREFIX."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Also files accel did not make inside the entries."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan and stop."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before removing."),
     as_json: bool = _JSON,
@@ -79,5 +82,5 @@ def rm(
     from accel.admin.remove import plan_cache_removal
 
     ws = _app.workspace(ctx)
-    plan = plan_cache_removal(ws, key, prefix)
+    plan = plan_cache_removal(ws, key, prefix, force=force)
     return _removal.carry_out(ws, plan, yes=yes, dry_run=dry_run, as_json=as_json)

@@ -224,7 +224,10 @@ def rm(
     step: str = typer.Argument(..., help="The step to remove."),
     series: str | None = _SERIES,
     force: bool = typer.Option(
-        False, "--force", help="Also the newest checkpoint of its series (never a held one)."
+        False,
+        "--force",
+        help="Also the newest checkpoint of its series (never a held one), and files "
+        "accel did not make inside it.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan and stop."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before removing."),

@@ -36,6 +36,9 @@ def clean(
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan and stop."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before removing."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
+    force: bool = typer.Option(
+        False, "--force", help="Also files accel did not make inside the folders it removes."
+    ),
     auto: bool = typer.Option(
         False, "--auto", help="Only if over cache.max_size: evict until it fits (no prompt)."
     ),
@@ -54,7 +57,7 @@ def clean(
     if auto:
         return _auto(ws, (older_than, keep_last, max_size, only), dry_run, as_json)
     policy = policy_for(
-        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only
+        ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only, force=force
     )
     plan = plan_for(ws, policy)
     for warning in plan.warnings:
@@ -150,6 +153,13 @@ def _show_plan(
     columns = ["part", "item", "size", "last used", "why"]
     rows = [_row(p.item, p.reason, plan.scan.now) for p in plan.items]
     _output.table(title, columns, rows)
+    from accel.cli._removal import foreign_line
+
+    for planned in plan.items:
+        if planned.item.foreign:
+            _output.warn(
+                foreign_line(planned.item.location, planned.item.foreign, plan.policy.force)
+            )
     _output.out(
         f"{'would free' if dry_run else 'to free'} {format_size(plan.total_bytes)} "
         f"in {len(plan.items)} item(s)"

@@ -48,9 +48,9 @@ from accel.store.entry import (
     made_by_accel,
     prune,
     read_cache_meta,
+    strip_entry,
     write_cache_meta,
 )
-from accel.units import parse_duration
 
 __all__ = ["Cache", "CacheEntryInfo"]
 
@@ -288,14 +288,18 @@ class Cache:
         except IntegrityError:
             return None
 
-    def delete(self, key: str) -> bool:
+    def delete(self, key: str, *, force: bool = False) -> bool:
         """Remove ``key``'s entry; False when there was none.
 
-        Only a folder accel made goes (a link or a stranger's folder stays, False).
+        Only a folder accel made goes (a link or a stranger's folder stays, False). Files
+        in it that accel did not make stay, with the folder, unless ``force``: the entry
+        is gone (its record first), the folder holds only those.
         """
         entry = self.entry_dir(key)
         with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
             committed = self._meta_or_none(entry, key) is not None
+            if not force and strip_entry(entry, self.root, key):
+                return committed
             doomed = detach_entry(entry, self.root, key)
         if doomed is None:
             return False
@@ -335,17 +339,12 @@ class Cache:
         found = self.entry_folders()
         return sorted(e for e in found if self._meta_or_none(e, key_of(e, self.root)) is None)
 
-    def clean(
-        self, older_than: float | str | None = None, *, now: float | None = None
-    ) -> list[CacheEntryInfo]:
-        """Delete entries last used more than ``older_than`` ago (all when None)."""
-        seconds = parse_duration(older_than) if isinstance(older_than, str) else older_than
-        cutoff = (time.time() if now is None else now) - (seconds or 0.0)
-        removed = []
-        for info in self.entries():
-            if (seconds is None or info.last_used < cutoff) and self.delete(info.key):
-                removed.append(info)
-        return removed
+    def clean(self, *args: Any, **kwargs: Any) -> list[CacheEntryInfo]:
+        """Removed: a second rule for what a clean may delete (it took live runs' entries)."""
+        raise UsageError(
+            "ws.cache.clean() was removed: use accel.clean.clean_cache(ws, older_than=...), "
+            "the rule of `accel clean --only cache` (it keeps a live run's entries)"
+        )
 
     # -- memoize ------------------------------------------------------------------------
 

@@ -374,11 +374,12 @@ class Checkpoints:
         with _locks.try_hold(readers, create=True) as free:
             if not free:  # export/show/verify is reading: a later save catches up
                 return
-            infos = self.list(series_name)
-            survivors = {i.step for i in infos[-int(keep) :]} | {keep_step}
-            for info in infos:
-                if info.step not in survivors:
-                    self._reaper.retire(info.path)  # renamed away under the lock
+            found = self.view(series_name).checkpoints
+            survivors = {f.manifest.step for f in found[-int(keep) :]} | {keep_step}
+            for old in found:
+                if old.manifest.step not in survivors:
+                    if kept := series_mod.retire_checkpoint(old, self._reaper):
+                        series_mod.warn_kept(self.layout, old.path, kept)
 
     # -- deleting -----------------------------------------------------------------------
 
@@ -392,4 +393,8 @@ class Checkpoints:
         # A re-save a kill interrupted holds two copies of the step: both go, or the
         # old one would become visible again.
         leftovers = [p for swap in view.swaps if swap.step == step for p in swap.leftovers]
-        return all([series_mod.retire(path) for path in (found.path, *leftovers)])
+        gone = all([series_mod.retire(path) for path in leftovers])
+        kept = series_mod.retire_checkpoint(found)
+        if kept:
+            series_mod.warn_kept(self.layout, found.path, kept, "checkpoints.delete")
+        return gone and kept is not None

@@ -27,13 +27,24 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from accel import _faults
 from accel._fs import JSON_INT_MAX, atomic_write_json, read_json, remove_tree
 from accel.errors import IntegrityError
-from accel.layout import CACHE_META, ENTRY_SUFFIX, OWNER_MARKER, VERSION_RE, detach, is_owned
+from accel.layout import (
+    CACHE_META,
+    ENTRY_SUFFIX,
+    OWNER_MARKER,
+    VERSION_RE,
+    detach,
+    foreign_files,
+    is_atomic_temp,
+    is_owned,
+    remove_own,
+)
 from accel.store._hashing import FileDigest
 from accel.store._records import (
     MAX_SECONDS,
@@ -50,9 +61,12 @@ __all__ = [
     "KINDS",
     "CacheMeta",
     "MetaMissing",
+    "entry_file",
+    "foreign_in_entry",
     "key_of",
     "parse_cache_meta",
     "read_cache_meta",
+    "strip_entry",
     "write_cache_meta",
 ]
 
@@ -266,16 +280,55 @@ def made_by_accel(entry: Path, key: str) -> bool:
     return True
 
 
+def _ours(entry: Path, root: Path, key: str) -> bool:
+    """A real folder accel made, inside the cache (not through a linked namespace)."""
+    if os.path.islink(entry) or not entry.is_dir() or not made_by_accel(entry, key):
+        return False
+    real_root, real = os.path.realpath(root), os.path.realpath(entry.parent)
+    return os.path.commonpath([real_root, real]) == real_root
+
+
+def entry_file(payload: str | None) -> Callable[[str], bool]:
+    """The allowlist of an entry's own files (relative paths): its record, its marker,
+    interrupted atomic writes, the files of its version folders, a bare ``payload``."""
+
+    def own(rel: str) -> bool:
+        head, _, tail = rel.partition("/")
+        if tail:
+            return "/" not in tail and VERSION_RE.fullmatch(head) is not None
+        return rel in (CACHE_META, OWNER_MARKER, payload) or is_atomic_temp(rel)
+
+    return own
+
+
+def foreign_in_entry(entry: Path, payload: str | None) -> list[str]:
+    """Files in ``entry`` that accel did not make (a user's README): never deleted with it."""
+    return foreign_files(entry, entry_file(payload))
+
+
+def strip_entry(entry: Path, root: Path, key: str) -> list[str]:
+    """Under the lock: when accel's entry holds files accel did not make, remove accel's
+    (the marker and ``meta.json`` first: it is no entry from then on) and keep the folder
+    with those; their names ([] when there are none: detach it as usual)."""
+    if not _ours(entry, root, key):
+        return []
+    try:
+        payload: str | None = read_cache_meta(entry, key).payload
+    except (IntegrityError, OSError):
+        payload = None
+    foreign = foreign_in_entry(entry, payload)
+    if foreign:
+        remove_own(entry, entry_file(payload), (OWNER_MARKER, CACHE_META))
+    return foreign
+
+
 def detach_entry(entry: Path, root: Path, key: str) -> Path | None:
     """Under the lock: rename the entry to a ``.del-*`` sibling, when it is accel's.
 
     A link (to anywhere) or a folder without accel's marker or metadata is left alone.
     """
-    if os.path.islink(entry) or not entry.is_dir() or not made_by_accel(entry, key):
+    if not _ours(entry, root, key):
         return None
-    real_root, real = os.path.realpath(root), os.path.realpath(entry.parent)
-    if os.path.commonpath([real_root, real]) != real_root:
-        return None  # a namespace folder that is a link out of the cache
     try:
         return detach(entry)
     except FileNotFoundError:

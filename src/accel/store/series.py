@@ -17,13 +17,17 @@ one whole copy of step N is visible. The next save or clean of the series (holdi
 lease) finishes the swap (:func:`recover`).
 
 Only what this module can prove is accel's is ever listed as debris; everything else in
-a series folder is ``unknown`` and left alone.
+a series folder is ``unknown`` and left alone. Inside a checkpoint, what its manifest
+does not list (a user's note) is never deleted with it: :func:`retire_checkpoint`
+removes accel's files and keeps the folder with those (unless forced).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,20 +37,36 @@ from accel.errors import IntegrityError
 from accel.layout import (
     ASIDE_RE,
     DELETED_RE,
+    MANIFEST,
+    OWNER_MARKER,
     STAGE_RE,
     STEP_RE,
     SYNC_STAGE_RE,
+    Layout,
     detach,
     dispose,
+    foreign_files,
     is_atomic_temp,
     is_empty_dir,
     is_owned,
     mark,
+    remove_own,
 )
 from accel.store._trace import phase
 from accel.store.manifest import Manifest, ManifestMissing, read_manifest
 
-__all__ = ["Found", "SeriesView", "Unreadable", "recover", "retire", "step_dir_name", "view"]
+__all__ = [
+    "Found",
+    "SeriesView",
+    "Unreadable",
+    "foreign_in",
+    "recover",
+    "retire",
+    "retire_checkpoint",
+    "step_dir_name",
+    "view",
+    "warn_kept",
+]
 
 
 def step_dir_name(step: int) -> str:
@@ -242,6 +262,45 @@ def retire(step_dir: Path, reaper: Reaper | None = None) -> bool:
         reaper = Reaper(background=False)
     reaper.retire(step_dir)
     return True
+
+
+def foreign_in(found: Found) -> list[str]:
+    """Files in the checkpoint's folder that its manifest does not list: not accel's."""
+    return foreign_files(found.path, _own_files(found.manifest))
+
+
+def retire_checkpoint(
+    found: Found, reaper: Reaper | None = None, *, force: bool = False
+) -> list[str] | None:
+    """Retire the checkpoint ``found``: None when it is not there (or is a link); else
+    the files accel did not make that kept its folder ([] when it went whole).
+
+    Those files are never deleted unless ``force``: accel's go (the owner marker and the
+    manifest first, so it is no checkpoint from the first unlink on) and the folder
+    stays, holding only them (``unknown`` from then on, left alone).
+    """
+    foreign = [] if force or os.path.islink(found.path) else foreign_in(found)
+    if not foreign:
+        return [] if retire(found.path, reaper) else None
+    remove_own(found.path, _own_files(found.manifest), (OWNER_MARKER, MANIFEST))
+    return foreign
+
+
+def warn_kept(layout: Layout, path: Path, names: list[str], command: str = "retention") -> None:
+    """A warning and a line in training.log: retention or a delete kept ``path`` for
+    ``names``, the files accel did not make."""
+    from accel.wslog import log_event
+
+    line = (
+        f"kept {path}: it holds {len(names)} file(s) accel did not make "
+        f"({', '.join(names[:5])}); accel's files are gone, move those and remove the folder"
+    )
+    warnings.warn(line, RuntimeWarning, stacklevel=3)
+    log_event(layout, None, line, "warning", command=command)
+
+
+def _own_files(manifest: Manifest) -> Callable[[str], bool]:
+    return (frozenset(manifest.files) | {MANIFEST, OWNER_MARKER}).__contains__
 
 
 class Reaper:

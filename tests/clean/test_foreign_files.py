@@ -1,0 +1,146 @@
+"""Files accel did not make inside accel's folders are never deleted with them: not by
+`checkpoints rm`, retention, `cache rm` or `clean --only runs`; `--force` removes them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from clean_factory import DAY, age_tree, checkpoint, run, workspace
+
+from accel.admin.remove import plan_cache_removal, plan_checkpoint_removal, remove
+from accel.clean import clean
+from accel.workspace import Workspace
+from run_helpers import accel
+
+NOTE = "notes.txt"
+
+
+def _saved(ws: Workspace, *steps: int) -> list[Path]:
+    """Checkpoints written as a finished run left them (no lease held here)."""
+    return [checkpoint(ws, "default", step, created=time.time() - DAY) for step in steps]
+
+
+def _old_run(ws: Workspace) -> Path:
+    old = "2020-01-01T00:00:00+00:00"
+    folder = run(ws, "20200101-000000-abcdef", started=old, ended=old)
+    (folder / "analysis.ipynb").write_text("{}")
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
+    age_tree(folder, time.time() - 30 * DAY)
+    return folder
+
+
+def test_checkpoints_rm_keeps_a_note_in_the_step_folder(project: Path) -> None:
+    ws = workspace(project)
+    old, _ = _saved(ws, 1, 2)
+    (old / NOTE).write_text("lr 3e-4 diverged here")
+    plan = plan_checkpoint_removal(ws, 1, None)
+    assert plan.items[0].foreign == (NOTE,)
+    assert plan.to_json()["items"][0]["foreign"] == [NOTE]
+    result = remove(ws, plan)
+    assert not result.ok and "1 file(s) accel did not make (notes.txt)" in result.kept[0].reason
+    assert sorted(p.name for p in old.iterdir()) == [NOTE]
+    assert (old / NOTE).read_text() == "lr 3e-4 diverged here"
+    assert [i.step for i in ws.checkpoints.list()] == [2]  # step 1 is no checkpoint any more
+    assert ws.checkpoints.debris() == []  # and no debris a later clean would take
+    assert old in {k.item.path for k in clean(ws, keep_last=0, dry_run=True).plan.kept}
+
+
+def test_checkpoints_rm_force_removes_the_note_too(project: Path) -> None:
+    ws = workspace(project)
+    old, _ = _saved(ws, 1, 2)
+    (old / NOTE).write_text("x")
+    assert remove(ws, plan_checkpoint_removal(ws, 1, None, force=True)).ok
+    assert not old.exists()
+
+
+def test_retention_keeps_a_note_and_warns(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_KEEP_LAST", "1")
+    ws = workspace(project)
+    ws.checkpoints.save({"w": torch.ones(4)}, 1)
+    old = ws.checkpoints.list()[0].path
+    (old / "sub").mkdir()
+    (old / "sub" / NOTE).write_text("mine")
+    with pytest.warns(RuntimeWarning, match=r"accel did not make \(sub/notes.txt\)"):
+        ws.checkpoints.save({"w": torch.ones(4)}, 2)
+    ws.checkpoints.wait()
+    assert [i.step for i in ws.checkpoints.list()] == [2]
+    assert [str(p.relative_to(old)) for p in sorted(old.rglob("*"))] == ["sub", "sub/notes.txt"]
+    log = (ws.logs_dir / "training.log").read_text()
+    assert "sub/notes.txt" in log and "retention" in log
+
+
+def test_cache_rm_keeps_a_readme_in_the_entry(project: Path) -> None:
+    ws = workspace(project)
+    info = ws.cache.put("datasets/index", b"abc")
+    (info.path / "README.md").write_text("how I built it")
+    plan = plan_cache_removal(ws, "datasets/index", None)
+    assert plan.items[0].foreign == ("README.md",)
+    result = remove(ws, plan)
+    assert not result.ok and "README.md" in result.kept[0].reason
+    assert ws.cache.info("datasets/index") is None
+    assert sorted(p.name for p in info.path.iterdir()) == ["README.md"]
+    # The folder is no entry any more: the next rm refuses it, clean leaves it alone.
+    outcome = clean(ws, only=["cache"], older_than=0)
+    assert info.path in {k.item.path for k in outcome.plan.kept}
+    assert (info.path / "README.md").read_text() == "how I built it"
+
+
+def test_cache_rm_force_removes_the_readme_too(project: Path) -> None:
+    ws = workspace(project)
+    info = ws.cache.put("k", b"abc")
+    (info.path / "README.md").write_text("x")
+    assert remove(ws, plan_cache_removal(ws, "k", None, force=True)).ok
+    assert not info.path.exists()
+
+
+def test_clean_only_runs_keeps_a_notebook_in_the_run_folder(project: Path) -> None:
+    ws = workspace(project)
+    folder = _old_run(ws)
+    outcome = clean(ws, only=["runs"], older_than="1d")
+    assert [p.item.foreign for p in outcome.plan.items] == [("analysis.ipynb",)]
+    assert outcome.result is not None and outcome.result.skipped
+    assert sorted(p.name for p in folder.iterdir()) == ["analysis.ipynb"]
+    assert clean(ws, only=["runs"], older_than=0, force=True).plan.items == ()
+
+
+def test_clean_force_removes_the_notebook_too(project: Path) -> None:
+    ws = workspace(project)
+    folder = _old_run(ws)
+    clean(ws, only=["runs"], older_than="1d", force=True)
+    assert not folder.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_every_plan_names_the_foreign_files_it_keeps(project: Path) -> None:
+    ws = workspace(project)
+    old, _ = _saved(ws, 1, 2)
+    (old / NOTE).write_text("x")
+    info = ws.cache.put("k", b"abc")
+    (info.path / "README.md").write_text("x")
+    stays = "holds 1 file(s) accel did not make (notes.txt): they stay, with the folder"
+    for args in (["clean", "--keep-last", "1"], ["checkpoints", "rm", "1"]):
+        result = accel(project, *args, "--dry-run")
+        assert result.returncode == 0, result.stderr
+        assert stays in result.stdout + result.stderr
+        forced = accel(project, *args, "--dry-run", "--force")
+        assert "(notes.txt): --force removes them too" in forced.stdout + forced.stderr
+    result = accel(project, "cache", "rm", "k", "--dry-run")
+    assert "(README.md): they stay" in result.stdout + result.stderr
+    result = accel(project, "cache", "rm", "k", "--yes")
+    assert result.returncode == 1 and "README.md" in result.stdout + result.stderr
+    assert (info.path / "README.md").exists()
+
+
+def test_ws_checkpoints_delete_keeps_a_note_and_warns(project: Path) -> None:
+    ws = workspace(project)
+    old, _ = _saved(ws, 1, 2)
+    (old / NOTE).write_text("x")
+    with pytest.warns(RuntimeWarning, match=r"\(notes.txt\)"):
+        assert ws.checkpoints.delete(1)
+    assert [p.name for p in old.iterdir()] == [NOTE]
+    assert [i.step for i in ws.checkpoints.list()] == [2]
