@@ -58,6 +58,16 @@ def test_torchrun_counts_cpus_and_gpus(capsys: pytest.CaptureFixture[str]) -> No
     assert plan(capsys, "--nproc_per_node=CPU", SCRIPT)["nproc_per_node"] == os.cpu_count()
 
 
+def test_auto_without_a_gpu_is_one_worker_per_cpu_as_under_torchrun(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun's ``--nproc-per-node auto``: the GPUs where there are any, else the CPUs
+    (accel read it as 1 on a CPU machine, issue 23)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides every GPU, as on this machine
+    assert plan(capsys, "--nproc_per_node=auto", SCRIPT)["nproc_per_node"] == os.cpu_count()
+    assert plan(capsys, "-n", "auto", SCRIPT)["nproc_per_node"] == os.cpu_count()
+
+
 def test_gpu_count_without_a_gpu_is_refused(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -180,10 +180,12 @@ def _torchrun_count(text: str) -> str:
     word = text.strip().lower()
     if word == "cpu":
         return str(os.cpu_count() or 1)
-    if word != "gpu":
+    if word not in ("gpu", "auto"):
         return text
     from accel.devices import probe
 
+    if word == "auto":  # torchrun's: one per GPU where there are GPUs, else one per CPU
+        return "auto" if probe(os.environ) else str(os.cpu_count() or 1)
     if not probe(os.environ):
         raise UsageError(
             "--nproc-per-node gpu: no GPU is visible here; give a number of workers "
