@@ -376,10 +376,9 @@ class Checkpoints:
                 return
             found = self.view(series_name).checkpoints
             survivors = {f.manifest.step for f in found[-int(keep) :]} | {keep_step}
-            for old in found:
-                if old.manifest.step not in survivors:
-                    if kept := series_mod.retire_checkpoint(old, self._reaper):
-                        series_mod.warn_kept(self.layout, old.path, kept)
+            for old in (f for f in found if f.manifest.step not in survivors):
+                if kept := series_mod.retire_checkpoint(old, self._reaper):
+                    series_mod.warn_kept(self.layout, old.path, kept)
 
     # -- deleting -----------------------------------------------------------------------
 
