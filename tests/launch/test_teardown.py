@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from accel.launch import _bootstrap
+from accel.launch._ends import rank_ends
+from accel.launch.deaths import Exit
 from accel.launch.teardown import ENDED, HUNG, Teardown, TeardownJudge, read_returned
 
 BOOTSTRAP = Path(_bootstrap.__file__)
@@ -115,3 +117,24 @@ def test_the_bootstrap_notes_a_return_and_the_end_of_the_exit_handlers(
     assert done.returncode == code and returned is not None
     assert returned.code == code and returned.handlers_done_at is not None
     assert returned.handlers_done_at - returned.returned_at >= 0.2  # after the script's handler
+
+
+class SeenExits:
+    """An ExitWatch that has seen these ends (the real one waits on processes)."""
+
+    def __init__(self, exits: dict[int, Exit]) -> None:
+        self._exits = exits
+
+    def settle(self, timeout: float) -> None:
+        return None
+
+    def exits(self) -> dict[int, Exit]:
+        return dict(self._exits)
+
+
+def test_a_rank_that_finished_is_no_failure_when_another_rank_fails() -> None:
+    seen = SeenExits({0: Exit(10.0, 1), 1: Exit(9.0, -6)})  # rank 1 aborted in teardown
+    ends = rank_ends(0, {}, {0: 100, 1: 101}, seen, finished={1: 0})  # type: ignore[arg-type]
+    assert [(e.rank, e.exitcode) for e in ends] == [(0, 1)]
+    ends = rank_ends(0, {}, {0: 100, 1: 101}, seen)  # type: ignore[arg-type]
+    assert [(e.rank, e.exitcode) for e in ends] == [(0, 1), (1, -6)]
