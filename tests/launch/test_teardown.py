@@ -138,3 +138,32 @@ def test_a_rank_that_finished_is_no_failure_when_another_rank_fails() -> None:
     assert [(e.rank, e.exitcode) for e in ends] == [(0, 1)]
     ends = rank_ends(0, {}, {0: 100, 1: 101}, seen)  # type: ignore[arg-type]
     assert [(e.rank, e.exitcode) for e in ends] == [(0, 1), (1, -6)]
+
+
+def test_a_worker_is_never_ended_while_a_background_save_runs_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from accel.store._async_save import AsyncSave, saving_note
+
+    fake = Fake(tmp_path)
+    fake.returned(0, at=100.0)  # the interpreter waits for the save's thread
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", fake.error_file)
+    release, seen = threading.Event(), []
+
+    def write() -> int:
+        seen.append(os.path.exists(saving_note(fake.error_file)))
+        release.wait(10)
+        return 1
+
+    save = AsyncSave(write, "accel-test-save").start()
+    try:
+        fake.now = 1e9
+        assert fake.poll(None) is None and not fake.killed
+    finally:
+        release.set()
+        assert save.join() == 1
+    assert seen == [True] and not os.path.exists(saving_note(fake.error_file))
+    fake.poll(None)
+    assert fake.killed == [4242]  # once the save is done, the grace holds again

@@ -9,9 +9,11 @@ exit handlers have run. From then on:
 - the rank's result is the script's own (0 when it returned, the ``sys.exit`` code): a
   death by a signal or another exit code in teardown does not fail the run;
 - a rank still alive ``TEARDOWN_GRACE`` seconds after its exit handlers ran (or
-  ``handlers_grace``, the launch's stop grace period, after the script returned while a
-  handler still runs: a pending checkpoint may be finishing there) is killed, with the
-  processes of its group;
+  ``handlers_grace``, the launch's stop grace period, more after the script returned
+  while a handler still runs) is killed, with the processes of its group; never while
+  a background checkpoint save runs in it (the interpreter, or ``Accelerator`` at exit,
+  waits for it; it says so: :func:`accel.store._async_save.saving_note`): that is the
+  script's own work;
 - either is reported once, as a :class:`Teardown` (run.json, ``accel runs show``).
 
 :class:`TeardownJudge` is the one place that decides; torch reads each worker's exit
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.launch._bootstrap import returned_path
+from accel.store._async_save import saving_note
 
 __all__ = ["TEARDOWN_GRACE", "Returned", "Teardown", "TeardownJudge", "read_returned"]
 
@@ -45,6 +48,7 @@ class Returned:
     pid: int
     returned_at: float
     handlers_done_at: float | None = None
+    saving: bool = False  # a background checkpoint save still runs in it
 
 
 def read_returned(error_file: str) -> Returned | None:
@@ -58,6 +62,7 @@ def read_returned(error_file: str) -> Returned | None:
             pid=int(data["pid"]),
             returned_at=float(data["returned_at"]),
             handlers_done_at=float(done) if done is not None else None,
+            saving=os.path.exists(saving_note(error_file)),
         )
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -148,6 +153,8 @@ class TeardownJudge:
 
     def deadline(self, returned: Returned) -> float:
         """When a worker whose script returned is ended if it is still there."""
+        if returned.saving:
+            return float("inf")
         if returned.handlers_done_at is None:
             return returned.returned_at + self._handlers_grace + self._grace
         return returned.handlers_done_at + self._grace
