@@ -118,10 +118,7 @@ class Accelerator:
         finally:
             self._metrics.close()
             if self._owns_group:
-                import torch.distributed as dist
-
-                if dist.is_initialized():
-                    dist.destroy_process_group()
+                setup.end_group()
 
     # -- prepare ------------------------------------------------------------------------
 

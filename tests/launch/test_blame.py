@@ -209,3 +209,52 @@ def test_a_recorded_verdict_reads_back_the_same() -> None:
     assert again is not None and fates(again) == fates(verdict)
     assert headline(again) == headline(verdict)
     assert recorded_verdict({"failures": [{"rank": 0, "exitcode": 1}]}) is None  # older record
+
+
+ARRIVAL = (
+    "Current thread 0x4 (most recent call first):\n"
+    '  File "/site/accel/store/_arrival.py", line 79 in _wait\n'
+    '  File "/site/accel/store/_arrival.py", line 61 in arrive\n'
+    '  File "/site/accel/store/checkpoints.py", line 120 in save\n'
+    '  File "/site/accel/accelerator.py", line 190 in save_state\n'
+    '  File "train.py", line 15 in <module>\n' + MAIN
+)
+WAIT_FOR_EVERYONE = (
+    "Current thread 0x5 (most recent call first):\n"
+    '  File "/site/accel/accelerator.py", line 225 in wait_for_everyone\n'
+    '  File "train.py", line 15 in <module>\n' + MAIN
+)
+IMPORTING_ACCEL = (
+    "Current thread 0x6 (most recent call first):\n"
+    '  File "/site/accel/store/_arrival.py", line 1 in <module>\n' + MAIN
+)
+
+
+def test_accels_own_collectives_are_waits_in_a_collective() -> None:
+    assert in_collective(ARRIVAL)  # save_state's arrival wait polls the store
+    assert in_collective(WAIT_FOR_EVERYONE)
+    assert not in_collective(IMPORTING_ACCEL)
+    clue = HangClue(stacks={0: ARRIVAL, 1: SLEEP}, quiet={0: 30.0, 1: 12.0})
+    assert stuck_ranks(clue) == {1}
+    assert describe_stuck(clue) == (
+        "rank 1 is stuck in stuck_in_sleep (train.py), not in a collective"
+    )
+
+
+def test_a_rank_that_never_printed_counts_as_quiet_since_its_start() -> None:
+    from accel.hang.detect import check_hang
+
+    # Only rank 0 prints (the usual case): rank 1 has no activity at all.
+    verdict = check_hang({0: 100.0}, since=40.0, now=130.0, timeout=5, ranks=[0, 1])
+    assert verdict is not None and verdict.quiet == {0: 30.0, 1: 90.0}
+    clue = HangClue(stacks={0: BARRIER, 1: SLEEP}, quiet=verdict.quiet)
+    assert stuck_ranks(clue) == {1}
+    # When the stacks do not tell, the rank that never printed went quiet first.
+    assert stuck_ranks(HangClue(stacks={0: SLEEP, 1: SLEEP}, quiet=verdict.quiet)) == {1}
+
+
+def test_a_rank_with_a_stack_but_no_quiet_time_still_counts() -> None:
+    # A record from before every rank had a quiet time: rank 0 in the barrier is not
+    # blamed because the quiet times named only it.
+    clue = HangClue(stacks={0: BARRIER, 1: SLEEP}, quiet={0: 30.0})
+    assert stuck_ranks(clue) == {1}

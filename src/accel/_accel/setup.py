@@ -7,6 +7,7 @@ read only when neither says.
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -71,4 +72,24 @@ def init_group(world_size: int, rank: int, on: torch.device) -> bool:
     backend = "nccl" if on.type == "cuda" else "gloo"
     kwargs: dict[str, Any] = {"device_id": on} if backend == "nccl" else {}
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
+    atexit.register(end_group)
     return True
+
+
+def end_group() -> None:
+    """Destroy the process group accel started, if it still stands; never raises.
+
+    Run by ``Accelerator.end()`` and, for a script that never calls it, at interpreter
+    exit (registered by :func:`init_group` only when accel started the group, so it
+    outlives the ``Accelerator`` object). No barrier here: at exit a peer may be gone,
+    and a barrier would wait for it forever. ``destroy_process_group()`` alone is what
+    torch asks for: a group left standing at exit is torn down by C++ static
+    destructors, which abort ("terminate called without an active exception").
+    """
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - nothing at exit may turn a success into a failure
+        return

@@ -68,6 +68,8 @@ def summary_lines(view: RunView) -> list[str]:
         lines.append(f"  restarted after attempt {attempt}: {text(why)}")
     for hang in view.hangs[-1:]:
         lines.append(f"  hung      {text(str(hang.get('message', 'no activity')))}")
+    for ended in view.teardown:
+        lines.append(f"  teardown  {text(str(ended.get('message', '?')))}")
     for bad in view.nonfinite:
         lines.append(f"  [yellow]diverged[/yellow]  {text(_nonfinite_text(bad))}")
     lines.extend(_config_lines(view))

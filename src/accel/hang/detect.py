@@ -7,7 +7,7 @@ heartbeat for the timeout: :func:`check_hang` decides from the last activity tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,18 +37,26 @@ class HangVerdict:
 
 
 def check_hang(
-    activity: Mapping[int, float], *, since: float, now: float, timeout: float
+    activity: Mapping[int, float],
+    *,
+    since: float,
+    now: float,
+    timeout: float,
+    ranks: Iterable[int] = (),
 ) -> HangVerdict | None:
     """A verdict when the latest activity of any rank (or ``since``) is ``timeout`` old.
 
     ``activity`` maps rank -> time of its last sign of life; ``since`` is when watching
     began (the attempt's start, or the last alert) so that old activity never counts.
+    ``quiet`` has every rank of ``ranks`` and ``activity``: one that never printed,
+    logged or beat (the usual case when only rank 0 prints) is quiet since ``since``.
     """
     latest = max([since, *activity.values()])
     idle = now - latest
     if timeout <= 0 or idle < timeout:
         return None
-    quiet = {rank: round(now - max(since, t), 3) for rank, t in sorted(activity.items())}
+    every = sorted(set(ranks) | set(activity))
+    quiet = {rank: round(now - max(since, activity.get(rank, since)), 3) for rank in every}
     return HangVerdict(idle=idle, timeout=timeout, last_activity=latest, quiet=quiet)
 
 

@@ -81,7 +81,9 @@ class HangWatch:
             if max(activity.values(), default=0.0) <= self._alerted_at:
                 return None  # still quiet since the last alert: one alert per quiet period
             self._alerted_at = None
-        verdict = check_hang(activity, since=self._since, now=self._clock(), timeout=self.timeout)
+        verdict = check_hang(
+            activity, since=self._since, now=self._clock(), timeout=self.timeout, ranks=pids
+        )
         if verdict is None:
             return None
         stacks = dump_stacks(self.run_dir, pids)

@@ -10,6 +10,10 @@ exactly as ``python script.py`` would (``__file__``, ``sys.argv``, ``sys.path``:
 - an uncaught exception is written to ``TORCHELASTIC_ERROR_FILE`` in the format of
   torch's ``@record``, so the launcher shows the failing rank's traceback even when
   the script does not use ``@record``;
+- when the script has returned (or called ``sys.exit``), a small file next to the error
+  file says so, with its exit code, and again once the exit handlers have run: a worker
+  that torch's teardown then hangs or aborts has still finished (see
+  ``accel/launch/teardown.py``);
 - ``SIGUSR1`` dumps every thread's Python stack into ``$ACCEL_RUN_DIR/stacks/`` (for
   ``accel stack`` and ``--hang-timeout``), through faulthandler set up by
   ``accel/hang/worker.py``, loaded by path.
@@ -21,6 +25,7 @@ stays as cheap as a bare interpreter. It is the seam for later worker-side hooks
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
@@ -34,6 +39,7 @@ from types import TracebackType
 PR_SET_PDEATHSIG = 1
 EXEC = "--accel-exec"  # then PROGRAM ARGS: run PROGRAM itself (launch --no-python)
 _SKIP_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
+RETURNED = ".returned"  # suffix of the error file's path: the script returned, with its code
 _HANG_WORKER = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hang", "worker.py"
 )
@@ -164,27 +170,69 @@ def _exec(program: str, args: list[str]) -> None:
         raise SystemExit(127 if isinstance(exc, FileNotFoundError) else 126) from None
 
 
+def returned_path(error_file: str) -> str:
+    """Where a worker notes that its script returned (the launcher reads it there)."""
+    return error_file + RETURNED
+
+
+def _note_returned(code: int, returned_at: float, handlers_done_at: float | None) -> None:
+    """Write (atomically) that the script returned ``code``, and when."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file:
+        return
+    path = returned_path(error_file)
+    data = {"code": code, "pid": os.getpid(), "returned_at": returned_at}
+    if handlers_done_at is not None:
+        data["handlers_done_at"] = handlers_done_at
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
+_returned: list[tuple[int, float]] = []  # (code, when) once the script has returned
+
+
+def _after_exit_handlers() -> None:
+    for code, at in _returned:
+        _note_returned(code, at, time.time())
+
+
 def main(argv: list[str], parent: int | None = None) -> int:
     _install_hooks(parent)
+    # Registered before the script's exit handlers, so run after them (atexit is LIFO):
+    # it marks when every exit handler of the script, and accel's, has run.
+    atexit.register(_after_exit_handlers)
+    code, returned = _main(argv)
+    if returned:
+        _returned.append((code, time.time()))
+        _note_returned(code, _returned[0][1], None)
+    return code
+
+
+def _main(argv: list[str]) -> tuple[int, bool]:
+    """The script's exit code, and whether it returned (or exited) rather than raised."""
     try:
         _run(argv)
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
+            return exc.code or 0, True
         print(exc.code, file=sys.stderr)
-        return 1
+        return 1, True
     except KeyboardInterrupt:
         # Die by the signal, as python would, so the launcher sees -2.
         sys.stdout.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-        return 130
+        return 130, False
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         formatted = "".join(_user_traceback(exc).format())
         _record_error(exc, formatted)
         sys.stderr.write(formatted)
-        return 1
-    return 0
+        return 1, False
+    return 0, True
 
 
 if __name__ == "__main__":

@@ -19,15 +19,24 @@ SETTLE_TIMEOUT = 2.0  # seconds for the exit watch to note ends torch has alread
 
 
 def rank_ends(
-    attempt: int, failures: Mapping[int, Any], pids: Mapping[int, int], exits: ExitWatch
+    attempt: int,
+    failures: Mapping[int, Any],
+    pids: Mapping[int, int],
+    exits: ExitWatch,
+    finished: Mapping[int, int] | None = None,
 ) -> list[RankFailure]:
     """How each rank of the attempt ended: torch's failures, with the exit watch's times.
 
     Ranks torch did not report (stopped before it looked, or in older torch versions)
-    come from the exit watch alone; ranks that exited 0 are left out.
+    come from the exit watch alone; ranks that exited 0 are left out, and so are those
+    in ``finished`` (rank -> its script's code) whose script returned 0 before torch's
+    teardown hung or killed them (:mod:`accel.launch.teardown`).
     """
     exits.settle(SETTLE_TIMEOUT)
-    seen = exits.exits()
+    seen = dict(exits.exits())
+    for rank, code in (finished or {}).items():
+        if rank in seen:
+            seen[rank] = replace(seen[rank], exitcode=code)
     out = []
     for rank in sorted(set(pids) | set(failures)):
         ended = seen.get(rank)

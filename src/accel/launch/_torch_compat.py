@@ -28,8 +28,9 @@ The same in every release, and relied on: ``_start_workers(wg) -> {local_rank: p
 (it sets ``_pcontext``), ``_monitor_workers(wg) -> RunResult``, ``_remaining_restarts``,
 ``PContext.close(death_sig, timeout)``, ``dynamic_rendezvous.get_method_name(depth=2)``
 built on ``inspect.stack()``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` (read by the c10d
-handler's ``use_agent_store``) and the error file (``TORCHELASTIC_ERROR_FILE``, read
-into ``ProcessFailure``).
+handler's ``use_agent_store``), the error file (``TORCHELASTIC_ERROR_FILE``, read
+into ``ProcessFailure``) and ``SubprocessContext.subprocess_handlers[local].proc.poll()``
+as the one read of a worker's exit status (see :func:`tolerate_teardown`).
 
 Imported only when launching: it imports torch.
 """
@@ -47,6 +48,8 @@ from typing import Any
 import torch
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+from accel.launch.teardown import Teardown, TeardownJudge
 
 # The releases this module knows; pyproject.toml declares the same range.
 OLDEST = (2, 6)
@@ -134,6 +137,9 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     def workers_stopping(self) -> None:
         """accel is about to signal the workers to stop (on any of torch's paths)."""
 
+    def worker_teardown(self, ended: Teardown) -> None:
+        """A worker (``ended.rank``: its local rank) finished, then hung or died in teardown."""
+
     def rendezvous_waiting(self, waiting: bool) -> None:
         """The rendezvous begins (``True``) or is over (``False``)."""
 
@@ -147,6 +153,8 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids: dict[int, Any] = super()._start_workers(worker_group)
         close_with_grace(self._pcontext, self._accel_grace, before=self.workers_stopping)
+        judge = TeardownJudge(float(self._accel_grace), self.worker_teardown)
+        tolerate_teardown(self._pcontext, judge)
         self.workers_started(worker_group, pids)
         return pids
 
@@ -173,6 +181,24 @@ def close_with_grace(pcontext: Any, grace: int, before: Callable[[], None] | Non
         close(death_sig, grace)
 
     pcontext.close = close_after_grace
+
+
+def tolerate_teardown(pcontext: Any, judge: TeardownJudge) -> None:
+    """torch reads each worker's exit status through ``judge`` (``Popen.poll``, its only
+    read of it): a worker whose script returned has the script's result (see
+    :mod:`accel.launch.teardown`). A context without subprocesses is left as it is."""
+    handlers = getattr(pcontext, "subprocess_handlers", None) or {}
+    for local, handler in handlers.items():
+        error_file = str(pcontext.error_files[local])
+
+        def judged(
+            poll: Callable[[], int | None] = handler.proc.poll,
+            local: int = local,
+            error_file: str = error_file,
+        ) -> int | None:
+            return judge.exitcode(local, error_file, poll())
+
+        handler.proc.poll = judged
 
 
 # -- the rendezvous --------------------------------------------------------------------------

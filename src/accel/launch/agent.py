@@ -11,6 +11,7 @@ launching: it imports torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from accel.launch._torch_compat import ERROR_FILE_ENV, CompatAgent, speed_up_rendezvous_events
 from accel.launch.plan import LaunchPlan
+from accel.launch.teardown import Teardown
 
 speed_up_rendezvous_events()
 
@@ -43,6 +45,9 @@ class RunHooks(Protocol):
 
     def stopping(self) -> None:
         """accel is about to signal the workers of the current attempt to stop."""
+
+    def teardown(self, ended: Teardown) -> None:
+        """A rank (``ended.rank``, global) finished, then hung or died in teardown."""
 
     def rendezvous(self, waiting: bool) -> None:
         """Rendezvous begins (``True``) or is over (``False``)."""
@@ -81,9 +86,11 @@ class AccelAgent(CompatAgent):
     def __init__(self, spec: Any, logs_specs: Any, *, hooks: RunHooks, grace: int) -> None:
         super().__init__(spec, logs_specs, grace=grace)
         self._hooks = hooks
+        self._global_ranks: dict[int, int] = {}
 
     def workers_started(self, worker_group: WorkerGroup, pids: dict[int, Any]) -> None:
         by_rank = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers}
+        self._global_ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
         world = worker_group.workers[0].world_size if worker_group.workers else 0
         nnodes = int(worker_group.group_world_size or 1)
         self._hooks.attempt_started(self.restart_count, by_rank, nnodes, int(world))
@@ -93,6 +100,10 @@ class AccelAgent(CompatAgent):
             self._hooks.attempt_failed(self.restart_count, result.failures)
         elif result.state == WorkerState.HEALTHY:
             self._hooks.tick()
+
+    def worker_teardown(self, ended: Teardown) -> None:
+        rank = self._global_ranks.get(ended.rank, ended.rank)
+        self._hooks.teardown(replace(ended, rank=rank))
 
     def workers_stopping(self) -> None:
         # When accel began stopping separates a rank's own failure from a stopped one.

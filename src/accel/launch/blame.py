@@ -11,9 +11,11 @@ message) comes from :func:`blame`, from the same recorded events:
   a few seconds after it;
 - a rank that ended after accel began stopping the workers was ``stopped`` by accel,
   whatever its exit code (SIGTERM, or SIGKILL after the grace period);
-- after a hang, the ranks whose main-thread stack is not inside a collective are
-  ``stuck`` (the others wait for them); when the stacks do not tell, the ranks that went
-  quiet first are;
+- after a hang, the ranks whose main-thread stack is not inside a collective (a
+  ``torch.distributed`` call, or accel's own: the checkpoint arrival wait,
+  ``wait_for_everyone``) are ``stuck`` (the others wait for them); when the stacks do
+  not tell, the ranks that went quiet first are (a rank that never printed is quiet
+  since its start);
 - a run stopped because a metric diverged names the rank that logged it.
 
 When each rank failed comes from the launcher's exit watch (the process's end, to the
@@ -154,10 +156,14 @@ def _why_stopped(stop: Stop | None, first: RankFailure | None) -> str:
 # -- hangs -----------------------------------------------------------------------------
 
 # Frames of a rank waiting for its peers: a call into torch.distributed or DDP (a
-# module body there is an import, not a wait).
+# module body there is an import, not a wait), and accel's own collectives: the
+# checkpoint collectives' arrival wait (it polls the job's store, not torch.distributed)
+# and ``Accelerator.wait_for_everyone``.
 _COLLECTIVE_FRAME = re.compile(
     r'File "[^"]*[/\\]torch[/\\](distributed|nn[/\\]parallel[/\\]distributed)[^"]*", '
     r"line \d+ in (?!<module>)"
+    r'|File "[^"]*[/\\]accel[/\\]store[/\\]_arrival\.py", line \d+ in (?!<module>)'
+    r'|File "[^"]*[/\\]accel[/\\]accelerator\.py", line \d+ in wait_for_everyone\b'
 )
 _BOOTSTRAP_FILE = re.compile(r"[/\\]accel[/\\]launch[/\\]_bootstrap\.py")
 
@@ -183,12 +189,17 @@ def _threads(stack: str) -> list[list[str]]:
 
 
 def stuck_ranks(hang: HangClue | None) -> set[int]:
-    """The ranks a hang is blamed on: not in a collective, else quiet the longest."""
+    """The ranks a hang is blamed on: not in a collective, else quiet the longest.
+
+    Every rank of the clue counts (its stacks and its quiet times alike): a rank that
+    never printed is quiet since its start (:func:`accel.hang.detect.check_hang`), and
+    one with a stack but no quiet time is no reason to blame the others.
+    """
     if hang is None:
         return set()
     dumped = {r: s for r, s in hang.stacks.items() if "File " in s}
     outside = {r for r, s in dumped.items() if not in_collective(s)}
-    if outside and len(outside) < len(hang.quiet or dumped):
+    if outside and len(outside) < len(set(hang.quiet) | set(dumped)):
         return outside
     if not hang.quiet:
         return outside

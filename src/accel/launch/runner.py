@@ -55,6 +55,7 @@ from accel.runs.logs import ConsoleSink, LogRouter
 from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
+    from accel.launch.teardown import Teardown
     from accel.workspace import Workspace
 
 Notify = Callable[[str], None]
@@ -144,6 +145,7 @@ class _Run:
         self.attempt = 0
         self.started = 0.0  # when the current attempt's workers started
         self.exits = ExitWatch()
+        self.finished: dict[int, int] = {}  # rank -> its script's code, if its teardown was not
         self.stop_times: dict[int, float] = {}  # attempt -> when accel began stopping it
         self.verdict = Verdict(())
         self.error_dir = scratch / "errors"
@@ -274,6 +276,7 @@ class _Run:
         self.attempt = attempt
         self.started = time.time()
         self.pids = dict(pids)
+        self.finished = {}
         self.exits.watch(pids)
         self.record = report.with_attempt(self.record, attempt, _now(), nnodes, world_size)
         self._save()
@@ -281,6 +284,12 @@ class _Run:
 
     def stopping(self) -> None:
         self.stop_times.setdefault(self.attempt, time.time())
+
+    def teardown(self, ended: Teardown) -> None:
+        self.finished[ended.rank] = ended.code  # the script's result, not the teardown's
+        self.record = report.with_teardown(self.record, self.attempt, ended.to_json())
+        self._save()
+        self.notify(f"accel: {ended.message}")
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
         self._judge(attempt, failures)
@@ -306,9 +315,8 @@ class _Run:
 
     def _judge(self, attempt: int, failures: Mapping[int, Any], reason: str = BY_FAILURE) -> None:
         """Decide every rank's fate in ``attempt`` and record it (see accel.launch.blame)."""
-        ends = with_crashes(
-            rank_ends(attempt, failures, self.pids, self.exits), self.plan.run_dir, self.started
-        )
+        ends = rank_ends(attempt, failures, self.pids, self.exits, self.finished)
+        ends = with_crashes(ends, self.plan.run_dir, self.started)
         ends = [end.scrubbed(self.secrets) for end in ends]
         stop, clue = self._stop_of(attempt, reason)
         self.verdict = blame(ends, stop, clue)

@@ -148,6 +148,14 @@ def with_failures(
     return {**record, "attempts": attempts}
 
 
+def with_teardown(
+    record: Mapping[str, Any], attempt: int, ended: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A rank whose script finished, then hung or died in teardown (``Teardown.to_json``)."""
+    entry = {"attempt": attempt, **ended}
+    return {**record, "teardown": [*record.get("teardown", []), entry]}
+
+
 def finished_record(
     record: Mapping[str, Any],
     *,

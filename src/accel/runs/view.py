@@ -48,6 +48,7 @@ class RunView:
     hangs: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
     restarts: tuple[tuple[int, str], ...] = ()  # (attempt that failed, why)
     nonfinite: tuple[Mapping[str, Any], ...] = ()  # metrics that became NaN or infinite
+    teardown: tuple[Mapping[str, Any], ...] = ()  # ranks that finished, then hung or died
 
     @property
     def error_summary(self) -> str | None:
@@ -86,6 +87,7 @@ class RunView:
             "hangs": [dict(h) for h in self.hangs],
             "restart_reasons": [{"attempt": a, "reason": why} for a, why in self.restarts],
             "nonfinite": [dict(n) for n in self.nonfinite],
+            "teardown": [dict(t) for t in self.teardown],
         }
 
 
@@ -216,6 +218,7 @@ def build_view(
         diff = tuple(config_diff(run_config, current_config))
     hangs = tuple(h for h in record.raw.get("hangs") or () if isinstance(h, Mapping))
     nonfinite = tuple(n for n in record.raw.get("nonfinite") or () if isinstance(n, Mapping))
+    teardown = tuple(t for t in record.raw.get("teardown") or () if isinstance(t, Mapping))
     return RunView(
         record=record,
         config_diff=diff,
@@ -225,6 +228,7 @@ def build_view(
         hangs=hangs,
         restarts=tuple(restarts(record)),
         nonfinite=nonfinite,
+        teardown=teardown,
     )
 
 

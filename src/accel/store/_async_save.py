@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["AsyncSave"]
+__all__ = ["AsyncSave", "saving_note"]
 
 T = TypeVar("T")
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"  # every worker of accel launch (and torchrun) has one
+
+
+def saving_note(error_file: str) -> str:
+    """Present beside a worker's error file while a background save runs in it: the
+    launcher does not end a worker whose script returned meanwhile (accel.launch.teardown)."""
+    return error_file + ".saving"
+
+
+@contextlib.contextmanager
+def _noted() -> Iterator[None]:
+    error_file = os.environ.get(ERROR_FILE_ENV)
+    path = saving_note(error_file) if error_file else None
+    if path is not None:
+        with contextlib.suppress(OSError), open(path, "w"):
+            pass
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 class AsyncSave(Generic[T]):
@@ -24,7 +48,8 @@ class AsyncSave(Generic[T]):
 
     def _main(self) -> None:
         try:
-            self._result = self._run()
+            with _noted():
+                self._result = self._run()
         except BaseException as exc:  # noqa: BLE001 - re-raised by join()
             self._error = exc
 
