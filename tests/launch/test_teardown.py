@@ -158,6 +158,8 @@ def test_a_worker_is_never_ended_while_a_background_save_runs_in_it(
         return 1
 
     save = AsyncSave(write, "accel-test-save").start()
+    # marked before start() returns, not when the thread gets to run (it raced under load)
+    assert os.path.exists(saving_note(fake.error_file))
     try:
         fake.now = 1e9
         assert fake.poll(None) is None and not fake.killed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 __all__ = ["AsyncSave", "saving_note"]
@@ -20,19 +20,14 @@ def saving_note(error_file: str) -> str:
     return error_file + ".saving"
 
 
-@contextlib.contextmanager
-def _noted() -> Iterator[None]:
+def _note() -> str | None:
+    """Mark this worker as saving in the background; the mark's path (None: no launcher)."""
     error_file = os.environ.get(ERROR_FILE_ENV)
     path = saving_note(error_file) if error_file else None
     if path is not None:
         with contextlib.suppress(OSError), open(path, "w"):
             pass
-    try:
-        yield
-    finally:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                os.remove(path)
+    return path
 
 
 class AsyncSave(Generic[T]):
@@ -43,21 +38,29 @@ class AsyncSave(Generic[T]):
         self._run = write
         self._result: T | None = None
         self._error: BaseException | None = None
-        # Not a daemon: the interpreter waits for the last checkpoint before exiting.
-        self._thread = threading.Thread(target=self._main, name=name)
+        self._name = name
+        self._thread: threading.Thread | None = None
 
-    def _main(self) -> None:
+    def _main(self, note: str | None) -> None:
         try:
-            with _noted():
-                self._result = self._run()
+            self._result = self._run()
         except BaseException as exc:  # noqa: BLE001 - re-raised by join()
             self._error = exc
+        finally:
+            if note is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(note)
 
     def start(self) -> AsyncSave[T]:
+        # The mark is made before the thread runs, in the caller's thread: a script that
+        # returns right after save_state(async_save=True) is already marked as saving.
+        # Not a daemon: the interpreter waits for the last checkpoint before exiting.
+        self._thread = threading.Thread(target=self._main, args=(_note(),), name=self._name)
         self._thread.start()
         return self
 
     def join(self) -> T:
+        assert self._thread is not None, "join() before start()"
         self._thread.join()
         if self._error is not None:
             raise self._error
