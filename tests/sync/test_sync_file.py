@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sync_helpers import Interrupt, checkpoint_file_count, finished_run, save_checkpoints, tree
@@ -13,6 +14,7 @@ from accel import Workspace
 from accel.cli.main import main
 from accel.runs import run_lock
 from accel.sync import open_remote, push
+from accel.sync._model import Skipped
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,28 +96,126 @@ def test_second_push_moves_only_what_changed(
     )
 
 
-def test_never_pushes_live_runs_torn_checkpoints_debris_or_state(
+def test_never_pushes_live_runs_debris_or_state_and_says_why_with_exit_0(
     ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     save_checkpoints(ws, (1,))
     ws.store.set("k", 1)
-    torn = ws.checkpoints_dir / "default" / "step-000000000009"
-    torn.mkdir()
-    (torn / "state.pt").write_bytes(b"half")
     (ws.checkpoints_dir / "default" / ".tmp-000000000010-abc").mkdir()
     (ws.tmp_dir / ".accel-tmp-x").write_bytes(b"x")
     finished_run(ws, "20261129-140000-bbbbbb")
     live = finished_run(ws, "20261129-150000-cccccc")
     with run_lock(ws.layout, live.name):
         rc, report = sync(capsys, "push", remote_url)
-    assert rc == 0
+    assert rc == 0 and report["ok"]
     names = set(tree(remote_dir))
-    assert not any("cccccc" in n or "step-000000000009" in n or "tmp" in n for n in names)
+    assert not any("cccccc" in n or "tmp" in n for n in names)
     assert not any(n.startswith(("locks", "state.bin", "tmp", "layout")) for n in names)
     assert "logs/runs/20261129-140000-bbbbbb/run.json" in names
     reasons = {s["unit"]: s["reason"] for s in report["skipped"]}
-    assert reasons["logs/runs/20261129-150000-cccccc"] == "live run"
-    assert "no valid manifest" in reasons["checkpoints/default/step-000000000009"]
+    assert reasons["logs/runs/20261129-150000-cccccc"] == "live run: pushed after it ends"
+    assert "a save in progress" in reasons["checkpoints/default/.tmp-000000000010-abc"]
+    assert not any(s["blocking"] for s in report["skipped"])
+
+
+def _damage_torn(step: Path) -> None:
+    step.mkdir()
+    (step / "state.pt").write_bytes(b"half")
+
+
+def _damage_truncated(step: Path) -> None:
+    tensors = step / "state.tensors"
+    tensors.write_bytes(tensors.read_bytes()[:-4])
+
+
+def _damage_missing(step: Path) -> None:
+    (step / "state.tensors").unlink()
+
+
+def _damage_manifest(step: Path) -> None:
+    (step / "manifest.json").write_text("{not json")
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (_damage_torn, "its manifest is missing or not valid"),
+        (_damage_truncated, "state.tensors has"),
+        (_damage_missing, "state.tensors is missing"),
+        (_damage_manifest, "its manifest is missing or not valid"),
+    ],
+)
+def test_a_committed_checkpoint_push_cannot_send_exits_1_and_says_why(
+    ws: Workspace,
+    remote_dir: Path,
+    remote_url: str,
+    capsys: pytest.CaptureFixture[str],
+    damage: Any,
+    said: str,
+) -> None:
+    save_checkpoints(ws, (1, 9))
+    step9 = ws.checkpoints_dir / "default" / "step-000000000009"
+    if damage is _damage_torn:
+        import shutil
+
+        shutil.rmtree(step9)
+    damage(step9)
+    capsys.readouterr()
+    rc = main(["sync", "push", remote_url])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"skipped checkpoints/default/step-000000000009: not sent: {said}" in err, err
+    assert "accel checkpoints verify" in err
+    names = set(tree(remote_dir))
+    assert "checkpoints/default/step-000000000001/manifest.json" in names  # the rest moved
+    assert not any("step-000000000009" in n for n in names)
+
+
+def test_a_linked_sharded_folder_is_not_sent_and_the_reason_is_the_link(
+    ws: Workspace, remote_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    info = ws.checkpoints.save({"step": 3}, 3, sharded={"w": torch.arange(6.0)})
+    assert info is not None
+    sharded = ws.checkpoints_dir / "default" / "step-000000000003" / "sharded"
+    elsewhere = tmp_path / "elsewhere"
+    sharded.rename(elsewhere)
+    sharded.symlink_to(elsewhere)
+    rc, report = sync(capsys, "push", remote_url)
+    assert rc == 1 and not report["ok"]
+    (skip,) = report["skipped"]
+    assert skip["blocking"] and "sharded/ is a link" in skip["reason"], skip
+
+
+def test_a_checkpoint_retired_while_push_reads_it_is_no_failure(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A live run's retention may remove a checkpoint between listing and reading."""
+    from accel.sync._inventory import checkpoint_files
+
+    save_checkpoints(ws, (1,))
+    step = ws.checkpoints_dir / "default" / "step-000000000001"
+    import shutil
+
+    shutil.rmtree(step)
+    (skip,) = list(checkpoint_files(step, "checkpoints/default/step-000000000001"))
+    assert isinstance(skip, Skipped) and not skip.blocking
+    assert "removed here while push read it" in skip.reason
+
+
+def test_a_pull_that_keeps_a_different_local_checkpoint_exits_1(
+    ws: Workspace, remote_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_checkpoints(ws, (1,))
+    assert main(["sync", "push", remote_url]) == 0
+    other = Workspace(tmp_path / "other" / ".accelerate")
+    torch = pytest.importorskip("torch")
+    other.checkpoints.save({"w": torch.ones(3), "step": 1}, 1)
+    capsys.readouterr()
+    rc = main(["--workspace", str(other.path), "sync", "pull", remote_url])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "skipped checkpoints/default/step-000000000001: exists here with other content" in err
 
 
 def test_dry_run_moves_nothing(
@@ -412,3 +512,32 @@ def test_push_sends_only_the_files_accel_writes_in_a_run_folder(
     fresh = ws.path.parent / "other" / ".accelerate"
     assert main(["--workspace", str(fresh), "sync", "pull", remote_url]) == 0
     assert (fresh / "logs" / "runs" / folder.name / "rank-0.log").is_file()
+
+
+class _Retire:
+    """A reporter that removes a checkpoint once the push has planned: retention's race."""
+
+    def __init__(self, step: Path) -> None:
+        self.step = step
+
+    def begin(self, total_bytes: int, total_files: int) -> None:
+        import shutil
+
+        shutil.rmtree(self.step)
+
+    def advance(self, num_bytes: int) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def test_a_checkpoint_retired_while_it_is_pushed_is_skipped_not_failed(
+    ws: Workspace, remote_url: str
+) -> None:
+    save_checkpoints(ws, (1, 2))
+    step1 = ws.checkpoints_dir / "default" / "step-000000000001"
+    result = push(ws, open_remote(remote_url, {}, {}), reporter=_Retire(step1))
+    assert result.ok and not result.failed, result
+    reasons = {s.unit: s.reason for s in result.plan.skipped}
+    assert "removed here while it was pushed" in reasons["checkpoints/default/step-000000000001"]

@@ -158,7 +158,7 @@ def _render(result: SyncResult) -> None:
         rows = [(u, len(ts), format_size(sum(t.size for t in ts))) for u, ts in plan.units()]
         _output.table(f"would {plan.direction}", ["unit", "files", "size"], rows)
     for s in plan.skipped:
-        _output.info(f"skipped {s.unit}: {s.reason}")
+        (_output.error if s.blocking else _output.info)(f"skipped {s.unit}: {s.reason}")
     for s in plan.refused:
         _output.error(f"{s.unit}: {s.reason}")
     for s in result.failed:
@@ -180,8 +180,9 @@ def _render(result: SyncResult) -> None:
 def _log(ws: Workspace, result: SyncResult) -> None:
     if result.dry_run or not ws.exists:
         return
-    bad = len(result.failed) + len(result.plan.refused)
-    state = "ok" if result.ok else f"{bad} units failed or refused"
+    blocked = sum(1 for s in result.plan.skipped if s.blocking)
+    bad = len(result.failed) + len(result.plan.refused) + blocked
+    state = "ok" if result.ok else f"{bad} units failed, refused or not sent"
     ws.log(
         f"sync {result.plan.direction} {result.url}: {result.files} files, "
         f"{result.bytes} bytes, {result.plan.unchanged} unchanged, {state}",

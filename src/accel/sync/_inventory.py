@@ -103,39 +103,72 @@ def _subdirs(folder: Path) -> list[os.DirEntry[str]]:
 
 def _checkpoints(ws: Workspace) -> Iterator[LocalFile | Skipped]:
     for series in _subdirs(ws.checkpoints_dir):
+        for tmp in _saves_in_progress(Path(series.path)):
+            unit = f"checkpoints/{series.name}/{tmp}"
+            yield Skipped(unit, "not a checkpoint yet: a save in progress (or one a crash left)")
         for step in _subdirs(Path(series.path)):
             unit = f"checkpoints/{series.name}/{step.name}"
             yield from checkpoint_files(Path(step.path), unit)
 
 
+def _saves_in_progress(folder: Path) -> list[str]:
+    """The ``.tmp-*`` folders a save (or a pull's stage) writes before its rename."""
+    try:
+        with os.scandir(folder) as it:
+            return sorted(e.name for e in it if e.name.startswith(".tmp-") and e.is_dir())
+    except OSError:
+        return []
+
+
 def checkpoint_files(step_dir: Path, unit: str) -> Iterator[LocalFile | Skipped]:
-    """A committed checkpoint's files (manifest last), or why it is not one."""
+    """A committed checkpoint's files (manifest last), or why it is not sent: blocking
+    when it is there but cannot be sent whole; not when it was removed while read."""
     from accel.errors import IntegrityError
     from accel.store.manifest import read_manifest
     from accel.sync._checksum import hash_file
 
+    def skip(reason: str) -> Skipped:
+        if not step_dir.is_dir():  # retired by retention (or deleted) while push read it
+            return Skipped(unit, "removed here while push read it (retention or a delete)")
+        return Skipped(unit, f"{reason}; `accel checkpoints verify` checks it", blocking=True)
+
     try:
         manifest = read_manifest(step_dir)
     except IntegrityError as exc:
-        yield Skipped(unit, f"no valid manifest: a save in progress or a torn checkpoint ({exc})")
+        yield skip(f"not sent: its manifest is missing or not valid ({exc})")
         return
     found: list[LocalFile] = []
     for name, digest in sorted(manifest.files.items()):
         entry = FileEntry(digest.size, digest.checksum)
         path = step_dir / name
-        linked = path.parent != step_dir and path.parent.is_symlink()  # sharded/ a link
-        if is_debris(name) or linked or _size(path) != entry.size:
-            yield Skipped(unit, f"{name} is missing or differs from its manifest")
+        problem = _file_problem(step_dir, name, entry.size)
+        if problem:
+            yield skip(f"not sent: {problem}")
             return
         rel = f"{unit}/{name}"
         found.append(LocalFile(rel, path, entry.size, entry.checksum, unit, CHECKPOINT))
     try:
         checksum, size = hash_file(step_dir / MANIFEST)
     except (OSError, ValueError):
-        yield Skipped(unit, "deleted or replaced while it was read")
+        yield skip("not sent: its manifest was replaced or removed while push read it")
         return
     yield from found
     yield LocalFile(f"{unit}/{MANIFEST}", step_dir / MANIFEST, size, checksum, unit, CHECKPOINT)
+
+
+def _file_problem(step_dir: Path, name: str, size: int) -> str | None:
+    """Why the manifest's file ``name`` cannot be sent as it records it, or None."""
+    path = step_dir / name
+    if is_debris(name):
+        return f"its manifest lists {name}, a temp or hidden name push never sends"
+    if path.parent != step_dir and path.parent.is_symlink():
+        return f"{path.parent.name}/ is a link and push does not follow links"
+    found = _size(path)
+    if found < 0:
+        return f"{name} is missing or not a regular file"
+    if found != size:
+        return f"{name} has {found} bytes, its manifest records {size}"
+    return None
 
 
 def manifest_entry(raw: object) -> FileEntry | None:
@@ -161,7 +194,7 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
     for run in _subdirs(ws.runs_dir):
         unit = f"logs/runs/{run.name}"
         if is_live(ws.layout, run.name):
-            yield Skipped(unit, "live run")
+            yield Skipped(unit, "live run: pushed after it ends")
             continue
         for item in _tree(Path(run.path), unit, RUN):
             # The pull's allowlist, applied here too: a user's notebook in a run folder

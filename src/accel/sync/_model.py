@@ -61,19 +61,23 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A unit (checkpoint, run, file) left alone, and why."""
+    """A unit (checkpoint, run, file) left alone, and why. ``blocking``: a committed
+    checkpoint sync could not move (the result is then not ``ok``); the rest (a save in
+    progress, a live run, a file kept local) is left alone on purpose."""
 
     unit: str
     reason: str
+    blocking: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"unit": self.unit, "reason": self.reason}
+        return {"unit": self.unit, "reason": self.reason, "blocking": self.blocking}
 
 
 @dataclass(frozen=True)
 class SyncPlan:
-    """``skipped``: units left alone on purpose (exit 0); ``refused``: what the remote
-    holds that a pull may not bring in (unknown files and places, a live series): exit 1."""
+    """``skipped``: units left alone (exit 0, but 1 when one is ``blocking``: a
+    checkpoint that did not move); ``refused``: what the remote holds that a pull may not
+    bring in (unknown files and places, a live series): exit 1."""
 
     direction: str
     transfers: tuple[Transfer, ...]
@@ -105,7 +109,8 @@ class SyncResult:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.plan.refused
+        blocked = any(s.blocking for s in self.plan.skipped)
+        return not self.failed and not self.plan.refused and not blocked
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -86,8 +86,8 @@ def plan_pull(
     for unit, rels in groups.items():
         kind = kind_of(rels[0])
         moving, reason = _pull_unit(unit, kind, rels, remote, here)
-        if reason:
-            skipped.append(Skipped(unit, reason))
+        if reason:  # a remote checkpoint not pulled is a checkpoint this pull lacks: exit 1
+            skipped.append(Skipped(unit, reason, blocking=kind == CHECKPOINT))
         unchanged += sum(1 for rel in rels if here.files.get(rel) == remote[rel])
         for rel in moving:
             e = remote[rel]

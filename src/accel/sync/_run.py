@@ -25,6 +25,7 @@ from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
     CHECKPOINT,
     CONFIG,
+    PUSH,
     FileEntry,
     LocalFile,
     NullReporter,
@@ -237,6 +238,7 @@ def _execute(plan: SyncPlan, remote: Remote, reporter: Reporter, move: _Mover) -
     """Move unit by unit; a unit that fails is reported and the others still move."""
     started = time.monotonic()
     failed: list[Skipped] = []
+    retired: list[Skipped] = []
     files = moved_bytes = 0
     reporter.begin(plan.total_bytes, len(plan.transfers))
     try:
@@ -244,7 +246,10 @@ def _execute(plan: SyncPlan, remote: Remote, reporter: Reporter, move: _Mover) -
             try:
                 move(unit, transfers, reporter)
             except (AccelError, FileNotFoundError) as exc:
-                failed.append(Skipped(unit, _reason(exc)))
+                if _retired(plan, transfers, exc):
+                    retired.append(Skipped(unit, "removed here while it was pushed (retention)"))
+                else:
+                    failed.append(Skipped(unit, _reason(exc)))
                 continue
             except _BACKEND_ERRORS as exc:
                 raise backend_error(remote.url, exc) from None
@@ -258,7 +263,20 @@ def _execute(plan: SyncPlan, remote: Remote, reporter: Reporter, move: _Mover) -
         reporter.end()
     _guard(remote, move.flush)
     elapsed = time.monotonic() - started
+    plan = replace(plan, skipped=plan.skipped + tuple(retired))
     return SyncResult(plan, remote.url, False, files, moved_bytes, elapsed, tuple(failed))
+
+
+def _retired(plan: SyncPlan, transfers: list[Transfer], exc: BaseException) -> bool:
+    """A checkpoint whose folder vanished while it was pushed: retention retired it (a
+    newer one replaces it), not a checkpoint push failed to send."""
+    step_dir = transfers[-1].local.parent  # the manifest, last: in the step folder
+    return (
+        plan.direction == PUSH
+        and isinstance(exc, FileNotFoundError)
+        and transfers[-1].kind == CHECKPOINT
+        and not step_dir.exists()
+    )
 
 
 def _reason(exc: BaseException) -> str:
