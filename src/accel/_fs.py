@@ -285,7 +285,14 @@ class TreeUsage(NamedTuple):
 
 
 def tree_usage(path: Path) -> TreeUsage:
-    """Regular files under ``path``, not following links; zeros if it is gone."""
+    """Regular files under ``path`` (``path`` itself when it is one), not following links;
+    zeros if it is gone."""
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return TreeUsage(0, 0, None)
+    if stat.S_ISREG(top.st_mode):
+        return TreeUsage(top.st_size, 1, top.st_mtime)
     size = files = 0
     newest: float | None = None
     stack = [str(path)]

@@ -203,23 +203,26 @@ def identify(layout: Layout) -> bool:
     return True
 
 
-def establish(layout: Layout) -> None:
+def establish(layout: Layout) -> bool:
     """Make ``layout`` an accel workspace, or check that it is one (idempotent, race-safe).
 
     Refuses (WorkspaceError) a root or data folder that holds what accel did not write.
+    True when this call made a new workspace (wrote its first ``layout.json``).
     """
     if identify(layout) and _complete(layout):
-        return
+        return False
     layout.locks_dir.mkdir(parents=True, exist_ok=True)
     with _locks.locked(layout.lock(LAYOUT_LOCK), timeout=30.0):
         identify(layout)  # again, under the lock: another process may have made it
         marker = read_marker(layout.layout_file)
+        created = marker is None
         if marker is None or marker.id is None:
             marker = _write_root_marker(layout, marker)
         if layout.relocated:
             _claim_data(layout, marker)
         for folder in layout.folders():
             folder.mkdir(parents=True, exist_ok=True)
+    return created
 
 
 def _complete(layout: Layout) -> bool:
@@ -254,16 +257,17 @@ def _claim_data(layout: Layout, root: Marker) -> None:
     )
 
 
-def ensure(layout: Layout) -> None:
+def ensure(layout: Layout) -> bool:
     """Create the workspace if needed, or check it is accel's (idempotent, safe to race).
 
     Every write comes through here: a folder accel did not make is refused before
-    anything is written to it. A new workspace gets its ``.gitignore``.
+    anything is written to it. A new workspace gets its ``.gitignore``. True when this
+    call created the workspace.
     """
     if not layout.root.exists():
         _create_root(layout.root)
     try:
-        establish(layout)
+        return establish(layout)
     except OSError as exc:
         raise WorkspaceError(
             f"cannot create the workspace at {layout.root}: {exc.strerror}; "

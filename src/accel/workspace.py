@@ -10,7 +10,7 @@ written to or cleaned (:meth:`Workspace.ensure`, :meth:`Workspace.identify`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,16 +54,27 @@ def find_workspace(
     if explicit is not None:
         if not str(explicit).strip():
             raise UsageError("the workspace path is empty: give a path, or leave it out")
-        return _absolute(Path(explicit), cwd)
+        return _not_a_project(_absolute(Path(explicit), cwd), "--workspace")
     if ENV_VAR in env:
         if not env[ENV_VAR].strip():
             raise UsageError(f"{ENV_VAR} is set but empty: unset it or give a path")
-        return _absolute(Path(env[ENV_VAR]), cwd)
+        return _not_a_project(_absolute(Path(env[ENV_VAR]), cwd), ENV_VAR)
     cwd = _absolute(cwd, Path.cwd())
     for folder in (cwd, *cwd.parents):
         if (folder / DIRNAME).is_dir():
             return folder / DIRNAME
     return cwd / DIRNAME
+
+
+def _not_a_project(path: Path, given: str) -> Path:
+    """``path``, unless it is a project folder: one that holds a ``.accelerate/`` and is no
+    workspace itself (the usual slip is naming the project, not its ``.accelerate``)."""
+    inner = path / DIRNAME
+    if inner.is_dir() and not (path / LAYOUT_FILE).exists():
+        raise UsageError(
+            f"{given} {path} is a project folder, not a workspace; did you mean {inner}?"
+        )
+    return path
 
 
 def _absolute(path: Path, cwd: Path) -> Path:
@@ -87,6 +98,8 @@ class Workspace:
         self.path = Path(path)
         self._env = dict(os.environ if env is None else env)
         self._flags = dict(flags or {})
+        # told the path when ensure() creates a new workspace (the CLI prints a note)
+        self.on_create: Callable[[Path], None] | None = None
 
     @classmethod
     def discover(
@@ -215,7 +228,8 @@ class Workspace:
     def ensure(self) -> Workspace:
         """Create the layout if needed, or check it is accel's (idempotent, safe to race);
         see :func:`accel.identity.ensure`."""
-        _identity.ensure(self.layout)
+        if _identity.ensure(self.layout) and self.on_create is not None:
+            self.on_create(self.path)
         return self
 
     def ensure_gitignore(self) -> None:

@@ -102,6 +102,20 @@ def test_list_reports_debris_and_unreadable_folders_without_crashing(
     assert "unreadable" in table.stdout and "debris" in table.stdout
 
 
+def test_list_shows_the_real_size_of_stray_files(ws: Workspace) -> None:
+    series = ws.checkpoints_dir / "default"
+    series.mkdir(parents=True)
+    (series / "notes.txt").write_bytes(b"n" * 1500)  # a file in a series folder
+    (ws.checkpoints_dir / "README.md").write_bytes(b"r" * 700)  # one beside the series
+    (series / "link").symlink_to(series / "notes.txt")  # a link counts as nothing
+    result = cli("checkpoints", "list", "--json")
+    assert result.exit_code == 0, result.output
+    sizes = {Path(o["path"]).name: o["size"] for o in json.loads(result.stdout)["other"]}
+    assert sizes == {"notes.txt": 1500, "README.md": 700, "link": 0}
+    table = cli("checkpoints", "list").stdout
+    assert "1.5 KiB" in table and "700 B" in table, table
+
+
 def test_list_of_a_folder_without_workspace_is_empty(project: Path) -> None:
     result = cli("checkpoints", "list")
     assert result.exit_code == 0 and "no committed checkpoints" in result.stdout

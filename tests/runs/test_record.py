@@ -85,6 +85,33 @@ def test_resolve_run_id(ws: Workspace) -> None:
         runs.resolve_run_id(ws.layout, "2026")
 
 
+def test_a_run_is_named_by_any_unique_part_of_its_id(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runs.md: ``accel logs 151347 --rank 1``, the time part of the id."""
+    for run_id in ("20261129-151347-3fa2c1", "20261129-160210-9b01de", "20261130-151347-77aa00"):
+        _write(ws, run_id, status="succeeded", exit_code=0)
+    (runs.run_dir(ws.layout, "20261129-151347-3fa2c1") / "rank-1.log").write_text("step 3\n")
+    assert runs.resolve_run_id(ws.layout, "29-151347") == "20261129-151347-3fa2c1"
+    assert runs.resolve_run_id(ws.layout, "1602") == "20261129-160210-9b01de"
+    with pytest.raises(UsageError) as refused:
+        runs.resolve_run_id(ws.layout, "151347")
+    assert str(refused.value) == (
+        "run '151347' is ambiguous: it matches 2 runs "
+        "(20261130-151347-77aa00, 20261129-151347-3fa2c1); give more of the id"
+    )
+    assert runs.resolve_run_id(ws.layout, "de") == "20261129-160210-9b01de"  # a short end
+    with pytest.raises(UsageError, match="unknown run '151'"):
+        runs.resolve_run_id(ws.layout, "151")  # 3 characters inside: too short to guess
+    _rm = runs.run_dir(ws.layout, "20261130-151347-77aa00")
+    (_rm / "run.json").unlink()
+    _rm.rmdir()
+    from accel.cli.main import main
+
+    assert main(["logs", "151347", "--rank", "1", "--no-prefix"]) == 0
+    assert capsys.readouterr().out.startswith("step 3\n")
+
+
 def test_unreadable_record_is_still_listed(ws: Workspace) -> None:
     folder = runs.run_dir(ws.layout, "broken")
     folder.mkdir(parents=True)

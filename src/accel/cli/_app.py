@@ -37,8 +37,13 @@ def word_after(ctx: typer.Context, flag: str) -> str | None:
 
 
 def workspace(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> Workspace:
-    """The workspace for this command (found, not created)."""
-    return Workspace.discover(path=options(ctx).workspace, env=os.environ, flags=flags)
+    """The workspace for this command (found, not created; a note when one is made, so a
+    typo in ``--workspace`` is seen before a run trains from step 0 in a new folder)."""
+    from accel.cli import _output
+
+    ws = Workspace.discover(path=options(ctx).workspace, env=os.environ, flags=flags)
+    ws.on_create = lambda path: _output.info(f"note: created a new workspace at {path}")
+    return ws
 
 
 def read_workspace(ctx: typer.Context) -> Workspace:

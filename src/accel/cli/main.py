@@ -102,6 +102,10 @@ def _root(
     elif workspace is not None and not workspace.strip():
         raise UsageError("--workspace is empty: give a path, or leave the option out")
     _app.options(ctx).workspace = workspace
+    from accel.config.resolve import env_warnings
+
+    for line in env_warnings(os.environ):  # here, once per command; workers never print it
+        _output.warn(line)
 
 
 app.add_typer(config_cmd.app, name="config")

@@ -6,6 +6,7 @@ returns a :class:`ResolvedConfig` that knows where every value came from.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Mapping
@@ -150,6 +151,44 @@ def env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
                 out[f.key] = (schema.parse_text(f, env[f.env_var]), f.env_var)
             except ValueError as exc:
                 raise ConfigError(f"environment variable {f.env_var}: {exc}") from None
+    return out
+
+
+# accel's own variables that are not the twin of a config key (``Field.env_var``): read or
+# set by the CLI, the launcher and the workers. tests/config keeps this list equal to the
+# ``ACCEL_*`` names in src, so a new variable cannot be taken for a typo.
+OWN_ENV_VARS = frozenset(
+    {
+        "ACCEL_WORKSPACE",  # workspace discovery (--workspace)
+        "ACCEL_USER_CONFIG",  # the user config file
+        "ACCEL_RUN_ID",  # set by the launcher for every worker
+        "ACCEL_RUN_NAME",
+        "ACCEL_RUN_DIR",
+        "ACCEL_LAUNCHER_PID",
+        "ACCEL_RDZV_CONNECT_TIMEOUT",  # rendezvous tuning (launch/rendezvous.py)
+        "ACCEL_RDZV_REPORT_INTERVAL",
+        "ACCEL_RDZV_LAST_CALL",
+        "ACCEL_SYNC_ENDPOINT_URL",  # the S3 endpoint (sync/_remote.py)
+        "ACCEL_NO_FAST_EXIT",  # the CLI's exit without teardown, off
+    }
+)
+
+
+def env_warnings(env: Mapping[str, str]) -> list[str]:
+    """One line for each ``ACCEL_*`` variable accel does not read, with the closest name.
+
+    A warning, not an error: a stray variable in a shell must not stop every command
+    (an unknown key in a config file is an error: that file is accel's alone).
+    """
+    twins = {f.env_var for f in schema.FIELDS}
+    known = sorted(twins | OWN_ENV_VARS)
+    out = []
+    for name in sorted(env):
+        if not name.startswith("ACCEL_") or name in twins or name in OWN_ENV_VARS:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else " (`accel config show` lists the keys)"
+        out.append(f"environment variable {name} is not one accel reads, so it is ignored{hint}")
     return out
 
 

@@ -194,8 +194,15 @@ def list_runs(layout: Layout) -> list[RunRecord]:
     return [read_run(layout, run_id) for run_id in _run_ids(layout)]
 
 
+MIN_PART = 4  # characters of a run id's inner part that name a run (a shorter one is a guess)
+
+
 def resolve_run_id(layout: Layout, ref: str | None) -> str:
-    """``latest``/None, a full id or a unique prefix of one -> the run id."""
+    """``latest``/None, a full id or a unique part of one -> the run id.
+
+    A part is any piece of the id of :data:`MIN_PART` characters or more (``151347``,
+    the time of ``20261129-151347-3fa2c1``); a shorter one must be its start or end.
+    """
     ids = _run_ids(layout)
     if not ids:
         raise UsageError(f"no runs in {layout.runs_dir}; start one with `accel launch`")
@@ -203,11 +210,14 @@ def resolve_run_id(layout: Layout, ref: str | None) -> str:
         return ids[0]
     if ref in ids:
         return ref
-    matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
+    if len(ref) >= MIN_PART:
+        matches = [i for i in ids if ref in i]
+    else:
+        matches = [i for i in ids if i.startswith(ref) or i.endswith(ref)]
     if len(matches) == 1:
         return matches[0]
     if matches:
-        shown = ", ".join(matches[:3]) + (", ..." if len(matches) > 3 else "")
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
         raise UsageError(
             f"run {ref!r} is ambiguous: it matches {len(matches)} runs ({shown}); "
             "give more of the id"

@@ -1,0 +1,48 @@
+"""A project folder given as the workspace, and a new workspace made by a typo, are seen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from accel_runner import cli
+
+from accel.workspace import Workspace
+
+SET = ("config", "set", "launch.max_restarts", "2")
+
+
+@pytest.mark.parametrize("how", ["option", "variable"])
+def test_a_project_folder_as_the_workspace_asks_for_its_accelerate(
+    ws: Workspace, project: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    before = sorted(p.name for p in project.iterdir())
+    if how == "option":
+        result = cli("--workspace", str(project), *SET)
+        given = "--workspace"
+    else:
+        monkeypatch.setenv("ACCEL_WORKSPACE", str(project))
+        result = cli(*SET)
+        given = "ACCEL_WORKSPACE"
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: {given} {project} is a project folder, not a workspace; "
+        f"did you mean {project / '.accelerate'}?\n"
+    )
+    assert sorted(p.name for p in project.iterdir()) == before
+    assert not ws.config_file.exists()
+
+
+def test_the_accelerate_folder_itself_is_taken(ws: Workspace, project: Path) -> None:
+    result = cli("--workspace", str(project / ".accelerate"), *SET)
+    assert result.exit_code == 0, result.output
+    assert "created a new workspace" not in result.stderr
+
+
+def test_a_command_that_creates_a_workspace_says_where(project: Path) -> None:
+    typo = project / ".accelerat"
+    result = cli("--workspace", str(typo), *SET)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"note: created a new workspace at {typo}\n"
+    again = cli("--workspace", str(typo), *SET)
+    assert again.exit_code == 0 and again.stderr == ""
