@@ -9,7 +9,9 @@ checkpoints were skipped by push, and pulls of any workspace with runs exited 1)
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,48 @@ def test_fsdp_train_kill_restart_push_pull_verify_export(project: Path, tmp_path
     final = torch.load(out / "final.pt", weights_only=True)  # what training ended with
     assert sorted(model) == sorted(final)
     assert all(torch.equal(model[k], final[k]) for k in final)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_workspace_made_by_every_feature_round_trips_through_push_and_pull(
+    project: Path, tmp_path: Path, accel: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """FSDP with a kill and a restart, a preloaded run that crashes, hangs (detected and
+    killed) and restarts, metrics and resource samples: push exits 0, the pull elsewhere
+    exits 0, and what arrives is what was here, verified."""
+    from journeys.test_preload_journey import SCRIPT
+
+    _train(project, "fsdp", "shards:15", "--max-restarts", "1")
+    (project / "hangs.py").write_text(SCRIPT)
+    (project / "out").mkdir()
+    hung = accel(
+        *("launch", "-n", "2", "--preload", "--max-restarts", "2", "--run-name", "hangs"),
+        *("--hang-timeout", "5s", "--hang-action", "kill", "hangs.py", "out"),
+        timeout=150,
+    )
+    assert hung.returncode == 0, hung.stderr
+    remote = f"file://{tmp_path / 'remote'}"
+    pushed = accel("sync", "push", remote)
+    assert pushed.returncode == 0 and "skipped" not in pushed.stderr, pushed.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pulled = _accel(elsewhere, tmp_path / "home", "sync", "pull", remote)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    verified = _accel(elsewhere, tmp_path / "home", "checkpoints", "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    here, there = project / ".accelerate", elsewhere / ".accelerate"
+    assert _files(there / "checkpoints") == _files(here / "checkpoints")
+    runs_here, runs_there = _files(here / "logs" / "runs"), _files(there / "logs" / "runs")
+    assert runs_there.keys() == runs_here.keys()
+    assert any(k.endswith("metrics.jsonl") for k in runs_here)
+    assert any("stacks/" in k for k in runs_here)  # the hang's dumped stacks came along
+    for name, data in runs_here.items():  # run.json goes up redacted, nothing else changes
+        if not name.endswith("run.json"):
+            assert runs_there[name] == data, name
