@@ -162,6 +162,12 @@ def check_launch(
     _per_node(config, request, _nodes(config, env, request))
 
 
+def check_config(config: ResolvedConfig, env: Mapping[str, str]) -> None:
+    """What :func:`check_launch` refuses in the configuration alone (``accel env --check``)."""
+    _check_env(config)
+    _nodes(config, env)
+
+
 def _check_env(config: ResolvedConfig) -> None:
     """``launch.env`` may not ask for what the launcher sets (``--env``: parse_env_pairs)."""
     name = launcher_set(config.settings.launch.env)
