@@ -264,3 +264,38 @@ def test_the_mismatch_line_is_the_one_launch_prints(project: Path) -> None:
     (line,) = _report_with_gpus(project, "launch:\n  num_processes: 2\n", "cuda", 1)
     assert line.endswith(str(gpu_mismatch(2, 1, None)))
     assert "1 GPU is visible" in line and "-n 1" in line and "--cpu" in line
+
+
+LAUNCH_REFUSES = {
+    "launch.env": ('launch:\n  env:\n    RANK: "5"\n', "RANK"),
+    "min_machines": (
+        "launch:\n  num_machines: 2\n  min_machines: 3\n  rdzv_endpoint: node0:29500\n",
+        "launch.min_machines 3 is more than launch.num_machines 2",
+    ),
+    "machine_rank": (
+        "launch:\n  num_machines: 2\n  machine_rank: 2\n  rdzv_endpoint: node0:29500\n",
+        "--node-rank 2 is out of range for --nnodes 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAUNCH_REFUSES))
+def test_check_fails_for_a_config_that_launch_refuses(
+    project: Path, case: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel.cli.main import main
+
+    config, named = LAUNCH_REFUSES[case]
+    make_ws(project).config_file.write_text(config)
+    monkeypatch.chdir(project)
+    (project / "train.py").write_text("")
+    assert main(["launch", "--dry-run", "train.py"]) == 2
+    refused = capsys.readouterr().err.strip()
+    assert named in refused
+    code, out, _ = env_in_process(capsys, "--check")
+    assert code == 1, out
+    # the launch plan's own line, not a copy of its rule
+    assert out.splitlines() == [
+        f"problem: launch: accel launch would refuse this configuration: "
+        f"{refused.removeprefix('error: ')}"
+    ]

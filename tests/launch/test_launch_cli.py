@@ -58,6 +58,20 @@ def test_missing_script(accel: Accel, project: Path) -> None:
     assert done.returncode == 2 and "no such script: nope.py" in done.stderr
 
 
+@pytest.mark.parametrize("dry", [("--dry-run",), ()])
+def test_missing_module_is_one_line_before_any_worker(
+    accel: Accel, project: Path, dry: tuple[str, ...]
+) -> None:
+    (project / "train_model.py").write_text("open('ran', 'w').close()\n")
+    done = accel("launch", *dry, "-m", "train_modle", "--lr", "1")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: -m train_modle: no module 'train_modle' in {project} or on the "
+        "workers' sys.path; did you mean -m train_model? (a script is launched without -m)"
+    ]
+    assert not (project / "ran").exists() and not (project / ".accelerate" / "logs").exists()
+
+
 def test_help_runs_and_logs_do_not_import_torch(project: Path) -> None:
     code = (
         "import sys\n"

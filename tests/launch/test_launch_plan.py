@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -125,11 +126,55 @@ def test_workers_that_fit_the_gpus_or_the_cpu_are_planned(
     assert make_plan(tmp_path, flags, gpus=gpus).nproc_per_node == 2
 
 
+def _package(root: Path, name: str = "pkg") -> Path:
+    """A package whose ``__init__`` leaves a marker when it runs (the launcher must not)."""
+    (root / name).mkdir(parents=True)
+    marker = root / f"{name}-imported"
+    (root / name / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (root / name / "train.py").write_text("")
+    return marker
+
+
 def test_module_mode(tmp_path: Path) -> None:
+    marker = _package(tmp_path)
     plan = make_plan(tmp_path, script="pkg.train", module=True)
     assert plan.worker_args[2:] == ("-m", "pkg.train")
+    assert not marker.exists()  # looked up, not imported
     with pytest.raises(UsageError, match="module name"):
         make_plan(tmp_path, script="not a module", module=True)
+
+
+def test_a_missing_module_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as refused:
+        make_plan(tmp_path, script="trian", module=True)  # make_plan writes train.py
+    assert str(refused.value) == (
+        f"-m trian: no module 'trian' in {tmp_path} or on the workers' sys.path; "
+        "did you mean -m train? (a script is launched without -m)"
+    )
+    with pytest.raises(UsageError, match="no module 'nothing_close_zq'") as far:
+        make_plan(tmp_path, script="nothing_close_zq.train", module=True)
+    assert "did you mean" not in str(far.value)
+    with pytest.raises(
+        UsageError, match=r"'train' is a module, not a package; did you mean -m train\?"
+    ):
+        make_plan(tmp_path, script="train.py", module=True)
+    assert make_plan(tmp_path, script="train", module=True).worker_args[2:] == ("-m", "train")
+    assert make_plan(tmp_path, script="json.tool", module=True)  # the interpreter's own
+
+
+def test_the_module_is_looked_up_on_the_workers_pythonpath(tmp_path: Path) -> None:
+    marker = _package(tmp_path / "src", "srcpkg")
+    with pytest.raises(UsageError, match="no module 'srcpkg'"):
+        make_plan(tmp_path, script="srcpkg.train", module=True)
+    for flags, env, extra in (
+        ({}, {"PYTHONPATH": "src"}, {}),  # the launcher's environment, read from cwd
+        ({"launch.env": {"PYTHONPATH": str(tmp_path / "src")}}, {}, {}),
+        ({}, {}, {"PYTHONPATH": "src"}),  # --env
+    ):
+        plan = make_plan(tmp_path, flags, env, script="srcpkg.train", module=True, extra_env=extra)
+        assert plan.worker_args[2:] == ("-m", "srcpkg.train")
+    assert not marker.exists()
+    assert str(tmp_path / "src") not in sys.path  # the launcher's own path is as it was
 
 
 def test_missing_script(tmp_path: Path) -> None:

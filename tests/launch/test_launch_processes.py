@@ -203,15 +203,32 @@ def test_signal_stops_the_run(
     assert f"interrupted, exit code {code}" in follow_err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
-def test_second_ctrl_c_escalates(start_accel: StartAccel, project: Path) -> None:
-    proc = _start_sleepers(start_accel, project, "--stop-grace-period", "60s", "--ignore-int")
+def test_second_ctrl_c_kills_at_once(start_accel: StartAccel, project: Path) -> None:
+    # Both ranks ignore SIGINT and rank 1 SIGTERM too: only a SIGKILL ends rank 1, and
+    # the grace period (60 s) is longer than the test may take.
+    proc = _start_sleepers(
+        start_accel,
+        project,
+        *("--stop-grace-period", "60s", "--ignore-int", "--ignore-term-rank", "1"),
+    )
+    assert proc.stderr is not None
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.5)
+    seen = []
+    for line in proc.stderr:  # accel says what it waits for before the second Ctrl-C
+        seen.append(line)
+        if "Ctrl-C again" in line:
+            break
+    waiting = "accel: stopping the workers (up to 60s); Ctrl-C again to kill them now\n"
+    assert waiting in seen, "".join(seen)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=20)
-    assert proc.returncode == 130
-    assert_no_orphans(run_json(project)["id"])
+    _, rest = proc.communicate(timeout=20)  # not the grace period again
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert seen.count(waiting) == 1 and waiting not in rest
+    record = run_json(project)
+    assert record["status"] == "interrupted" and record["exit_code"] == 130
+    assert_no_orphans(record["id"])
 
 
 @pytest.mark.timeout(60)

@@ -41,4 +41,4 @@ def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = Non
         config=config,
         workspace=workspace,
     )
-    return replace(report, problems=tuple(problems(ws, report)))
+    return replace(report, problems=tuple(problems(ws, report, env)))

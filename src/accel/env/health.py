@@ -14,11 +14,19 @@ from accel.errors import AccelError
 from accel.workspace import LAYOUT_VERSION, Workspace
 
 
-def problems(ws: Workspace, report: EnvReport) -> list[Problem]:
-    """Everything that makes the environment or the workspace unhealthy, one per line."""
+def problems(
+    ws: Workspace, report: EnvReport, env: Mapping[str, str] | None = None
+) -> list[Problem]:
+    """Everything that makes the environment or the workspace unhealthy, one per line.
+
+    ``env``: the environment ``accel launch`` would read (SLURM's variables); the
+    process's own when not given.
+    """
     found: list[Problem] = []
     if report.config.error is not None:
         found.append(Problem("config", report.config.error, report.config.fix))
+    else:
+        found += _launch_problems(ws, os.environ if env is None else env)
     found += _workspace_problems(ws, report.workspace)
     if report.workspace.exists and report.workspace.writable:
         found += _storage_problems(ws)
@@ -107,6 +115,18 @@ def _identity_problems(ws: Workspace) -> list[Problem]:
     """A --workspace (or workspace.path) that accel did not make: it would refuse it."""
     refusal = ws.refusal()
     return [] if refusal is None else [Problem("not_a_workspace", refusal)]
+
+
+def _launch_problems(ws: Workspace, env: Mapping[str, str]) -> list[Problem]:
+    """What ``accel launch SCRIPT`` refuses in the configuration itself: the launch plan's
+    own checks (the ones ``launch --dry-run`` runs), not a copy of them."""
+    from accel.launch.plan import check_config
+
+    try:
+        check_config(ws.config, env)
+    except AccelError as exc:
+        return [Problem("launch", f"accel launch would refuse this configuration: {exc}")]
+    return []
 
 
 def _gpu_problems(report: EnvReport) -> list[Problem]:

@@ -10,14 +10,22 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from accel._fs import open_private_append
 
-__all__ = ["HANDLED_SIGNALS", "Signalled", "facts", "native_stderr_to", "quiet_torch_logs"]
+__all__ = [
+    "HANDLED_SIGNALS",
+    "Signalled",
+    "facts",
+    "native_stderr_to",
+    "quiet_torch_logs",
+    "signals_while_stopping",
+]
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -90,6 +98,37 @@ def signals_raise() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise Signalled(signum)
 
+    with _handled_by(handler):
+        yield
+
+
+@contextlib.contextmanager
+def signals_while_stopping(pids: Callable[[], Iterable[int]]) -> Iterator[list[int]]:
+    """While accel waits for the workers to stop: a Ctrl-C SIGKILLs them at once.
+
+    torch's handlers raise, and its agent then stops the workers all over again (SIGTERM,
+    and the whole grace period once more). Here a SIGINT kills every worker's process
+    group (``pids()``: the workers, each the leader of its own) and the wait ends; the
+    other handled signals do not restart it. Yields the signals that came, in order: the
+    caller raises the first once the workers are gone, unless it is already ending on
+    one. Off the main thread (no handler can be set there) nothing changes.
+    """
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        came.append(signum)
+        if signum == signal.SIGINT:
+            kill_groups(pids())
+
+    with _handled_by(handler):
+        yield came
+
+
+@contextlib.contextmanager
+def _handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     old = {sig: signal.signal(sig, handler) for sig in HANDLED_SIGNALS}
     try:
         yield

@@ -49,6 +49,7 @@ import torch
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
+from accel.launch._host import Signalled, signal_of, signals_while_stopping
 from accel.launch.teardown import Teardown, TeardownJudge
 
 # The releases this module knows; pyproject.toml declares the same range.
@@ -134,8 +135,9 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     def workers_monitored(self, result: Any) -> None:
         """Every monitor tick, with torch's ``RunResult``."""
 
-    def workers_stopping(self) -> None:
-        """accel is about to signal the workers to stop (on any of torch's paths)."""
+    def workers_stopping(self, death_sig: signal.Signals | None) -> None:
+        """accel is about to signal the workers to stop (on any of torch's paths), with
+        ``death_sig`` (torch's: the launcher's signal, or None for its default)."""
 
     def worker_teardown(self, ended: Teardown) -> None:
         """A worker (``ended.rank``: its local rank) finished, then hung or died in teardown."""
@@ -164,21 +166,31 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
         return result
 
 
-def close_with_grace(pcontext: Any, grace: int, before: Callable[[], None] | None = None) -> None:
-    """Every close of ``pcontext`` waits ``grace`` seconds before SIGKILL.
+def close_with_grace(
+    pcontext: Any, grace: int, before: Callable[[signal.Signals | None], None] | None = None
+) -> None:
+    """Every close of ``pcontext`` waits ``grace`` seconds before SIGKILL, or until a Ctrl-C.
 
     torch waits a fixed 30 s for a worker that ignores the stop signal, and closes the
     workers on several paths: the poll that finds a failed rank (``self.close()``, every
     release), ``_stop_workers`` (``_shutdown()``), a signal (``_shutdown(sig)``; only
     2.12+ takes a timeout there). Whatever timeout a path passes, accel's
-    ``launch.stop_grace_period`` holds on all of them.
+    ``launch.stop_grace_period`` holds on all of them. A signal during the wait does not
+    start it again (torch's handler would raise, and its agent close once more): a
+    Ctrl-C kills the workers at once (:func:`accel.launch._host.signals_while_stopping`),
+    and a signal that came while stopping for another reason ends the run once they are
+    gone, as it would have without the wait.
     """
     close = pcontext.close
 
     def close_after_grace(death_sig: signal.Signals | None = None, timeout: Any = None) -> None:
-        if before is not None:
-            before()  # the one door every stop goes through: when it was opened
-        close(death_sig, grace)
+        with signals_while_stopping(lambda: pcontext.pids().values()) as came:
+            if before is not None:
+                before(death_sig)  # the one door every stop goes through: when it was opened
+            close(death_sig, grace)
+        ending = sys.exc_info()[1]  # torch closes inside its `except SignalException`
+        if came and (ending is None or signal_of(ending) is None):
+            raise Signalled(came[0])  # not already ending on a signal: end on this one
 
     pcontext.close = close_after_grace
 

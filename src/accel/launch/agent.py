@@ -10,7 +10,8 @@ launching: it imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import signal
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,6 +43,8 @@ class RunHooks(Protocol):
 
     def tick(self) -> None:
         """Every monitor interval while workers run (telemetry, hang checks)."""
+
+    notify: Callable[[str], None]  # a line for the console
 
     def stopping(self) -> None:
         """accel is about to signal the workers of the current attempt to stop."""
@@ -105,9 +108,14 @@ class AccelAgent(CompatAgent):
         rank = self._global_ranks.get(ended.rank, ended.rank)
         self._hooks.teardown(replace(ended, rank=rank))
 
-    def workers_stopping(self) -> None:
+    def workers_stopping(self, death_sig: signal.Signals | None) -> None:
         # When accel began stopping separates a rank's own failure from a stopped one.
         self._hooks.stopping()
+        if death_sig == signal.SIGINT:  # Ctrl-C: say what accel waits for, and the way out
+            self._hooks.notify(
+                f"accel: stopping the workers (up to {self._accel_grace}s); "
+                "Ctrl-C again to kill them now"
+            )
 
     def rendezvous_waiting(self, waiting: bool) -> None:
         self._hooks.rendezvous(waiting)

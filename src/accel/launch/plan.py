@@ -21,6 +21,7 @@ from accel.devices import gpu_mismatch, workers_for
 from accel.errors import ConfigError, UsageError
 from accel.launch.launcher_env import accel_env, launcher_set, refusal
 from accel.launch.slurm import DEFAULT_RDZV_PORT, slurm_defaults
+from accel.launch.target import check_module
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
@@ -118,7 +119,7 @@ def plan_launch(
     gpu_count: int,
 ) -> LaunchPlan:
     """Resolve the launch; :class:`UsageError` for anything that cannot start."""
-    _check_target(request, cwd, env)
+    _check_target(config, request, cwd, env)
     _check_env(config)
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
@@ -156,9 +157,15 @@ def check_launch(
     config: ResolvedConfig, request: LaunchRequest, env: Mapping[str, str], cwd: Path
 ) -> None:
     """The checks of :func:`plan_launch` that need no GPU count: run before importing torch."""
-    _check_target(request, cwd, env)
+    _check_target(config, request, cwd, env)
     _check_env(config)
     _per_node(config, request, _nodes(config, env, request))
+
+
+def check_config(config: ResolvedConfig, env: Mapping[str, str]) -> None:
+    """What :func:`check_launch` refuses in the configuration alone (``accel env --check``)."""
+    _check_env(config)
+    _nodes(config, env)
 
 
 def _check_env(config: ResolvedConfig) -> None:
@@ -168,13 +175,17 @@ def _check_env(config: ResolvedConfig) -> None:
         raise ConfigError(refusal("launch.env", name))
 
 
-def _check_target(request: LaunchRequest, cwd: Path, env: Mapping[str, str]) -> None:
+def _check_target(
+    config: ResolvedConfig, request: LaunchRequest, cwd: Path, env: Mapping[str, str]
+) -> None:
     if request.no_python:
         _check_program(request, cwd, env)
         return
     if request.module:
         if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", request.script):
             raise UsageError(f"-m expects a module name such as pkg.train, got {request.script!r}")
+        launched = {**env, **config.settings.launch.env, **request.extra_env}  # the workers'
+        check_module(request.script, cwd, launched.get("PYTHONPATH", ""))
         return
     path = Path(request.script)
     if not (path if path.is_absolute() else cwd / path).is_file():
