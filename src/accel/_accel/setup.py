@@ -8,6 +8,7 @@ read only when neither says.
 from __future__ import annotations
 
 import atexit
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -72,8 +73,15 @@ def init_group(world_size: int, rank: int, on: torch.device) -> bool:
     backend = "nccl" if on.type == "cuda" else "gloo"
     kwargs: dict[str, Any] = {"device_id": on} if backend == "nccl" else {}
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
-    atexit.register(end_group)
+    atexit.register(_end_group_at_exit)
     return True
+
+
+def _end_group_at_exit() -> None:
+    if getattr(sys, "last_value", None) is not None:
+        return  # the script raised: a peer may be stuck mid-collective and destroying the
+        # group can then hang (torch 2.6's gloo); the crash is what the launcher reports
+    end_group()
 
 
 def end_group() -> None:

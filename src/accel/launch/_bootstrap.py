@@ -231,6 +231,9 @@ def _main(argv: list[str]) -> tuple[int, bool]:
         formatted = "".join(_user_traceback(exc).format())
         _record_error(exc, formatted)
         sys.stderr.write(formatted)
+        # As the interpreter does for an exception it prints: exit handlers can tell a
+        # crash from a return (accel's leaves the group of a crashed rank standing).
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
         return 1, False
     return 0, True
 
