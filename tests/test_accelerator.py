@@ -136,11 +136,17 @@ def test_log_appends_json_lines(project: Path, monkeypatch: pytest.MonkeyPatch) 
         acc.log({"bad": object()}, step=3)
 
 
-def test_log_never_kills_training(project: Path) -> None:
+def test_log_never_kills_training(project: Path, caplog: pytest.LogCaptureFixture) -> None:
     acc = accel.Accelerator()
-    acc.workspace.runs_dir.mkdir(parents=True)
+    acc.workspace.ensure()
+    acc.workspace.runs_dir.mkdir(parents=True, exist_ok=True)
     (acc.workspace.runs_dir / "local").write_text("a file where a folder should be")
-    acc.log({"loss": 1.0}, step=1)  # logged as a warning, not raised
+    with caplog.at_level("WARNING", logger="accel"):
+        acc.log({"loss": 1.0}, step=1)  # logged as a warning, not raised
+        acc.log({"loss": 0.5}, step=2)  # and the next call is still answered
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("could not write metrics" in w for w in warnings) == 2, warnings
+    assert (acc.workspace.runs_dir / "local").read_text() == "a file where a folder should be"
 
 
 def test_clean_cache(project: Path) -> None:
