@@ -118,7 +118,7 @@ class Accelerator:
         finally:
             self._metrics.close()
             if self._owns_group:
-                setup.end_group()
+                setup.end_group(at_exit=not barrier)
 
     # -- prepare ------------------------------------------------------------------------
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from launchutil import SCRIPTS, assert_no_orphans, pid_alive, run_json
 
-from run_helpers import Accel
+from run_helpers import Accel, two_ranks
 
 
 @pytest.mark.slow
@@ -78,3 +79,26 @@ def test_a_rank_that_finished_and_then_hangs_or_dies_in_teardown_has_finished(
     shown = accel("runs", "show", record["id"])
     assert f"teardown  {said}" in shown.stdout
     assert_no_orphans(record["id"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["both", "stuck"])
+def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(
+    project: Path, mode: str
+) -> None:
+    """Without a launcher (torchrun's workers, a test's ranks): a rank whose script raised
+    exits 1, as python does, whatever torch's teardown does beside a stuck peer; its
+    group is destroyed (left standing, gloo aborts the process at exit)."""
+    out = project / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL")}
+    env.update(ACCEL_WORKSPACE=str(project / ".accelerate"), OMP_NUM_THREADS="1")
+    for _ in range(3):
+        codes = two_ranks(SCRIPTS / "acc_raise.py", [str(out), mode], env, errors=out)
+        errors = [(out / f"err-{r}.txt").read_text() for r in (0, 1)]
+        assert codes == [1, 1], errors
+        assert not any("terminate called" in e for e in errors), errors
+        assert "RuntimeError: rank 0 crashed" in errors[0]
+        if mode == "both":  # a destruction that outlived the grace skips later handlers
+            assert (out / "rank-0").read_text() == "False", errors

@@ -8,7 +8,10 @@ read only when neither says.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -78,13 +81,14 @@ def init_group(world_size: int, rank: int, on: torch.device) -> bool:
 
 
 def _end_group_at_exit() -> None:
-    if getattr(sys, "last_value", None) is not None:
-        return  # the script raised: a peer may be stuck mid-collective and destroying the
-        # group can then hang (torch 2.6's gloo); the crash is what the launcher reports
-    end_group()
+    end_group(at_exit=True)
 
 
-def end_group() -> None:
+#: Seconds a crashed rank's exit gives the group's destruction before it exits 1.
+CRASHED_TEARDOWN_GRACE = 5.0
+
+
+def end_group(*, at_exit: bool = False) -> None:
     """Destroy the process group accel started, if it still stands; never raises.
 
     Run by ``Accelerator.end()`` and, for a script that never calls it, at interpreter
@@ -93,7 +97,32 @@ def end_group() -> None:
     and a barrier would wait for it forever. ``destroy_process_group()`` alone is what
     torch asks for: a group left standing at exit is torn down by C++ static
     destructors, which abort ("terminate called without an active exception").
+
+    At the exit of a script that raised, a peer may be stuck in a collective, and
+    destroying the group beside it can hang (torch 2.6's gloo). The crashed rank must
+    neither abort nor hang, so the destruction gets :data:`CRASHED_TEARDOWN_GRACE`
+    seconds, after which the process ends with exit code 1, the interpreter's own for
+    an uncaught exception.
     """
+    crashed = at_exit and getattr(sys, "last_value", None) is not None
+    if not crashed:
+        _destroy()
+        return
+    done = threading.Event()
+
+    def destroy() -> None:
+        _destroy()
+        done.set()
+
+    threading.Thread(target=destroy, name="accel-end-group", daemon=True).start()
+    if not done.wait(CRASHED_TEARDOWN_GRACE):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1)
+
+
+def _destroy() -> None:
     try:
         import torch.distributed as dist
 
