@@ -61,6 +61,7 @@ def test_aged_files_without_recorded_times_go_by_mtime_and_future_mtimes_stay(
     assert future_log.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_state_written_at_a_faked_earlier_time_is_old(project: Path) -> None:
     """The store records time.time(): run a writer whose clock is 10 days behind."""
@@ -255,12 +256,14 @@ def _interrupt_at(name: str) -> Callable[[str], None]:
     return hook
 
 
+@pytest.mark.slow
 def test_clean_never_creates_a_workspace(project: Path, accel_exe: list[str]) -> None:
     result = accel(accel_exe, "clean", "--older-than", "1d")
     assert (result.returncode, result.stdout.strip()) == (0, "nothing to clean")
     assert not (project / ".accelerate").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "args",
@@ -287,6 +290,7 @@ def test_bad_input_exits_2_and_changes_nothing(
     assert tree_digest(ws.path) == before
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_from_cron_one_line_no_prompt(project: Path, accel_exe: list[str]) -> None:
     ws, now = workspace(project), time.time()
@@ -359,9 +363,7 @@ def test_on_a_terminal_it_asks_first(
     old = entry(ws, "old", created=now - 99 * DAY)
     asked: list[str] = []
     monkeypatch.setattr(clean_cli, "_interactive", lambda: True)
-    monkeypatch.setattr(
-        clean_cli.typer, "confirm", lambda text, default: asked.append(text) or answer
-    )
+    monkeypatch.setattr(clean_cli._output, "confirm", lambda text: asked.append(text) or answer)
     assert main(["clean", "--older-than", "1d"]) == code
     assert asked == ["Remove 1 item(s)?"] and "To remove" in capsys.readouterr().out
     assert old.exists() is not answer

@@ -246,3 +246,62 @@ def progress() -> Iterator[Any]:
         return
     with byte_bar("{task.description}") as bar:
         yield _Bar(bar)
+
+
+def confirm(question: str) -> bool:
+    """Ask ``question [y/N]`` on the terminal: True for yes; no, an empty line and end of
+    input (Ctrl-D) are a no. Ctrl-C is an interrupt at whatever instant it lands.
+
+    click's prompt reads with a blocking ``input()``: a SIGINT that arrives after the
+    prompt is written but before the read starts is seen only when the read returns, so
+    Ctrl-C seemed ignored until Enter. Here the signal also wakes the wait
+    (``signal.set_wakeup_fd``), and Python raises ``KeyboardInterrupt`` as it returns.
+    """
+    import select
+    import signal
+
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real stream (a test's runner)
+        fd = -1
+    if fd < 0 or not os.isatty(fd):
+        import typer
+
+        try:
+            return bool(typer.confirm(question, default=False))
+        except typer.Abort as exc:
+            if isinstance(exc.__context__, EOFError):
+                return False
+            raise KeyboardInterrupt from None
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    try:
+        previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread: no signal reaches this wait anyway
+        previous = None
+    try:
+        while True:
+            sys.stdout.write(f"{question} [y/N]: ")
+            sys.stdout.flush()
+            line = b""
+            while not line.endswith(b"\n"):
+                ready = select.select([fd, wake_r], [], [])[0]
+                if wake_r in ready:
+                    os.read(wake_r, 64)  # a signal: Python acts on it on the next line
+                    continue
+                chunk = os.read(fd, 1024)
+                if not chunk:  # end of input
+                    sys.stdout.write("\n")
+                    return False
+                line += chunk
+            answer = line.decode(errors="replace").strip().lower()
+            if answer in ("y", "yes"):
+                return True
+            if answer in ("", "n", "no"):
+                return False
+            sys.stdout.write("Error: invalid input\n")
+    finally:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(wake_r)
+        os.close(wake_w)

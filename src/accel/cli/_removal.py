@@ -8,8 +8,6 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from accel.cli import _output
 
 if TYPE_CHECKING:
@@ -30,7 +28,7 @@ def carry_out(ws: Workspace, plan: RemovalPlan, *, yes: bool, dry_run: bool, as_
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError("not a terminal: pass --yes to remove (or --dry-run to see the plan)")
         _show_plan(plan, False, dry_run=False)
-        if not typer.confirm(f"Remove {len(plan.items)} item(s)?", default=False):
+        if not _output.confirm(f"Remove {len(plan.items)} item(s)?"):
             _output.out("nothing removed")
             return 1
     result = remove(ws, plan)

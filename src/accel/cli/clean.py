@@ -117,12 +117,7 @@ def _confirmed(plan: CleanPlan, policy: Policy, yes: bool) -> bool:
         return True
     if _interactive():
         _show_plan(plan, False, dry_run=False)
-        try:
-            return typer.confirm(f"Remove {len(plan.items)} item(s)?", default=False)
-        except typer.Abort as exc:
-            if isinstance(exc.__context__, EOFError):  # end of input: a "no", not Ctrl-C
-                return False
-            raise
+        return _output.confirm(f"Remove {len(plan.items)} item(s)?")
     if policy.explicit:
         return True
     _output.error(

@@ -111,7 +111,7 @@ def _pulled_config(ws: Workspace, url: str, apply: bool, yes: bool) -> bool:
         _output.info(line)
     for key, reason in change.left_out:
         _output.info(f"left out {key}: {reason}; the local value stays")
-    if not change.empty and not yes and not typer.confirm("Apply these changes?", default=False):
+    if not change.empty and not yes and not _output.confirm("Apply these changes?"):
         _output.info(f"nothing applied; the remote's config stays in {aside}")
         return False
     apply_pulled(ws, change)
