@@ -63,12 +63,18 @@ def python_info() -> dict[str, str]:
 
 
 def platform_info() -> dict[str, str]:
-    uname = _platform.uname()
+    # os.uname(), not platform.uname(): the latter's processor field (which
+    # platform.platform() reads) runs `uname -p` in a subprocess on every call.
+    uname = os.uname()
+    libc, libc_version = _platform.libc_ver()
+    parts = [uname.sysname, uname.release, uname.machine]
+    if libc:
+        parts += ["with", libc + libc_version]
     return {
-        "system": uname.system,
+        "system": uname.sysname,
         "release": uname.release,
         "machine": uname.machine,
-        "platform": _platform.platform(),
+        "platform": "-".join(p for p in parts if p),
         "cpu_count": str(os.cpu_count() or ""),
     }
 
