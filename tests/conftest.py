@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="every launch the tests make forks its workers from a preloaded template "
         "(launch.preload); tests/launch must pass both ways",
     )
+
+
+@pytest.fixture(autouse=True)
+def fast_lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test that starts a process must be marked ``slow``: ``pytest -m "not slow"`` is
+    the inner loop and must stay fast. Every way a test (or the code it calls) can start
+    one is watched; an unmarked test that did fails, naming what it started."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    started: list[str] = []
+    popen_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any) -> Any:
+        started.append(" ".join(map(str, args)) if isinstance(args, list | tuple) else str(args))
+        return popen_child(self, args, *rest)
+
+    def watch(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started.append(f"{name}{args[:2]!r}")
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", execute_child)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, watch(f"os.{name}", getattr(os, name)))
+    import multiprocessing.util
+
+    spawnv = multiprocessing.util.spawnv_passfds  # the spawn and forkserver contexts
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", watch("spawn", spawnv))
+    yield
+    if started:
+        pytest.fail(
+            f"this test started a process ({started[0][:200]}): mark it "
+            "@pytest.mark.slow (with a timeout), or keep it in-process",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from run_helpers import free_port, two_ranks
 SCRIPT = Path(__file__).parent / "store" / "scripts" / "train.py"
 
 
+@pytest.mark.slow
 def test_import_accel_does_not_import_torch() -> None:
     code = (
         "import sys, accel, accel.store.kv, accel.store.cache, accel.store.checkpoints\n"

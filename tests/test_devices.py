@@ -122,6 +122,7 @@ def test_without_nvml_the_driver_files_answer(
     assert devices.probe({"CUDA_VISIBLE_DEVICES": ""}, root) == ()
 
 
+@pytest.mark.slow
 def test_probe_does_not_import_torch() -> None:
     code = (
         "import sys, os\nfrom accel import devices\ndevices.probe(os.environ)\n"

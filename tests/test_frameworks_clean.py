@@ -73,6 +73,7 @@ def test_status_lists_framework_caches(ws: Workspace, capsys: pytest.CaptureFixt
     assert "inductor" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_clean_auto_is_a_no_op_under_budget_and_evicts_over_it(
     ws: Workspace, capsys: pytest.CaptureFixture[str], accel_exe: list[str]

@@ -77,6 +77,7 @@ def api_refuses(ws: Workspace, *needles: str) -> None:
 # -- locks replaced by a file -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_locks_replaced_by_a_file(project: Path, accel_exe: list[str], args: list[str]) -> None:
     ws = populated(project)
@@ -87,6 +88,7 @@ def test_locks_replaced_by_a_file(project: Path, accel_exe: list[str], args: lis
     assert_one_line(accel_run(accel_exe, project, args), "File exists", "Not a directory")
 
 
+@pytest.mark.slow
 def test_locks_replaced_by_a_file_api_and_env_check(project: Path, accel_exe: list[str]) -> None:
     ws = populated(project)
     for lock in ws.locks_dir.iterdir():
@@ -121,16 +123,19 @@ def read_only(tmp_path: Path) -> Iterator[Path]:
         Path(folder).chmod(0o755)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS[:3], ids=lambda a: " ".join(a[:2]))
 def test_a_read_only_workspace(read_only: Path, accel_exe: list[str], args: list[str]) -> None:
     needles = ("Read-only file system", "Permission denied", "cannot be created")
     assert_one_line(accel_run(accel_exe, read_only, args), *needles)
 
 
+@pytest.mark.slow
 def test_a_read_only_workspace_api(read_only: Path) -> None:
     api_refuses(Workspace(read_only / ".accelerate"), "Read-only", "Permission denied")
 
 
+@pytest.mark.slow
 def test_a_read_only_workspace_still_reads(read_only: Path) -> None:
     ws = Workspace(read_only / ".accelerate")
     assert ws.store.get("k") == 1
@@ -150,11 +155,13 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
         yield root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS[:3], ids=lambda a: " ".join(a[:2]))
 def test_a_full_disk(full_disk: Path, accel_exe: list[str], args: list[str]) -> None:
     assert_one_line(accel_run(accel_exe, full_disk, args), "No space left on device")
 
 
+@pytest.mark.slow
 def test_a_full_disk_api_and_env_check(full_disk: Path, accel_exe: list[str]) -> None:
     api_refuses(Workspace(full_disk / ".accelerate"), "No space left on device")
     check = accel_run(accel_exe, full_disk, ["env", "--check", "--no-devices"])
@@ -165,6 +172,7 @@ def _file_size_limit() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))
 
 
+@pytest.mark.slow
 def test_a_file_size_limit(project: Path, accel_exe: list[str]) -> None:
     populated(project)
     args = ["config", "set", "launch.env", "A=" + "x" * 200]

@@ -44,6 +44,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
     proc.wait(10)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_locked_waits_at_most_its_timeout_and_names_the_lock(tmp_path: Path) -> None:
     path = tmp_path / "locks" / "state.lock"
@@ -60,6 +61,7 @@ def test_locked_waits_at_most_its_timeout_and_names_the_lock(tmp_path: Path) -> 
     assert path.exists()  # lock files are never deleted
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_held_follows_the_life_of_the_holder_even_through_sigkill(tmp_path: Path) -> None:
     path = tmp_path / "locks" / "run-x.lock"
@@ -72,6 +74,7 @@ def test_held_follows_the_life_of_the_holder_even_through_sigkill(tmp_path: Path
     assert not _locks.held(path)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_a_probe_at_the_same_moment_is_not_taken_for_a_holder(project: Path) -> None:
     # Two readers probing at once (accel status and accel clean) must not see each other
@@ -89,6 +92,7 @@ def test_a_probe_at_the_same_moment_is_not_taken_for_a_holder(project: Path) -> 
             stop(probe)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_try_hold_never_waits_and_a_missing_file_is_free(tmp_path: Path) -> None:
     path = tmp_path / "locks" / "series-a.lock"

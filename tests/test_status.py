@@ -121,6 +121,7 @@ def test_an_invalid_config_is_a_warning_and_the_workspace_is_still_shown(
     assert data["sizes"]["cache"] > 0 and data["largest"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_status_and_clean_never_import_torch(project: Path) -> None:
     populate(project)

@@ -97,6 +97,7 @@ def test_an_existing_workspace_is_not_given_one_behind_its_back(tmp_path: Path) 
     assert (ws.path / ".gitignore").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 @pytest.mark.timeout(60)
 def test_git_tracks_the_config_and_nothing_else(project: Path, accel_exe: list[str]) -> None:

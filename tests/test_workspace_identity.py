@@ -49,6 +49,7 @@ def unchanged(project: Path, files: dict[str, bytes]) -> bool:
     return found == files
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "args",
@@ -72,6 +73,7 @@ def test_the_project_folder_as_workspace_is_refused_and_left_untouched(
     assert unchanged(project, files)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_env_var_to_a_foreign_folder_is_refused_too(
     project: Path, accel_exe: list[str], tmp_path: Path
@@ -131,6 +133,7 @@ def _relocated(project: Path, data: Path) -> Workspace:
     return Workspace(ws.path)
 
 
+@pytest.mark.slow
 def test_workspace_path_at_a_shared_folder_deletes_nothing_of_another_jobs(
     project: Path, tmp_path: Path, accel_exe: list[str]
 ) -> None:

@@ -37,6 +37,7 @@ def broken(project: Path) -> Workspace:
     return ws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "shown"),
     [

@@ -40,6 +40,7 @@ def ws(ws: Workspace, project: Path, monkeypatch: pytest.MonkeyPatch) -> Workspa
     return ws
 
 
+@pytest.mark.slow
 def test_list_json_and_table(ws: Workspace, accel_exe: list[str]) -> None:
     result = run(accel_exe, "cache", "list", "--json")
     assert result.returncode == 0, result.stderr
@@ -78,6 +79,7 @@ def test_list_reports_unfinished_and_unreadable_entries(ws: Workspace) -> None:
     assert "Not entries" in cli("cache", "list").stdout
 
 
+@pytest.mark.slow
 def test_rm_a_key_plans_then_removes(ws: Workspace, accel_exe: list[str]) -> None:
     dry = run(accel_exe, "cache", "rm", "datasets/valid-index", "--dry-run")
     assert dry.returncode == 0 and "datasets/valid-index" in dry.stdout
@@ -156,6 +158,7 @@ LAUNCHER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_rm_keeps_what_a_live_run_used(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEL_RUN_ID", LIVE_RUN)
@@ -184,6 +187,7 @@ def test_rm_keeps_what_a_live_run_used(ws: Workspace, monkeypatch: pytest.Monkey
     assert "datasets/live" not in keys(ws)
 
 
+@pytest.mark.slow
 def test_list_and_rm_do_not_import_torch(ws: Workspace) -> None:
     result = runs_without_heavy_imports(
         ("cache", "list"),

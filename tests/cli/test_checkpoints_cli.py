@@ -57,6 +57,7 @@ def saved(ws: Workspace, project: Path) -> dict[str, Any]:
 # -- list -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_list_json_and_table(saved: dict[str, Any], ws: Workspace, accel_exe: list[str]) -> None:
     result = run(accel_exe, "checkpoints", "list", "--json")
     assert result.returncode == 0, result.stderr
@@ -77,6 +78,7 @@ def test_list_json_and_table(saved: dict[str, Any], ws: Workspace, accel_exe: li
     assert "3 checkpoint(s)" in table[-1]
 
 
+@pytest.mark.slow
 def test_list_reports_debris_and_unreadable_folders_without_crashing(
     saved: dict[str, Any], ws: Workspace
 ) -> None:
@@ -125,6 +127,7 @@ def test_list_of_a_folder_without_workspace_is_empty(project: Path) -> None:
 # -- show -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_show_the_manifest_and_what_the_state_holds(saved: dict[str, Any], ws: Workspace) -> None:
     result = cli("checkpoints", "show", "20", "--json")
     assert result.exit_code == 0, result.output
@@ -143,6 +146,7 @@ def test_show_the_manifest_and_what_the_state_holds(saved: dict[str, Any], ws: W
     assert manifest["files"][STATE_FILE]["checksum"] in shown and "loss, epoch" in shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -176,6 +180,7 @@ def test_a_step_in_two_series_needs_series(ws: Workspace) -> None:
 # -- verify -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_all_match_then_a_flipped_byte_fails_naming_the_file(
     saved: dict[str, Any], ws: Workspace, accel_exe: list[str]
 ) -> None:
@@ -194,6 +199,7 @@ def test_verify_all_match_then_a_flipped_byte_fails_naming_the_file(
     assert data["checkpoints"][0]["problems"][0]["file"] == STATE_FILE
 
 
+@pytest.mark.slow
 def test_verify_fails_on_a_missing_or_truncated_file_and_an_unreadable_manifest(
     saved: dict[str, Any], ws: Workspace
 ) -> None:
@@ -217,6 +223,7 @@ def test_verify_fails_on_a_missing_or_truncated_file_and_an_unreadable_manifest(
     assert result.exit_code == 1 and "upgrade accel" in result.stderr
 
 
+@pytest.mark.slow
 def test_verify_reports_files_the_manifest_does_not_list(
     saved: dict[str, Any], ws: Workspace
 ) -> None:
@@ -226,6 +233,7 @@ def test_verify_reports_files_the_manifest_does_not_list(
     assert result.exit_code == 0 and "added-by-hand.txt is not in the manifest" in result.stderr
 
 
+@pytest.mark.slow
 def test_verify_shows_a_progress_bar_on_a_terminal(ws: Workspace, accel_exe: list[str]) -> None:
     import pty
 
@@ -250,6 +258,7 @@ def test_verify_shows_a_progress_bar_on_a_terminal(ws: Workspace, accel_exe: lis
 # -- export -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_export_round_trip_bit_for_bit(
     saved: dict[str, Any], tmp_path: Path, accel_exe: list[str]
 ) -> None:
@@ -289,6 +298,7 @@ def test_export_round_trip_bit_for_bit(
     ]
 
 
+@pytest.mark.slow
 def test_export_refuses_to_overwrite_a_folder_and_a_bad_format(
     saved: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -327,6 +337,7 @@ def _umask() -> int:
     return mask
 
 
+@pytest.mark.slow
 def test_export_refuses_a_corrupt_checkpoint_and_writes_nothing(
     saved: dict[str, Any], ws: Workspace, tmp_path: Path, accel_exe: list[str]
 ) -> None:
@@ -340,6 +351,7 @@ def test_export_refuses_a_corrupt_checkpoint_and_writes_nothing(
     )
 
 
+@pytest.mark.slow
 def test_export_without_safetensors_says_how_to_get_it(
     saved: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -435,6 +447,7 @@ def _steps(ws: Workspace, series: str = "default") -> list[str]:
     return sorted(p.name for p in (ws.checkpoints_dir / series).iterdir())
 
 
+@pytest.mark.slow
 def test_rm_plans_then_removes_and_keeps_the_newest_without_force(
     saved: dict[str, Any], ws: Workspace, accel_exe: list[str]
 ) -> None:
@@ -469,6 +482,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_rm_never_touches_a_series_a_live_process_holds(
     saved: dict[str, Any], ws: Workspace, accel_exe: list[str]
@@ -495,6 +509,7 @@ def test_rm_never_touches_a_series_a_live_process_holds(
     assert _steps(ws) == ["step-000000000020"]
 
 
+@pytest.mark.slow
 def test_rm_never_follows_a_linked_series_folder(
     saved: dict[str, Any], ws: Workspace, tmp_path: Path
 ) -> None:
@@ -512,6 +527,7 @@ def test_rm_never_follows_a_linked_series_folder(
     }
 
 
+@pytest.mark.slow
 def test_list_show_verify_and_rm_do_not_import_torch(saved: dict[str, Any]) -> None:
     result = runs_without_heavy_imports(
         ("checkpoints", "list"),

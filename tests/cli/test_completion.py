@@ -23,6 +23,7 @@ def _run(exe: list[str], env: dict[str, str], *args: str) -> subprocess.Complete
     return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_show_completion_prints_the_script_for_the_shell_named(
@@ -33,6 +34,7 @@ def test_show_completion_prints_the_script_for_the_shell_named(
     assert f"_ACCEL_COMPLETE=complete_{shell}" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_an_unknown_shell_is_one_line_and_exit_2(accel_exe: list[str], tmp_path: Path) -> None:
     done = _run(accel_exe, _env(tmp_path), "--show-completion", "tcsh")
@@ -43,6 +45,7 @@ def test_an_unknown_shell_is_one_line_and_exit_2(accel_exe: list[str], tmp_path:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_zsh_and_fish_get_commands_and_their_help(accel_exe: list[str], tmp_path: Path) -> None:
     zsh = _run(
@@ -62,6 +65,7 @@ def test_zsh_and_fish_get_commands_and_their_help(accel_exe: list[str], tmp_path
     assert fish.returncode == 0 and fish.stdout.startswith("config\t")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_install_completion_for_bash_completes_in_a_real_bash(

@@ -74,6 +74,7 @@ def test_config_without_terminal_asks_for_default(project: Path) -> None:
     assert not (project / ".accelerate").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -99,6 +100,7 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
     assert not (project / ".accelerate" / "config" / "accelerate_config.yaml").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_invalid_project_file_is_reported_with_file_and_line(
     project: Path, accel_exe: list[str]
@@ -115,6 +117,7 @@ def test_invalid_project_file_is_reported_with_file_and_line(
     assert result.returncode == 2 and ":3:" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_executable_set_show_and_env_precedence(project: Path, accel_exe: list[str]) -> None:
     assert run(accel_exe, "config", "--default").returncode == 0
@@ -125,6 +128,7 @@ def test_executable_set_show_and_env_precedence(project: Path, accel_exe: list[s
     assert result.stdout.strip() == "2"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_workspace_flag_and_env(project: Path, accel_exe: list[str], tmp_path: Path) -> None:
     other = tmp_path / "other" / ".accelerate"
@@ -135,6 +139,7 @@ def test_workspace_flag_and_env(project: Path, accel_exe: list[str], tmp_path: P
     assert json.loads(result.stdout)["workspace"] == str(other)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_version_help_and_python_m(accel_exe: list[str]) -> None:
     import sys
@@ -147,6 +152,7 @@ def test_version_help_and_python_m(accel_exe: list[str]) -> None:
     assert result.returncode == 0 and result.stdout.startswith("accel ")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_import_reports_unmapped_keys(project: Path, accel_exe: list[str]) -> None:
     (project / "hf.yaml").write_text(

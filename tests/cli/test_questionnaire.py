@@ -70,6 +70,7 @@ def _converse(accel_exe: list[str], answers: list[tuple[bytes, bytes]], last: by
 QUESTIONS = [b"processes", b"machines", b"CPU only", b"precision", b"keep"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_new_file_gets_the_answers_after_a_look_at_them(
     project: Path, accel_exe: list[str]
@@ -98,6 +99,7 @@ def existing(project: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_enter_everywhere_keeps_the_file_exactly(existing: Path, accel_exe: list[str]) -> None:
     shown = _converse(accel_exe, [(q, b"") for q in QUESTIONS], b"left as it is")
@@ -105,6 +107,7 @@ def test_enter_everywhere_keeps_the_file_exactly(existing: Path, accel_exe: list
     assert existing.read_text() == EXISTING
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_one_change_is_one_line_of_diff_and_the_rest_survives(
     existing: Path, accel_exe: list[str]
@@ -119,6 +122,7 @@ def test_one_change_is_one_line_of_diff_and_the_rest_survives(
     assert existing.read_text() == EXISTING.replace("num_processes: 2", "num_processes: 4")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_saying_no_writes_nothing(existing: Path, accel_exe: list[str]) -> None:
     answers = [(b"processes", b"8"), *((q, b"") for q in QUESTIONS[1:]), (b"Write", b"n")]

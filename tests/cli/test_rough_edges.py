@@ -75,6 +75,7 @@ def test_a_run_id_part_that_matches_several_runs_says_so(
     assert "unknown run 'zzz': see `accel runs`" in _cli(capsys, "logs", "zzz")[2]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_launch_into_head_exits_with_the_runs_code(project: Path, accel_exe: list[str]) -> None:
@@ -124,6 +125,7 @@ def _clean_prompt(accel_exe: list[str], project: Path, answer: bytes | None) -> 
         os.close(main_fd)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_end_of_input_at_the_clean_prompt_declines_with_exit_1(
     project: Path, accel_exe: list[str]
@@ -132,6 +134,7 @@ def test_end_of_input_at_the_clean_prompt_declines_with_exit_1(
     assert (project / ".accelerate" / "logs" / "runs" / "20200101-000000-aaaaaa").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_ctrl_c_at_the_clean_prompt_is_still_an_interrupt(
     project: Path, accel_exe: list[str]

@@ -92,6 +92,7 @@ def test_every_number_has_an_upper_bound_and_the_docs_state_it() -> None:
             assert f.bounds in row, (f.key, f.bounds)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args", [["config", "show"], ["status"], ["launch", "t.py"]])
 def test_commands_refuse_a_hostile_config_in_one_line(

@@ -101,6 +101,7 @@ def test_flow_style_file_falls_back_to_a_rewrite_with_same_values(ws: Workspace)
     assert (cfg["launch.num_processes"], cfg["launch.max_restarts"]) == (3, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_concurrent_sets_lose_no_update(ws: Workspace) -> None:
     import subprocess

@@ -419,6 +419,7 @@ def test_fsdp_settings_that_change_nothing_are_notes() -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_cli_refuses_fsdp1_in_one_line_and_writes_nothing(
     project: Path, accel_exe: list[str], tmp_path: Path
@@ -449,6 +450,7 @@ def test_cli_refuses_fsdp1_in_one_line_and_writes_nothing(
     assert "launch.num_processes = 1" in ok.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_cli_imports_an_fsdp2_config(project: Path, accel_exe: list[str]) -> None:
     done = subprocess.run(

@@ -194,6 +194,7 @@ def test_a_run_left_running_by_a_dead_launcher_is_healed_never_a_problem(
         assert "marked crashed" not in again  # healed once
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_check_fails_when_torch_is_missing(
     project: Path, tmp_path: Path, accel_exe: list[str]

@@ -115,6 +115,7 @@ def test_the_env_twins_of_the_keys() -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_settings_import_no_torch() -> None:
     import subprocess

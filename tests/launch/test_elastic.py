@@ -57,6 +57,7 @@ def elastic(rank: int, endpoint: str, *args: str) -> tuple[str, ...]:
     return ("--nnodes", "1:2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint, *args)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_an_elastic_job_starts_with_the_nodes_it_has(
     node: Start, project: Path, out: Path, endpoint: str

@@ -19,6 +19,7 @@ def _late_clock() -> float:
     return time.time()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_a_stopped_rank_has_its_time_of_death_even_if_torch_reaped_it_first() -> None:
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -33,6 +34,7 @@ def test_a_stopped_rank_has_its_time_of_death_even_if_torch_reaped_it_first() ->
     assert end.died_at is not None and end.died_at >= stopped_at
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_settle_is_bounded_while_a_worker_still_runs() -> None:
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -24,6 +24,7 @@ def test_descendants_follow_the_tree_and_skip_what_started_before() -> None:
     assert descendants(12, table) == {13: 160, 14: 170}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_end_processes_kills_a_tree_but_never_a_recycled_pid() -> None:
     code = (

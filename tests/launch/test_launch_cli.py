@@ -19,6 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_starts_nothing(accel: Accel, project: Path) -> None:
     script = str(SCRIPTS / "env_dump.py")
     done = accel("launch", "--dry-run", "--json", "-n", "3", "--env", "A=1", script, "x", "--y")
@@ -33,6 +34,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(accel: Accel, project: Path)
     assert not (project / ".accelerate" / "logs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -53,11 +55,13 @@ def test_bad_flags_exit_2_and_start_nothing(
     assert not (project / ".accelerate" / "logs").exists()
 
 
+@pytest.mark.slow
 def test_missing_script(accel: Accel, project: Path) -> None:
     done = accel("launch", "nope.py")
     assert done.returncode == 2 and "no such script: nope.py" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dry", [("--dry-run",), ()])
 def test_missing_module_is_one_line_before_any_worker(
     accel: Accel, project: Path, dry: tuple[str, ...]
@@ -72,6 +76,7 @@ def test_missing_module_is_one_line_before_any_worker(
     assert not (project / "ran").exists() and not (project / ".accelerate" / "logs").exists()
 
 
+@pytest.mark.slow
 def test_help_runs_and_logs_do_not_import_torch(project: Path) -> None:
     code = (
         "import sys\n"
@@ -86,6 +91,7 @@ def test_help_runs_and_logs_do_not_import_torch(project: Path) -> None:
     assert done.stdout.strip().splitlines()[-1] == "False", done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_runs_and_logs_without_runs(accel: Accel) -> None:
     assert json.loads(accel("runs", "--json").stdout) == []
     assert "no runs yet" in accel("runs").stdout
@@ -93,6 +99,7 @@ def test_runs_and_logs_without_runs(accel: Accel) -> None:
     assert done.returncode == 2 and "no runs" in done.stderr
 
 
+@pytest.mark.slow
 def test_runs_limit_and_logs_of_a_finished_run(accel: Accel, project: Path) -> None:
     runs_dir = project / ".accelerate" / "logs" / "runs"
     for i in range(3):

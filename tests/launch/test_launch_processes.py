@@ -111,6 +111,7 @@ def test_two_ranks_env_args_all_reduce_logs_and_records(accel: Accel, project: P
     assert_no_orphans(run_id)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_one_rank_gets_torchrun_env(accel: Accel, project: Path) -> None:
     out = project / "out"
@@ -122,6 +123,7 @@ def test_one_rank_gets_torchrun_env(accel: Accel, project: Path) -> None:
     assert env["WORLD_SIZE"] == "1" and "OMP_NUM_THREADS" not in env
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_failing_rank_stops_the_others(accel: Accel, project: Path) -> None:
     out = project / "out"
@@ -156,6 +158,7 @@ def test_failing_rank_stops_the_others(accel: Accel, project: Path) -> None:
         assert not pid_alive(worker) and not pid_alive(child)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_quiet_console_still_shows_the_failure(accel: Accel, project: Path) -> None:
     out = project / "out"
@@ -179,6 +182,7 @@ def _start_sleepers(start_accel: StartAccel, project: Path, *extra: str) -> subp
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_stops_the_run(
@@ -231,6 +235,7 @@ def test_second_ctrl_c_kills_at_once(start_accel: StartAccel, project: Path) -> 
     assert_no_orphans(record["id"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_sigkill_of_the_launcher_leaves_nothing(start_accel: StartAccel, project: Path) -> None:
     proc = _start_sleepers(start_accel, project, "--stop-grace-period", "1s")
@@ -251,6 +256,7 @@ def test_sigkill_of_the_launcher_leaves_nothing(start_accel: StartAccel, project
     assert check.returncode == 0, check.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_restart_after_failure(accel: Accel, project: Path) -> None:
     done = accel("launch", "-n", "2", "--max-restarts", "1", str(SCRIPTS / "flaky.py"))
@@ -266,6 +272,7 @@ def test_restart_after_failure(accel: Accel, project: Path) -> None:
     assert log.index("attempt 0") < log.index("restart 1") < log.index("attempt 1")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_module_mode(accel: Accel, project: Path) -> None:
     (project / "mymod.py").write_text(
@@ -289,6 +296,7 @@ def out(project: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, out: Path) -> None:
     done = accel("launch", str(SCRIPTS / "daemonizer.py"), str(out))
@@ -298,6 +306,7 @@ def test_a_daemon_started_by_a_worker_ends_with_the_run(accel: Accel, out: Path)
     wait_for(lambda: not pid_alive(pid), 5, f"the daemon {pid} to be ended with its run")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_daemon_started_by_a_worker_ends_when_the_launcher_is_killed(
     start_accel: StartAccel, out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

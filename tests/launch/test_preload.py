@@ -190,6 +190,7 @@ def test_shim_arguments_keep_the_interpreter_flags_and_the_bootstrap_arguments(
     assert first_path(tmp_path, ("sub/train.py", "x")) == str(tmp_path / "sub")
 
 
+@pytest.mark.slow
 def test_preload_and_no_preload_together_are_refused(accel: Accel) -> None:
     done = accel("launch", "--preload", "--no-preload", "x.py")
     assert done.returncode == 2

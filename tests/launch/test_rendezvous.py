@@ -71,6 +71,7 @@ def test_endpoints_split_and_the_wait_message_counts_the_missing_nodes() -> None
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_an_unresolvable_host_is_one_line_and_exit_2(
     project: Path, script: str, launcher: list[subprocess.Popen[str]]

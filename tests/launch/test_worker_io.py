@@ -103,6 +103,7 @@ def test_a_tqdm_bar_moves_on_the_console_in_the_log_and_in_logs_follow(
     assert "before the bar\n" in text and "after the bar\n" in text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_thousands_of_redraws_stay_out_of_the_log_and_the_console(
     collect: type[Collector], project: Path
@@ -116,6 +117,7 @@ def test_thousands_of_redraws_stay_out_of_the_log_and_the_console(
     assert run.err.count(b"redraw") < 10 and b"[rank0] redraw final\n" in run.err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
 @pytest.mark.timeout(120)
 def test_stdout_and_stderr_stay_apart_as_under_torchrun(
@@ -154,6 +156,7 @@ def test_stdout_and_stderr_stay_apart_as_under_torchrun(
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
 @pytest.mark.timeout(120)
 def test_file_argv_and_path_are_those_of_torchrun(accel_exe: list[str], project: Path) -> None:
@@ -172,6 +175,7 @@ def test_file_argv_and_path_are_those_of_torchrun(accel_exe: list[str], project:
         shutil.rmtree(project / ".accelerate" / "logs")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_no_python_runs_any_executable(accel_exe: list[str], project: Path) -> None:
     tool = project / "tool.sh"

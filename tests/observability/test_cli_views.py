@@ -71,6 +71,7 @@ def test_show_json_is_the_view(ws: Workspace) -> None:
     assert data["resources"]["ranks"]["0"]["cpu_percent"]["peak"] == 54.0
 
 
+@pytest.mark.slow
 def test_plot_writes_every_metric_and_the_resources(ws: Workspace, project: Path) -> None:
     pytest.importorskip("matplotlib")
     _run(ws)
@@ -105,6 +106,7 @@ def stuck_worker(ws: Workspace) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_stack_dumps_a_live_run_into_the_output_and_the_rank_log(
     ws: Workspace, stuck_worker: tuple[Path, subprocess.Popen[str]]

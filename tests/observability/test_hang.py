@@ -94,6 +94,7 @@ def bystander() -> Iterator[subprocess.Popen[str]]:
     proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_dump_stacks_names_the_function_and_spares_processes_without_the_handler(
     tmp_path: Path, worker: subprocess.Popen[str], bystander: subprocess.Popen[str]
@@ -106,6 +107,7 @@ def test_dump_stacks_names_the_function_and_spares_processes_without_the_handler
     assert again[1].count("stuck_in_data_loading") == 1  # only the new dump, not the old
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_hang_watch_dumps_stacks_into_the_rank_log_once_per_quiet_period(
     tmp_path: Path, worker: subprocess.Popen[str]

@@ -43,6 +43,7 @@ def test_parse_stat_skips_a_process_whose_memory_is_already_released() -> None:
     assert _proc.parse_stat(exiting, uptime=40.0, ticks=100, page_size=4096, pid=4242) is None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_real_process_tearing_down_never_reads_as_zero_memory() -> None:
     # Freeing 256 MiB takes long enough that a tight loop catches the exit window
@@ -126,6 +127,7 @@ def workers() -> Iterator[dict[int, subprocess.Popen[bytes]]]:
         proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_sampler_records_real_workers_and_survives_one_exiting(
     tmp_path: Path, workers: dict[int, subprocess.Popen[bytes]]

@@ -47,6 +47,7 @@ def test_live_while_lock_held_even_in_same_process(ws: Workspace) -> None:
     assert not runs.is_live(ws.layout, "r1")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_lock_released_when_holder_is_sigkilled(ws: Workspace) -> None:
     code = (

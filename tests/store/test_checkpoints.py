@@ -238,6 +238,7 @@ def test_async_save_from_config(ws: Workspace, monkeypatch: pytest.MonkeyPatch) 
 # -- the series lease --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_a_second_live_run_fails_fast_naming_the_holder(ws: Workspace, fork: Ctx) -> None:
     child = workers.process(fork, workers.save_in_child, str(ws.path), 1, {})
@@ -256,6 +257,7 @@ def test_a_second_live_run_fails_fast_naming_the_holder(ws: Workspace, fork: Ctx
     assert [i.step for i in ws.checkpoints.list()] == [1, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_workers_of_the_holding_run_save_without_acquiring(
     ws: Workspace, fork: Ctx, monkeypatch: pytest.MonkeyPatch
@@ -282,6 +284,7 @@ def test_workers_of_the_holding_run_save_without_acquiring(
     assert holder is not None and holder.pid == os.getpid() and holder.run_id == "run-B"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_live_run_keeps_its_series_across_a_worker_restart(
     ws: Workspace, fork: Ctx, monkeypatch: pytest.MonkeyPatch
@@ -345,6 +348,7 @@ def test_sigkill_at_random_instants_never_tears_or_loses_the_latest(
     assert next_step > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_save_over_the_file_size_limit_fails_cleanly(ws: Workspace, fork: Ctx) -> None:
     queue = fork.Queue()

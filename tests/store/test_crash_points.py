@@ -185,6 +185,7 @@ def test_a_kill_at_every_step_of_a_delete_never_shows_a_damaged_entry(
             assert torch.equal(ws.cache.get("ns/k")["w"], torch.arange(8.0)), point
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_deleting_a_step_caught_mid_resave_deletes_both_copies(tmp_path: Path, fork: Ctx) -> None:
     ws = _fresh(tmp_path, "ws", keep_last=None)

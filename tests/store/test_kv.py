@@ -81,6 +81,7 @@ def test_reading_creates_nothing(project: Path) -> None:
     assert not ws.path.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_lock_timeout_names_the_lock_file(
     ws: Workspace, fork: multiprocessing.context.BaseContext
@@ -100,6 +101,7 @@ def test_lock_timeout_names_the_lock_file(
         child.join()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_a_holder_killed_mid_update_does_not_block_the_next(
     ws: Workspace, fork: multiprocessing.context.BaseContext

@@ -152,6 +152,7 @@ def test_a_manifest_lists_only_the_files_accel_writes() -> None:
             parse_manifest({**base, "files": {name: entry}}, "pulled")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_clean_ranks_only_readable_checkpoints_and_leaves_the_rest_alone(
     ws: Workspace, fork: multiprocessing.context.BaseContext

@@ -36,6 +36,7 @@ def test_the_outline_mirrors_the_tree(tmp_path: Path) -> None:
     assert list(outline) == list(tree)
 
 
+@pytest.mark.slow
 def test_reading_an_outline_does_not_import_torch(tmp_path: Path) -> None:
     write_tree({"w": torch.ones(3)}, tmp_path / "s.tensors")
     code = (

@@ -417,6 +417,7 @@ def test_an_odd_url_is_refused_in_one_line_and_nothing_is_written(
     assert not any(cwd.iterdir()) and not fresh.exists() and tree(ws.path) == before
 
 
+@pytest.mark.slow
 def test_sync_help_imports_neither_torch_nor_fsspec() -> None:
     import subprocess
     import sys

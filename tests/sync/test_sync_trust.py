@@ -454,6 +454,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 def test_pull_never_writes_into_a_series_a_live_run_holds(
     pushed: Workspace,
     fresh: Workspace,
