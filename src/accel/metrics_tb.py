@@ -1,6 +1,6 @@
 """TensorBoard event files for ``Accelerator.log``, when ``tensorboard`` is installed.
 
-An optional extra (``pip install 'accel[tensorboard]'``): without it nothing happens.
+An optional extra (``pip install 'accel-workspace[tensorboard]'``): without it nothing happens.
 Each logging rank writes ``<run>/tensorboard/rank-<N>/``, so ``tensorboard --logdir
 .accelerate/logs/runs`` shows every run (and rank) side by side. Only numbers become
 scalars (tensors with one element included); a failing writer is dropped after one

@@ -364,7 +364,7 @@ def test_export_without_safetensors_says_how_to_get_it(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
-    assert "pip install 'accel[safetensors]'" in result.stderr
+    assert "pip install 'accel-workspace[safetensors]'" in result.stderr
     assert not (tmp_path / "m.safetensors").exists()
 
 

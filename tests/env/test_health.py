@@ -141,7 +141,7 @@ FIXES = {
     "gpus": {"accel config set launch.use_cpu true", "unset ACCEL_LAUNCH_GPU_IDS"},
     "debris": {"accel clean --yes"},
     "debris-tmp": {"accel clean --yes"},
-    "layout": {"pip install -U accel"},
+    "layout": {"pip install -U accel-workspace"},
 }
 
 

@@ -12,7 +12,7 @@ pytestmark = GPU
 
 @pytest.mark.timeout(180)
 def test_resources_jsonl_has_nvml_readings(project: Path) -> None:
-    pytest.importorskip("pynvml", reason="NVML telemetry needs nvidia-ml-py (accel[gpu])")
+    pytest.importorskip("pynvml", reason="NVML telemetry needs nvidia-ml-py (accel-workspace[gpu])")
     from accel.telemetry import read_samples
 
     launch_auto(

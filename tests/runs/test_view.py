@@ -181,7 +181,7 @@ def test_plot_refuses_an_unknown_metric_and_explains_a_missing_matplotlib(
     with pytest.raises(UsageError, match="nothing to plot"):
         plotting.plot([], tmp_path / "x.png")
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(AccelError, match=r"pip install 'accel\[plot\]'"):
+    with pytest.raises(AccelError, match=r"pip install 'accel-workspace\[plot\]'"):
         plotting.plot(plotting.metric_panels([run], ["loss"]), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 

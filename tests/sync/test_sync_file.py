@@ -355,7 +355,10 @@ def test_progress_bar_shows_bytes_and_rate_on_a_terminal(
 
 @pytest.mark.parametrize(
     ("module", "url", "hint"),
-    [("fsspec", "file:///tmp/x", "accel[sync]"), ("s3fs", "s3://bucket/x", "accel[s3]")],
+    [
+        ("fsspec", "file:///tmp/x", "accel-workspace[sync]"),
+        ("s3fs", "s3://bucket/x", "accel-workspace[s3]"),
+    ],
 )
 def test_a_missing_backend_is_one_line_naming_the_extra(
     ws: Workspace,

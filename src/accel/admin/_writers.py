@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accel._version import install_extra
 from accel.errors import UsageError
 
 __all__ = ["Writer", "writer"]
@@ -31,7 +32,7 @@ def writer(fmt: str) -> Writer:
     except ImportError:
         raise UsageError(
             "--format safetensors needs the safetensors package: "
-            "pip install 'accel[safetensors]' (or export with --format pt)"
+            f"{install_extra('safetensors')} (or export with --format pt)"
         ) from None
     return _save_safetensors
 

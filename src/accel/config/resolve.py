@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accel._version import UPGRADE_HINT
 from accel.config import schema
 from accel.config.views import Settings
 from accel.config.yamlio import LoadedYaml, load_yaml_file
@@ -127,7 +128,7 @@ def _check_version(value: Any, source: str, line: int) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value > schema.SCHEMA_VERSION:
         raise ConfigError(
             f"{source}:{line}: config version {value} was written by a newer accel; "
-            "upgrade accel (pip install -U accel) to read it"
+            f"upgrade accel ({UPGRADE_HINT}) to read it"
         )
     raise ConfigError(f"{source}:{line}: version: expected {schema.SCHEMA_VERSION}, got {value!r}")
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from accel._version import UPGRADE_HINT
 from accel.devices import gpu_mismatch, workers_for
 from accel.env.report import EnvReport, Problem, WorkspaceInfo
 from accel.errors import AccelError
@@ -55,7 +56,7 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
         ws.check_layout()
     except AccelError as exc:
         newer = "newer than this accel" in str(exc)
-        fix = "pip install -U accel" if newer else f"rm {ws.layout_file}"
+        fix = UPGRADE_HINT if newer else f"rm {ws.layout_file}"
         found.append(Problem("layout", str(exc), fix))
     else:
         found += _identity_problems(ws)

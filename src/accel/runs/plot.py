@@ -1,6 +1,6 @@
 """``accel runs plot``: a PNG of metrics and resources over time, one or several runs.
 
-matplotlib is an optional extra (``pip install 'accel[plot]'``); it is imported only
+matplotlib is an optional extra (``pip install 'accel-workspace[plot]'``); it is imported only
 here, with the Agg backend and no pyplot global state. The PNG carries the plotted
 series (panel, label, points) as JSON in its ``accel-series`` text chunk, so scripts
 and tests can check what was drawn without reading pixels.
@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accel._version import install_extra
 from accel.errors import AccelError, UsageError
 from accel.layout import Layout
 from accel.runs.metrics import METRICS_FILE, MetricPoint, metric_names, read_metrics, series
 from accel.runs.record import read_run, resolve_run_id
 from accel.telemetry import RESOURCES_FILE, Sample, read_samples
 
-INSTALL_HINT = "accel runs plot needs matplotlib: pip install 'accel[plot]'"
+INSTALL_HINT = f"accel runs plot needs matplotlib: {install_extra('plot')}"
 PNG_KEY = "accel-series"
 
 

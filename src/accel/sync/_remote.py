@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accel._redact import redact_url
-from accel._version import __version__
+from accel._version import __version__, extra, install_extra
 from accel.errors import IntegrityError, JobFailed, UsageError
 from accel.sync._checksum import (
     CHUNK,
@@ -40,7 +40,7 @@ INDEX_VERSION = 1
 TMP_MARK = ".accel-tmp-"
 ENDPOINT_VARS = ("ACCEL_SYNC_ENDPOINT_URL", "AWS_ENDPOINT_URL")
 _ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
-_EXTRAS = {"s3": "accel[s3]", "s3a": "accel[s3]", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
+_EXTRAS = {"s3": extra("s3"), "s3a": extra("s3"), "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
 
 Progress = Callable[[int], None]
 
@@ -259,7 +259,7 @@ def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) ->
     try:
         import fsspec
     except ImportError:
-        raise UsageError("remote sync needs fsspec: pip install 'accel[sync]'") from None
+        raise UsageError(f"remote sync needs fsspec: {install_extra('sync')}") from None
     shown = redact_url(url)
     problem = url_problem(url, fsspec.available_protocols())
     if problem is not None:
@@ -268,8 +268,8 @@ def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) ->
     try:
         fs, root = fsspec.core.url_to_fs(url, **storage_options_for(protocol, options, env))
     except ImportError:
-        extra = _EXTRAS.get(protocol, f"the fsspec backend for {protocol}://")
-        raise UsageError(f"{shown}: {protocol}:// needs a backend: install {extra}") from None
+        backend = _EXTRAS.get(protocol, f"the fsspec backend for {protocol}://")
+        raise UsageError(f"{shown}: {protocol}:// needs a backend: install {backend}") from None
     except ValueError as exc:
         raise UsageError(f"{shown}: {_first_line(exc)}") from None
     except TypeError as exc:
