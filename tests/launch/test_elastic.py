@@ -99,20 +99,21 @@ def test_a_node_that_joins_grows_the_job(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)  # the one bound: every wait below is on an event
 def test_a_node_that_dies_shrinks_the_job_on_restart(
     node: Start, project: Path, out: Path, endpoint: str
 ) -> None:
     hold = str(SCRIPTS / "elastic_hold.py")
     first = node(*elastic(0, endpoint, "--max-restarts", "1", "-n", "1", hold, str(out)))
     second = node(*elastic(1, endpoint, "--max-restarts", "1", "-n", "1", hold, str(out)))
-    deadline = time.monotonic() + 60
+    # No deadline of its own: on a loaded machine the world of 2 forms when it forms (it
+    # missed a 60 s deadline beside CPU hogs); a launcher that died is the failure to see.
     while not any(s["world"] == 2 for s in starts(out)):
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        assert first.poll() is None and second.poll() is None, first.communicate()
         time.sleep(0.2)
     second.kill()  # node 1 is lost: its launcher dies at once, its guard ends its worker
     second.wait()
-    _, err = first.communicate(timeout=100)
+    _, err = first.communicate()
     assert first.returncode == 0, err
     assert "restarting the workers (restart 1 of 1)" in err
     after = [s for s in starts(out) if s["restart"] == 1]
