@@ -12,6 +12,9 @@ import accel
 from accel.errors import IntegrityError, UsageError
 from run_helpers import two_ranks
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 SCRIPTS = Path(__file__).parent / "store" / "scripts"
 
 

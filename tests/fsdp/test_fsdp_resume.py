@@ -20,6 +20,9 @@ import torch
 
 from accel.workspace import Workspace
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "train_fsdp.py"
 TRAIN = ("20", "5")  # 20 steps, a checkpoint every 5
 

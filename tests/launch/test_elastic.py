@@ -13,6 +13,9 @@ from launchutil import SCRIPTS
 
 from run_helpers import Start, free_port
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 # Short waits: for more nodes once MIN are in (torch: 30 s), and for the messages.
 FAST = {"ACCEL_RDZV_LAST_CALL": "1", "ACCEL_RDZV_REPORT_INTERVAL": "1"}
 GROW = str(SCRIPTS / "elastic_grow.py")

@@ -12,6 +12,9 @@ from launchutil import SCRIPTS, assert_no_orphans
 
 from run_helpers import free_port
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 StartAccel = Callable[..., subprocess.Popen[str]]

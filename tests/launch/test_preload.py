@@ -25,6 +25,9 @@ from launchutil import SCRIPTS, pid_alive, run_folder, run_json, wait_for
 from accel.launch.plan import BOOTSTRAP
 from accel.launch.preload import SHIM, TEMPLATE, first_path, shim_args
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 StartAccel = Callable[..., subprocess.Popen[str]]
 PER_RUN = (

@@ -28,6 +28,9 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from accel.launch import _torch_compat as compat
 from accel.launch.plan import BOOTSTRAP
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = f"torch {torch.__version__}"
 FIX = "update src/accel/launch/_torch_compat.py for this release"

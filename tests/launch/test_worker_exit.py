@@ -11,6 +11,9 @@ from launchutil import SCRIPTS, assert_no_orphans, pid_alive, run_json
 
 from run_helpers import Accel, two_ranks
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -84,9 +87,7 @@ def test_a_rank_that_finished_and_then_hangs_or_dies_in_teardown_has_finished(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["both", "stuck"])
-def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(
-    project: Path, mode: str
-) -> None:
+def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(project: Path, mode: str) -> None:
     """Without a launcher (torchrun's workers, a test's ranks): a rank whose script raised
     exits 1, as python does, whatever torch's teardown does beside a stuck peer; its
     group is destroyed (left standing, gloo aborts the process at exit)."""

@@ -18,6 +18,9 @@ from accel import Workspace
 from accel.errors import IntegrityError, UsageError
 from accel.store._hashing import hash_file
 
+# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+pytestmark = pytest.mark.edge
+
 SCRIPT = Path(__file__).parent / "scripts" / "sharded.py"
 
 
