@@ -24,66 +24,92 @@ CONTEXT = {"allow_interspersed_args": False, "token_normalize_func": _dashes}
 
 
 _COMPAT = "torchrun and Accelerate spellings"
+# Panels of their own: each panel's table is as wide as its own widest option, so the
+# long names (--node-rank,--machine-rank) stay whole in an 80-column terminal.
+_NODES = "Multi-node"
+_FSDP = "FSDP"
 
 
 def launch(
     ctx: typer.Context,
-    script: str = typer.Argument(..., help="The training script (or module with -m)."),
-    script_args: list[str] = typer.Argument(None, help="Passed to the script untouched."),
+    script: str = typer.Argument(
+        ..., metavar="SCRIPT", help="The training script (or module with -m)."
+    ),
+    script_args: list[str] = typer.Argument(
+        None, metavar="ARGS", help="Passed to the script untouched."
+    ),
     nproc_per_node: str | None = typer.Option(
         None,
         "-n",
         "--nproc-per-node",
+        metavar="N",
         help="Workers on this node; `auto` = one per GPU, else 1. (config launch.num_processes)",
     ),
     num_processes: str | None = typer.Option(
         None,
         "--num-processes",
+        metavar="N",
         help="Workers in the whole job, divided among the nodes (Hugging Face's meaning).",
     ),
     nnodes: str | None = typer.Option(
         None,
         "--nnodes",
         "--num-machines",
+        metavar="N",
         help="Nodes in the job: N, or MIN:MAX for an elastic job (torchrun's meaning). "
         "(config launch.num_machines, launch.min_machines)",
+        rich_help_panel=_NODES,
     ),
     node_rank: int | None = typer.Option(
         None,
         "--node-rank",
         "--machine-rank",
+        metavar="RANK",
         help="This node's rank. (config launch.machine_rank)",
+        rich_help_panel=_NODES,
     ),
     rdzv_endpoint: str | None = typer.Option(
         None,
         "--rdzv-endpoint",
+        metavar="HOST:PORT",
         help="HOST:PORT of node 0 (c10d). (config launch.rdzv_endpoint)",
+        rich_help_panel=_NODES,
     ),
     rdzv_id: str | None = typer.Option(
-        None, "--rdzv-id", help="Job id shared by all nodes. (config launch.rdzv_id)"
+        None,
+        "--rdzv-id",
+        metavar="ID",
+        help="Job id shared by all nodes. (config launch.rdzv_id)",
+        rich_help_panel=_NODES,
     ),
     max_restarts: int | None = typer.Option(
         None,
         "--max-restarts",
+        metavar="N",
         help="Restarts after a failure. (config launch.max_restarts)",
     ),
     mixed_precision: str | None = typer.Option(
         None,
         "--mixed-precision",
+        metavar="MODE",
         help="no, fp16 or bf16. (config launch.mixed_precision)",
     ),
     cpu: bool = typer.Option(False, "--cpu", help="Run on the CPU. (config launch.use_cpu)"),
     gpu_ids: str | None = typer.Option(
-        None, "--gpu-ids", help="GPUs to use: all or 0,1. (config launch.gpu_ids)"
+        None, "--gpu-ids", metavar="IDS", help="GPUs to use: all or 0,1. (config launch.gpu_ids)"
     ),
     run_name: str | None = typer.Option(
-        None, "--run-name", help="Series name for checkpoints. (config launch.run_name)"
+        None,
+        "--run-name",
+        metavar="NAME",
+        help="Series name for checkpoints. (config launch.run_name)",
     ),
     fsdp: bool = typer.Option(
         False,
         "--fsdp",
         help="Shard models with FSDP2 in Accelerator.prepare(); --no-fsdp: don't. "
         "(config launch.fsdp)",
+        rich_help_panel=_FSDP,
     ),
     no_fsdp: bool = typer.Option(False, "--no-fsdp", hidden=True),
     preload: bool = typer.Option(
@@ -96,54 +122,70 @@ def launch(
     fsdp_wrap: str | None = typer.Option(
         None,
         "--fsdp-wrap",
+        metavar="POLICY",
         help="What FSDP shards before the root: transformer, size or none. "
         "(config launch.fsdp_wrap)",
+        rich_help_panel=_FSDP,
     ),
     fsdp_layer_classes: str | None = typer.Option(
         None,
         "--fsdp-layer-classes",
+        metavar="CLASSES",
         help="Layer classes to shard, e.g. Block,Attention. (config launch.fsdp_layer_classes)",
+        rich_help_panel=_FSDP,
     ),
     fsdp_min_params: str | None = typer.Option(
         None,
         "--fsdp-min-params",
+        metavar="N",
         help="Parameters of a module sharded by --fsdp-wrap size. (config launch.fsdp_min_params)",
+        rich_help_panel=_FSDP,
     ),
     fsdp_reshard_after_forward: str | None = typer.Option(
         None,
         "--fsdp-reshard-after-forward",
+        metavar="TRUE|FALSE",
         help="true or false. (config launch.fsdp_reshard_after_forward)",
+        rich_help_panel=_FSDP,
     ),
     grace: str | None = typer.Option(
         None,
         "--stop-grace-period",
+        metavar="DURATION",
         help="Time workers get after SIGTERM before SIGKILL. (config launch.stop_grace_period)",
     ),
     hang_timeout: str | None = typer.Option(
         None,
         "--hang-timeout",
+        metavar="DURATION",
         help="Dump stacks when no rank printed, logged or beat for this long, e.g. 10m. "
         "(config launch.hang_timeout)",
     ),
     hang_action: str | None = typer.Option(
         None,
         "--hang-action",
+        metavar="ACTION",
         help="On a hang: warn, or kill the workers like a failure. (config launch.hang_action)",
     ),
     module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module: python -m."),
     no_python: bool = typer.Option(
-        False,
-        "--no-python",
-        help="SCRIPT is a program to run as it is, not a Python script.",
+        False, "--no-python", help="SCRIPT is a program to run as it is, not a Python script."
     ),
     env: list[str] = typer.Option(
-        None, "--env", "-e", help="KEY=VALUE for every worker (repeatable). (config launch.env)"
+        None,
+        "--env",
+        "-e",
+        metavar="KEY=VALUE",
+        help="KEY=VALUE for every worker (repeatable). (config launch.env)",
     ),
     tee: bool = typer.Option(
         True, "--tee/--quiet", help="Show worker output on the console (logs keep it all)."
     ),
     ranks: str | None = typer.Option(
-        None, "--ranks", help="Console shows only these ranks, e.g. 0 (a failure always shows)."
+        None,
+        "--ranks",
+        metavar="RANKS",
+        help="Console shows only these ranks, e.g. 0 (a failure always shows).",
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the command, environment and config; start nothing."
@@ -152,6 +194,7 @@ def launch(
     config_file: Path | None = typer.Option(
         None,
         "--config-file",
+        metavar="PATH",
         help="Use this Hugging Face Accelerate config for this launch (as `accel config "
         "import` reads it); flags still win.",
         rich_help_panel=_COMPAT,
@@ -165,30 +208,35 @@ def launch(
     master_addr: str | None = typer.Option(
         None,
         "--master-addr",
+        metavar="HOST",
         help="torchrun: host of node 0 of a multi-node job (one node binds a free port).",
         rich_help_panel=_COMPAT,
     ),
     master_port: int | None = typer.Option(
         None,
         "--master-port",
+        metavar="PORT",
         help="torchrun: port of node 0 of a multi-node job (default 29500).",
         rich_help_panel=_COMPAT,
     ),
     main_process_ip: str | None = typer.Option(
         None,
         "--main-process-ip",
+        metavar="HOST",
         help="Accelerate: host of node 0 of a multi-node job (one node binds a free port).",
         rich_help_panel=_COMPAT,
     ),
     main_process_port: int | None = typer.Option(
         None,
         "--main-process-port",
+        metavar="PORT",
         help="Accelerate: port of node 0 of a multi-node job (default 29500).",
         rich_help_panel=_COMPAT,
     ),
     rdzv_backend: str | None = typer.Option(
         None,
         "--rdzv-backend",
+        metavar="BACKEND",
         help="c10d (static is accepted: accel's rendezvous is always c10d).",
         rich_help_panel=_COMPAT,
     ),
@@ -201,12 +249,14 @@ def launch(
     dynamo_backend: str | None = typer.Option(
         None,
         "--dynamo-backend",
+        metavar="BACKEND",
         help="torch.compile backend for Accelerate scripts. (config launch.dynamo_backend)",
         rich_help_panel=_COMPAT,
     ),
     monitor_interval: float | None = typer.Option(
         None,
         "--monitor-interval",
+        metavar="SECONDS",
         help="Accepted for torchrun; accel checks the workers every 0.1 s.",
         rich_help_panel=_COMPAT,
     ),
@@ -216,6 +266,7 @@ def launch(
     fsdp_version: str | None = typer.Option(
         None,
         "--fsdp-version",
+        metavar="VERSION",
         help="Accelerate: 2 (accel shards with FSDP2 only).",
         rich_help_panel=_COMPAT,
     ),
