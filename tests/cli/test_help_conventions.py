@@ -1,5 +1,5 @@
 """Every command's help reads like one program's: the same placeholders for the same
-kind of value, written the same way.
+kind of value, written the same way, and ``accel help X`` is ``accel X --help``.
 
 Walks the whole command tree, so a new command or option is held to the conventions
 without a line here (the table of known placeholders below only pins the names).
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import typer
-from accel_runner import cli
+from accel_runner import cli, runs_without_heavy_imports
 from rich.text import Text
 
 from accel.cli.main import app
@@ -95,7 +95,7 @@ def _params(path: tuple[str, ...]) -> list[tuple[Any, str]]:
 
 
 def test_the_walk_sees_every_command() -> None:
-    assert {"launch", "logs", "runs plot", "sync push", "config set"} <= {
+    assert {"launch", "logs", "help", "runs plot", "sync push", "config set"} <= {
         " ".join(path) for path in COMMANDS
     }
 
@@ -155,3 +155,37 @@ def test_help_texts_lose_nothing_to_markup(path: tuple[str, ...]) -> None:
     texts = [command.help or ""] + [getattr(param, "help", None) or "" for param in params]
     for text in texts:
         assert Text.from_markup(text).plain == text, text
+
+
+@pytest.mark.parametrize("path", list(COMMANDS), ids=IDS)
+def test_help_command_prints_the_same_help(path: tuple[str, ...]) -> None:
+    done = cli("help", *path)
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout == _help(*path) and not done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("nosuch",), "error: No such command 'nosuch' (see 'accel --help')"),
+        (("runs", "nosuch"), "error: No such command 'nosuch' (see 'accel runs --help')"),
+        (("lauch",), "error: No such command 'lauch'. Did you mean 'launch'"),
+        (
+            ("launch", "train.py"),
+            "error: 'accel launch' has no command 'train.py' (see 'accel launch --help')",
+        ),
+    ],
+)
+def test_help_for_an_unknown_command_is_one_line_and_exit_2(
+    args: tuple[str, ...], line: str
+) -> None:
+    done = cli("help", *args)
+    assert done.exit_code == 2 and not done.stdout
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(line), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_help_imports_neither_torch_nor_numpy() -> None:
+    done = runs_without_heavy_imports(("help",), ("help", "launch"), ("help", "runs", "plot"))
+    assert done.returncode == 0, done.stderr

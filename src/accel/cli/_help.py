@@ -1,4 +1,4 @@
-"""Help that reads like one program: how arguments are shown.
+"""Help that reads like one program: how arguments are shown, and ``accel help``.
 
 typer shows a required argument as ``{script}`` in the usage line, an optional one as
 ``[run]`` (``[run]...`` when repeated), and the type beside each (``<str>``, ``<path>``).
@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from typer.core import TyperArgument, TyperCommand
+import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 
 class Command(TyperCommand):
@@ -48,3 +49,26 @@ def _untyped(kind: Any) -> Any:
     quiet = copy.copy(kind)  # the types are shared: str's is one object for every argument
     quiet.get_metavar = lambda param, ctx: ""
     return quiet
+
+
+def help_command(
+    ctx: typer.Context,
+    command: list[str] = typer.Argument(
+        None, metavar="COMMAND", help="A command, then a subcommand of it (default: accel)."
+    ),
+) -> None:
+    """Show the help of accel or of a command: `accel help X` is `accel X --help`."""
+    target = ctx.find_root()
+    for word in command or ():
+        group = target.command
+        if not isinstance(group, TyperGroup):
+            target.fail(f"'{target.command_path}' has no command '{word}'")
+        # Unknown: "No such command", with typer's did-you-mean, as for `accel nosuch`.
+        name, found, _ = group.resolve_command(target, [word])
+        if name is None or found is None:  # resolve_command has said so already
+            target.fail(f"No such command '{word}'")
+        # Made without its arguments: resilient, so a required one is not missed and no
+        # callback runs; then not, so that the next word's lookup can say "No such command".
+        target = found.make_context(name, [], parent=target, resilient_parsing=True)
+        target.resilient_parsing = False
+    typer.echo(target.get_help(), color=target.color)  # what --help itself prints

@@ -121,6 +121,7 @@ app.command("clean")(clean_cmd.clean)
 app.add_typer(sync_cmd.app, name="sync")
 app.add_typer(checkpoints_cmd.app, name="checkpoints")
 app.add_typer(cache_cmd.app, name="cache")
+app.command("help", cls=_help.Command)(_help.help_command)
 
 
 def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = None) -> int:
