@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from accel.cli import _app, _output, _removal
+from accel.cli import _app, _help, _output, _removal
 
 if TYPE_CHECKING:
     from accel.admin.cache import CacheListing
@@ -64,10 +64,10 @@ def _print_listing(listing: CacheListing) -> None:
         _output.table("Not entries (never returned by get)", ["kind", "key", "why"], rows)
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def rm(
     ctx: typer.Context,
-    key: str | None = typer.Argument(None, help="The key of the entry to remove."),
+    key: str | None = typer.Argument(None, metavar="KEY", help="The key of the entry to remove."),
     prefix: str | None = typer.Option(
         None, "--prefix", "-p", metavar="PREFIX", help="Every entry whose key starts with PREFIX."
     ),

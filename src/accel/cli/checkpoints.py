@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from accel.cli import _app, _output, _removal
+from accel.cli import _app, _help, _output, _removal
 
 if TYPE_CHECKING:
     from accel.admin.catalog import CheckpointListing
@@ -86,10 +86,10 @@ def _print_listing(listing: CheckpointListing) -> None:
         _output.table("Not checkpoints (never loaded)", ["kind", "path", "size", "why"], other)
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def show(
     ctx: typer.Context,
-    step: str = typer.Argument(..., help="The step (1200, or step-000000001200)."),
+    step: str = typer.Argument(..., metavar="STEP", help="The step (1200, or step-000000001200)."),
     series: str | None = _SERIES,
     as_json: bool = _JSON,
 ) -> int:
@@ -133,10 +133,12 @@ def _print_detail(detail: CheckpointDetail) -> None:
     _output.table(None, ["file", "bytes", "checksum"], rows)
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def verify(
     ctx: typer.Context,
-    step: str | None = typer.Argument(None, help="The step; every checkpoint when omitted."),
+    step: str | None = typer.Argument(
+        None, metavar="STEP", help="The step; every checkpoint when omitted."
+    ),
     series: str | None = _SERIES,
     as_json: bool = _JSON,
 ) -> int:
@@ -178,26 +180,32 @@ def _print_report(report: VerifyReport) -> None:
         _output.out(f"{bad} of {total} checkpoint(s) failed verification")
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def export(
     ctx: typer.Context,
-    step: str | None = typer.Argument(None, help="The step; the latest when omitted."),
-    output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="The file to write."),
+    step: str | None = typer.Argument(
+        None, metavar="STEP", help="The step; the latest when omitted."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", metavar="PATH", help="The file to write."),
     fmt: str | None = typer.Option(
         None,
         "--format",
         "-f",
         metavar="FORMAT",
-        help="safetensors or pt (default: from FILE's suffix).",
+        help="safetensors or pt (default: from the output file's suffix).",
     ),
     series: str | None = _SERIES,
     model: str | None = typer.Option(
-        None, "--model", "-m", metavar="PATH", help="Where the model is, e.g. models.1 or net."
+        None,
+        "--model",
+        "-m",
+        metavar="KEY",
+        help="Where the model is in the checkpoint, e.g. models.1 or net.",
     ),
-    force: bool = typer.Option(False, "--force", help="Replace FILE if it exists."),
+    force: bool = typer.Option(False, "--force", help="Replace the output file if it exists."),
     as_json: bool = _JSON,
 ) -> int:
-    """Write a checkpoint's model weights to FILE (safetensors or torch.save)."""
+    """Write a checkpoint's model weights to one file (safetensors or torch.save)."""
     from accel.admin.export import ExportRequest, export
     from accel.units import format_size
 
@@ -218,10 +226,10 @@ def export(
     return 0
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def rm(
     ctx: typer.Context,
-    step: str = typer.Argument(..., help="The step to remove."),
+    step: str = typer.Argument(..., metavar="STEP", help="The step to remove."),
     series: str | None = _SERIES,
     force: bool = typer.Option(
         False,

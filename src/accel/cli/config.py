@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from accel.cli import _app, _output
+from accel.cli import _app, _help, _output
 from accel.errors import UsageError
 
 if TYPE_CHECKING:
@@ -116,10 +116,12 @@ def _show_value(value: Any, key: str = "") -> str:
     return display(key, value)
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def get(
     ctx: typer.Context,
-    key: str = typer.Argument(..., help="A dotted key, or a section for all its keys."),
+    key: str = typer.Argument(
+        ..., metavar="KEY", help="A dotted key, or a section for all its keys."
+    ),
 ) -> None:
     """Print one effective value, or each key of a section (secrets shown as ***)."""
     from accel.config import schema
@@ -133,11 +135,11 @@ def get(
     _output.raw(_shown(f.key, config[f.key]))
 
 
-@app.command("set")
+@app.command("set", cls=_help.Command)
 def set_(
     ctx: typer.Context,
-    key: str = typer.Argument(..., help="A dotted key, e.g. launch.num_processes."),
-    value: str = typer.Argument(..., help="The new value."),
+    key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. launch.num_processes."),
+    value: str = typer.Argument(..., metavar="VALUE", help="The new value."),
 ) -> None:
     """Set a key in the project file (validated, atomic, comments kept)."""
     from accel.config import project
@@ -146,8 +148,10 @@ def set_(
     _output.out(f"{key} = {_shown(key, new)}")
 
 
-@app.command()
-def unset(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.")) -> None:
+@app.command(cls=_help.Command)
+def unset(
+    ctx: typer.Context, key: str = typer.Argument(..., metavar="KEY", help="A dotted key.")
+) -> None:
     """Remove a key from the project file (its default applies again)."""
     from accel.config import project
 
@@ -155,10 +159,12 @@ def unset(ctx: typer.Context, key: str = typer.Argument(..., help="A dotted key.
     _output.out(f"{key} unset" if removed else f"{key} was not set in the project file")
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def validate(
     ctx: typer.Context,
-    path: Path | None = typer.Argument(None, help="A file to check (default: the project's)."),
+    path: Path | None = typer.Argument(
+        None, metavar="PATH", help="A file to check (default: the project's)."
+    ),
 ) -> None:
     """Check a config file (and the effective configuration) against the schema."""
     from accel.config import project
@@ -175,10 +181,12 @@ def validate(
     _output.out(f"{where}: valid")
 
 
-@app.command("import")
+@app.command("import", cls=_help.Command)
 def import_(
     ctx: typer.Context,
-    path: Path = typer.Argument(..., help="A Hugging Face Accelerate default_config.yaml."),
+    path: Path = typer.Argument(
+        ..., metavar="PATH", help="A Hugging Face Accelerate default_config.yaml."
+    ),
 ) -> None:
     """Import a Hugging Face Accelerate config into the project file."""
     from accel.config import project

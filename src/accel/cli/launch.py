@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import Any, TextIO, cast
 
 import typer
 
 from accel.cli import _app, _output
-from accel.errors import InterruptedRun, JobFailed
-from accel.runs.status import RunStatus
-
-if TYPE_CHECKING:
-    from accel.launch.plan import LaunchPlan
-    from accel.launch.runner import RunOutcome
-    from accel.workspace import Workspace
 
 
 def _dashes(name: str) -> str:
@@ -31,66 +24,92 @@ CONTEXT = {"allow_interspersed_args": False, "token_normalize_func": _dashes}
 
 
 _COMPAT = "torchrun and Accelerate spellings"
+# Panels of their own: each panel's table is as wide as its own widest option, so the
+# long names (--node-rank,--machine-rank) stay whole in an 80-column terminal.
+_NODES = "Multi-node"
+_FSDP = "FSDP"
 
 
 def launch(
     ctx: typer.Context,
-    script: str = typer.Argument(..., help="The training script (or module with -m)."),
-    script_args: list[str] = typer.Argument(None, help="Passed to the script untouched."),
+    script: str = typer.Argument(
+        ..., metavar="SCRIPT", help="The training script (or module with -m)."
+    ),
+    script_args: list[str] = typer.Argument(
+        None, metavar="ARGS", help="Passed to the script untouched."
+    ),
     nproc_per_node: str | None = typer.Option(
         None,
         "-n",
         "--nproc-per-node",
+        metavar="N",
         help="Workers on this node; `auto` = one per GPU, else 1. (config launch.num_processes)",
     ),
     num_processes: str | None = typer.Option(
         None,
         "--num-processes",
+        metavar="N",
         help="Workers in the whole job, divided among the nodes (Hugging Face's meaning).",
     ),
     nnodes: str | None = typer.Option(
         None,
         "--nnodes",
         "--num-machines",
+        metavar="N",
         help="Nodes in the job: N, or MIN:MAX for an elastic job (torchrun's meaning). "
         "(config launch.num_machines, launch.min_machines)",
+        rich_help_panel=_NODES,
     ),
     node_rank: int | None = typer.Option(
         None,
         "--node-rank",
         "--machine-rank",
+        metavar="RANK",
         help="This node's rank. (config launch.machine_rank)",
+        rich_help_panel=_NODES,
     ),
     rdzv_endpoint: str | None = typer.Option(
         None,
         "--rdzv-endpoint",
+        metavar="HOST:PORT",
         help="HOST:PORT of node 0 (c10d). (config launch.rdzv_endpoint)",
+        rich_help_panel=_NODES,
     ),
     rdzv_id: str | None = typer.Option(
-        None, "--rdzv-id", help="Job id shared by all nodes. (config launch.rdzv_id)"
+        None,
+        "--rdzv-id",
+        metavar="ID",
+        help="Job id shared by all nodes. (config launch.rdzv_id)",
+        rich_help_panel=_NODES,
     ),
     max_restarts: int | None = typer.Option(
         None,
         "--max-restarts",
+        metavar="N",
         help="Restarts after a failure. (config launch.max_restarts)",
     ),
     mixed_precision: str | None = typer.Option(
         None,
         "--mixed-precision",
+        metavar="MODE",
         help="no, fp16 or bf16. (config launch.mixed_precision)",
     ),
     cpu: bool = typer.Option(False, "--cpu", help="Run on the CPU. (config launch.use_cpu)"),
     gpu_ids: str | None = typer.Option(
-        None, "--gpu-ids", help="GPUs to use: all or 0,1. (config launch.gpu_ids)"
+        None, "--gpu-ids", metavar="IDS", help="GPUs to use: all or 0,1. (config launch.gpu_ids)"
     ),
     run_name: str | None = typer.Option(
-        None, "--run-name", help="Series name for checkpoints. (config launch.run_name)"
+        None,
+        "--run-name",
+        metavar="NAME",
+        help="Series name for checkpoints. (config launch.run_name)",
     ),
     fsdp: bool = typer.Option(
         False,
         "--fsdp",
         help="Shard models with FSDP2 in Accelerator.prepare(); --no-fsdp: don't. "
         "(config launch.fsdp)",
+        rich_help_panel=_FSDP,
     ),
     no_fsdp: bool = typer.Option(False, "--no-fsdp", hidden=True),
     preload: bool = typer.Option(
@@ -103,54 +122,70 @@ def launch(
     fsdp_wrap: str | None = typer.Option(
         None,
         "--fsdp-wrap",
+        metavar="POLICY",
         help="What FSDP shards before the root: transformer, size or none. "
         "(config launch.fsdp_wrap)",
+        rich_help_panel=_FSDP,
     ),
     fsdp_layer_classes: str | None = typer.Option(
         None,
         "--fsdp-layer-classes",
+        metavar="CLASSES",
         help="Layer classes to shard, e.g. Block,Attention. (config launch.fsdp_layer_classes)",
+        rich_help_panel=_FSDP,
     ),
     fsdp_min_params: str | None = typer.Option(
         None,
         "--fsdp-min-params",
+        metavar="N",
         help="Parameters of a module sharded by --fsdp-wrap size. (config launch.fsdp_min_params)",
+        rich_help_panel=_FSDP,
     ),
     fsdp_reshard_after_forward: str | None = typer.Option(
         None,
         "--fsdp-reshard-after-forward",
+        metavar="TRUE|FALSE",
         help="true or false. (config launch.fsdp_reshard_after_forward)",
+        rich_help_panel=_FSDP,
     ),
     grace: str | None = typer.Option(
         None,
         "--stop-grace-period",
+        metavar="DURATION",
         help="Time workers get after SIGTERM before SIGKILL. (config launch.stop_grace_period)",
     ),
     hang_timeout: str | None = typer.Option(
         None,
         "--hang-timeout",
+        metavar="DURATION",
         help="Dump stacks when no rank printed, logged or beat for this long, e.g. 10m. "
         "(config launch.hang_timeout)",
     ),
     hang_action: str | None = typer.Option(
         None,
         "--hang-action",
+        metavar="ACTION",
         help="On a hang: warn, or kill the workers like a failure. (config launch.hang_action)",
     ),
     module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module: python -m."),
     no_python: bool = typer.Option(
-        False,
-        "--no-python",
-        help="SCRIPT is a program to run as it is, not a Python script.",
+        False, "--no-python", help="SCRIPT is a program to run as it is, not a Python script."
     ),
     env: list[str] = typer.Option(
-        None, "--env", "-e", help="KEY=VALUE for every worker (repeatable). (config launch.env)"
+        None,
+        "--env",
+        "-e",
+        metavar="KEY=VALUE",
+        help="KEY=VALUE for every worker (repeatable). (config launch.env)",
     ),
     tee: bool = typer.Option(
         True, "--tee/--quiet", help="Show worker output on the console (logs keep it all)."
     ),
     ranks: str | None = typer.Option(
-        None, "--ranks", help="Console shows only these ranks, e.g. 0 (a failure always shows)."
+        None,
+        "--ranks",
+        metavar="RANKS",
+        help="Console shows only these ranks, e.g. 0 (a failure always shows).",
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the command, environment and config; start nothing."
@@ -159,6 +194,7 @@ def launch(
     config_file: Path | None = typer.Option(
         None,
         "--config-file",
+        metavar="PATH",
         help="Use this Hugging Face Accelerate config for this launch (as `accel config "
         "import` reads it); flags still win.",
         rich_help_panel=_COMPAT,
@@ -172,30 +208,35 @@ def launch(
     master_addr: str | None = typer.Option(
         None,
         "--master-addr",
+        metavar="HOST",
         help="torchrun: host of node 0 of a multi-node job (one node binds a free port).",
         rich_help_panel=_COMPAT,
     ),
     master_port: int | None = typer.Option(
         None,
         "--master-port",
+        metavar="PORT",
         help="torchrun: port of node 0 of a multi-node job (default 29500).",
         rich_help_panel=_COMPAT,
     ),
     main_process_ip: str | None = typer.Option(
         None,
         "--main-process-ip",
+        metavar="HOST",
         help="Accelerate: host of node 0 of a multi-node job (one node binds a free port).",
         rich_help_panel=_COMPAT,
     ),
     main_process_port: int | None = typer.Option(
         None,
         "--main-process-port",
+        metavar="PORT",
         help="Accelerate: port of node 0 of a multi-node job (default 29500).",
         rich_help_panel=_COMPAT,
     ),
     rdzv_backend: str | None = typer.Option(
         None,
         "--rdzv-backend",
+        metavar="BACKEND",
         help="c10d (static is accepted: accel's rendezvous is always c10d).",
         rich_help_panel=_COMPAT,
     ),
@@ -208,12 +249,14 @@ def launch(
     dynamo_backend: str | None = typer.Option(
         None,
         "--dynamo-backend",
+        metavar="BACKEND",
         help="torch.compile backend for Accelerate scripts. (config launch.dynamo_backend)",
         rich_help_panel=_COMPAT,
     ),
     monitor_interval: float | None = typer.Option(
         None,
         "--monitor-interval",
+        metavar="SECONDS",
         help="Accepted for torchrun; accel checks the workers every 0.1 s.",
         rich_help_panel=_COMPAT,
     ),
@@ -223,6 +266,7 @@ def launch(
     fsdp_version: str | None = typer.Option(
         None,
         "--fsdp-version",
+        metavar="VERSION",
         help="Accelerate: 2 (accel shards with FSDP2 only).",
         rich_help_panel=_COMPAT,
     ),
@@ -260,8 +304,11 @@ def launch(
     ws = _app.workspace(ctx, flags=given.flags)
     plan = prepare(ws, request, early=not dry_run)
     if dry_run:
-        _show_plan(plan, as_json)
+        from accel.cli._launch_report import show_plan
+
+        show_plan(plan, as_json)
         return 0
+    from accel.cli._launch_report import report, size_budget
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan
 
@@ -273,8 +320,8 @@ def launch(
 
     outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
     console.end_line()
-    _size_budget(ws, outcome)
-    code = _report(plan, outcome)
+    size_budget(ws, outcome)
+    code = report(plan, outcome)
     _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
 
@@ -286,109 +333,3 @@ class _CurrentStderr:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(sys.stderr, name)
-
-
-def _size_budget(ws: Workspace, outcome: RunOutcome) -> None:
-    """The size budget when a run ends (see :func:`accel.clean.budget.after_run`)."""
-    from accel.clean.budget import OVER, TRIMMED, after_run
-    from accel.errors import AccelError
-    from accel.units import format_size
-
-    try:
-        result = after_run(ws, interrupted=outcome.status == RunStatus.INTERRUPTED)
-    except (AccelError, OSError) as exc:
-        _output.warn(f"size budget not checked: {exc}")
-        return
-    if result is None:
-        return
-    budget = f"cache.max_size {format_size(result.max_size or 0)}"
-    if result.action in (TRIMMED, OVER) and result.removed:
-        _output.info(
-            f"accel: size budget: freed {format_size(result.freed)} in {result.removed} "
-            f"item(s), workspace {format_size(result.size_after)} ({budget})"
-        )
-    if result.action == OVER:
-        _output.warn(
-            f"the workspace ({format_size(result.size_after)}) stays over {budget}: the rest "
-            "is checkpoints, live runs or config (see `accel status`)"
-        )
-
-
-def _report(plan: LaunchPlan, outcome: RunOutcome) -> int:
-    from accel.runs import failures
-
-    if outcome.status == RunStatus.SUCCEEDED:
-        restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
-        _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
-        return 0
-    if outcome.status == RunStatus.INTERRUPTED:
-        raise InterruptedRun(
-            f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code
-        )
-    verdict, root = outcome.verdict, outcome.root
-    headline = failures.headline(verdict)
-    if outcome.status == RunStatus.HUNG:
-        who = f": {headline}" if headline else ""
-        raise JobFailed(
-            f"run {outcome.run_id} hung and was stopped (--hang-action kill){who}; "
-            f"the stacks are above and in the rank logs in {outcome.run_dir}",
-            outcome.exit_code,
-        )
-    if root is None or headline is None:
-        raise JobFailed(f"run {outcome.run_id} failed; see {outcome.run_dir}", outcome.exit_code)
-    if outcome.diverged is not None:
-        raise JobFailed(
-            f"run {outcome.run_id} stopped: {outcome.diverged.message} (logs.on_nonfinite: stop)",
-            outcome.exit_code,
-        )
-    crashed = root.type is None and root.traceback  # a fatal signal's stack: never printed
-    if crashed or not _shown(plan, root.rank):  # show what the console did not
-        for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
-            _output.info(f"[rank{root.rank}] {line}")
-    for other in verdict.with_fate(failures.ALSO_FAILED):
-        _output.info(
-            f"accel: rank {other.rank} also failed, after rank {root.rank}: {other.summary}"
-        )
-    stopped = verdict.ranks(failures.STOPPED)
-    if stopped:
-        ranks = ", ".join(str(r) for r in stopped)
-        _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
-    raise JobFailed(
-        f"{headline}; its log: {outcome.run_dir / f'rank-{root.rank}.log'}", outcome.exit_code
-    )
-
-
-def _shown(plan: LaunchPlan, rank: int) -> bool:
-    return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
-
-
-def _show_plan(plan: LaunchPlan, as_json: bool) -> None:
-    from accel.launch.prepare import dry_run
-
-    data = dry_run(plan)
-    command, worker_env, config = data["worker_command"], data["worker_env"], data["config"]
-    if as_json:
-        _output.print_json(data)
-        return
-    _output.out(f"command    {' '.join(command)}")
-    _output.out(
-        f"workers    {plan.nproc_per_node} per node x {plan.nodes_text} node(s) = "
-        f"{plan.world_size_text} (this is node {plan.node_rank})"
-    )
-    _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
-    _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
-    _output.out(f"logs       {plan.run_dir}")
-    _output.table(
-        "environment (added to torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ...)",
-        ["variable", "value"],
-        sorted(worker_env.items()),
-    )
-    from accel.config.schema import display
-
-    rows = [
-        [f"{s}.{k}", display(f"{s}.{k}", v)]
-        for s, body in config.items()
-        if isinstance(body, dict)
-        for k, v in body.items()
-    ]
-    _output.table("config", ["key", "value"], rows)

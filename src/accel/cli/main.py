@@ -17,7 +17,7 @@ import typer
 
 from accel._redact import redact_text, scrub, secret_values
 from accel._version import __version__
-from accel.cli import _app, _output
+from accel.cli import _app, _help, _output
 from accel.cli import cache as cache_cmd
 from accel.cli import checkpoints as checkpoints_cmd
 from accel.cli import clean as clean_cmd
@@ -73,6 +73,7 @@ def _root(
         None,
         "--workspace",
         "-w",
+        metavar="PATH",
         envvar="ACCEL_WORKSPACE",
         help="The .accelerate folder to use (default: nearest one, like git).",
         show_envvar=True,
@@ -85,15 +86,16 @@ def _root(
         "--show-completion",
         callback=_show_completion,
         is_eager=True,
-        help="Print the completion script: --show-completion [bash|zsh|fish] (default: "
-        "this shell).",
+        help="Print the completion script; --show-completion bash, zsh or fish picks the shell "
+        "(default: this one).",
     ),
     install_completion: bool = typer.Option(
         False,
         "--install-completion",
         callback=_install_completion,
         is_eager=True,
-        help="Install completion: --install-completion [bash|zsh|fish] (default: this shell).",
+        help="Install completion; --install-completion bash, zsh or fish picks the shell "
+        "(default: this one).",
     ),
 ) -> None:
     source = ctx.get_parameter_source("workspace")
@@ -110,15 +112,16 @@ def _root(
 
 app.add_typer(config_cmd.app, name="config")
 app.command("status")(status_cmd.status)
-app.command("launch", context_settings=launch_cmd.CONTEXT)(launch_cmd.launch)
+app.command("launch", cls=_help.Command, context_settings=launch_cmd.CONTEXT)(launch_cmd.launch)
 app.add_typer(runs_cmd.app, name="runs")
-app.command("logs")(runs_cmd.logs)
-app.command("stack")(stack_cmd.stack)
+app.command("logs", cls=_help.Command)(runs_cmd.logs)
+app.command("stack", cls=_help.Command)(stack_cmd.stack)
 app.command("env")(env_cmd.env)
 app.command("clean")(clean_cmd.clean)
 app.add_typer(sync_cmd.app, name="sync")
 app.add_typer(checkpoints_cmd.app, name="checkpoints")
 app.add_typer(cache_cmd.app, name="cache")
+app.command("help", cls=_help.Command)(_help.help_command)
 
 
 def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = None) -> int:

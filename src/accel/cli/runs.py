@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from accel.cli import _app, _output, runs_view
+from accel.cli import _app, _help, _output, runs_view
 
 if TYPE_CHECKING:
     from accel.runs import RunRecord
@@ -22,7 +22,9 @@ app = typer.Typer(
 def runs(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="A JSON list, for machines."),
-    limit: int = typer.Option(20, "--limit", "-l", min=0, help="Newest N runs; 0 = all."),
+    limit: int = typer.Option(
+        20, "--limit", "-l", min=0, metavar="N", help="Newest N runs; 0 = all."
+    ),
 ) -> None:
     """The runs, newest first, with status, duration and exit code."""
     if ctx.invoked_subcommand is not None:
@@ -74,15 +76,22 @@ def _json(r: RunRecord) -> dict[str, Any]:
 
 def logs(
     ctx: typer.Context,
-    run: str = typer.Argument("latest", help="Run id (or a unique part of it), or latest."),
-    rank: list[int] = typer.Option(None, "--rank", "-r", help="Only this rank (repeatable)."),
+    run: str = typer.Argument(
+        "latest", metavar="RUN", help="Run id (or a unique part of it), or latest."
+    ),
+    rank: list[int] = typer.Option(
+        None, "--rank", "-r", metavar="RANK", help="Only this rank (repeatable)."
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the run writes."),
     prefix: bool = typer.Option(True, "--prefix/--no-prefix", help="Prefix lines with the rank."),
     grep: str | None = typer.Option(
-        None, "--grep", "-g", help="Only lines matching this regular expression."
+        None, "--grep", "-g", metavar="PATTERN", help="Only lines matching this regular expression."
     ),
     since: str | None = typer.Option(
-        None, "--since", help="Only output of the last DURATION (10m) or since a time (ISO)."
+        None,
+        "--since",
+        metavar="DURATION",
+        help="Only output of the last DURATION (10m) or since a time (ISO).",
     ),
 ) -> None:
     """Show a run's per-rank logs; --follow until the run ends."""
@@ -118,5 +127,5 @@ def logs(
         )
 
 
-app.command("show")(runs_view.show)
-app.command("plot")(runs_view.plot)
+app.command("show", cls=_help.Command)(runs_view.show)
+app.command("plot", cls=_help.Command)(runs_view.plot)

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 def show(
     ctx: typer.Context,
-    run: str = typer.Argument("latest", help="Run id (or a unique part of it), or latest."),
+    run: str = typer.Argument(
+        "latest", metavar="RUN", help="Run id (or a unique part of it), or latest."
+    ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object, for machines."),
 ) -> None:
     """Summary, per-rank status, resource peaks and metrics (last, best, trend) of a run."""
@@ -208,11 +210,17 @@ def _num(value: float) -> str:
 
 def plot(
     ctx: typer.Context,
-    run: list[str] = typer.Argument(None, help="Run ids to plot together (default: latest)."),
-    metric: list[str] = typer.Option(
-        None, "--metric", "-m", help="Metric to plot (repeatable; default: every metric)."
+    run: list[str] = typer.Argument(
+        None, metavar="RUN", help="Run ids to plot together (default: latest)."
     ),
-    output: Path = typer.Option(None, "--output", "-o", help="The PNG to write."),
+    metric: list[str] = typer.Option(
+        None,
+        "--metric",
+        "-m",
+        metavar="NAME",
+        help="Metric to plot (repeatable; default: every metric).",
+    ),
+    output: Path = typer.Option(None, "--output", "-o", metavar="PATH", help="The PNG to write."),
     resources: bool = typer.Option(
         True, "--resources/--no-resources", help="Add CPU, memory and GPU panels."
     ),

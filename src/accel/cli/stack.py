@@ -12,7 +12,9 @@ from accel.cli import _app, _output
 
 def stack(
     ctx: typer.Context,
-    run: str = typer.Argument("latest", help="Run id (or a unique part of it), or latest."),
+    run: str = typer.Argument(
+        "latest", metavar="RUN", help="Run id (or a unique part of it), or latest."
+    ),
     as_json: bool = typer.Option(False, "--json", help="rank -> pid and stack, for machines."),
 ) -> None:
     """Show every live rank's Python stack side by side (and append it to its log)."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from accel.cli import _app, _output
+from accel.cli import _app, _help, _output
 
 if TYPE_CHECKING:
     from accel.sync import SyncResult
@@ -32,10 +32,10 @@ _OPTIONS = typer.Option(
 )
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def push(
     ctx: typer.Context,
-    url: str = typer.Argument(..., help=URL_HELP),
+    url: str = typer.Argument(..., metavar="URL", help=URL_HELP),
     include_cache: bool = _INCLUDE_CACHE,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,
@@ -48,10 +48,10 @@ def push(
     return _sync("push", ctx, url, include_cache, dry_run, as_json, storage_option, verify)
 
 
-@app.command()
+@app.command(cls=_help.Command)
 def pull(
     ctx: typer.Context,
-    url: str = typer.Argument(..., help=URL_HELP),
+    url: str = typer.Argument(..., metavar="URL", help=URL_HELP),
     include_cache: bool = _INCLUDE_CACHE,
     dry_run: bool = _DRY_RUN,
     as_json: bool = _JSON,

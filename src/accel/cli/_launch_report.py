@@ -1,0 +1,122 @@
+"""What ``accel launch`` prints about its plan (``--dry-run``) and about a finished run:
+the size budget's note, and the verdict, raised as the run's exit code.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accel.cli import _output
+from accel.errors import InterruptedRun, JobFailed
+from accel.runs.status import RunStatus
+
+if TYPE_CHECKING:
+    from accel.launch.plan import LaunchPlan
+    from accel.launch.runner import RunOutcome
+    from accel.workspace import Workspace
+
+
+def size_budget(ws: Workspace, outcome: RunOutcome) -> None:
+    """The size budget when a run ends (see :func:`accel.clean.budget.after_run`)."""
+    from accel.clean.budget import OVER, TRIMMED, after_run
+    from accel.errors import AccelError
+    from accel.units import format_size
+
+    try:
+        result = after_run(ws, interrupted=outcome.status == RunStatus.INTERRUPTED)
+    except (AccelError, OSError) as exc:
+        _output.warn(f"size budget not checked: {exc}")
+        return
+    if result is None:
+        return
+    budget = f"cache.max_size {format_size(result.max_size or 0)}"
+    if result.action in (TRIMMED, OVER) and result.removed:
+        _output.info(
+            f"accel: size budget: freed {format_size(result.freed)} in {result.removed} "
+            f"item(s), workspace {format_size(result.size_after)} ({budget})"
+        )
+    if result.action == OVER:
+        _output.warn(
+            f"the workspace ({format_size(result.size_after)}) stays over {budget}: the rest "
+            "is checkpoints, live runs or config (see `accel status`)"
+        )
+
+
+def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
+    from accel.runs import failures
+
+    if outcome.status == RunStatus.SUCCEEDED:
+        restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
+        _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")
+        return 0
+    if outcome.status == RunStatus.INTERRUPTED:
+        raise InterruptedRun(
+            f"run {outcome.run_id} interrupted; workers stopped", outcome.exit_code
+        )
+    verdict, root = outcome.verdict, outcome.root
+    headline = failures.headline(verdict)
+    if outcome.status == RunStatus.HUNG:
+        who = f": {headline}" if headline else ""
+        raise JobFailed(
+            f"run {outcome.run_id} hung and was stopped (--hang-action kill){who}; "
+            f"the stacks are above and in the rank logs in {outcome.run_dir}",
+            outcome.exit_code,
+        )
+    if root is None or headline is None:
+        raise JobFailed(f"run {outcome.run_id} failed; see {outcome.run_dir}", outcome.exit_code)
+    if outcome.diverged is not None:
+        raise JobFailed(
+            f"run {outcome.run_id} stopped: {outcome.diverged.message} (logs.on_nonfinite: stop)",
+            outcome.exit_code,
+        )
+    crashed = root.type is None and root.traceback  # a fatal signal's stack: never printed
+    if crashed or not _shown(plan, root.rank):  # show what the console did not
+        for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
+            _output.info(f"[rank{root.rank}] {line}")
+    for other in verdict.with_fate(failures.ALSO_FAILED):
+        _output.info(
+            f"accel: rank {other.rank} also failed, after rank {root.rank}: {other.summary}"
+        )
+    stopped = verdict.ranks(failures.STOPPED)
+    if stopped:
+        ranks = ", ".join(str(r) for r in stopped)
+        _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
+    raise JobFailed(
+        f"{headline}; its log: {outcome.run_dir / f'rank-{root.rank}.log'}", outcome.exit_code
+    )
+
+
+def _shown(plan: LaunchPlan, rank: int) -> bool:
+    return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
+
+
+def show_plan(plan: LaunchPlan, as_json: bool) -> None:
+    from accel.launch.prepare import dry_run
+
+    data = dry_run(plan)
+    command, worker_env, config = data["worker_command"], data["worker_env"], data["config"]
+    if as_json:
+        _output.print_json(data)
+        return
+    _output.out(f"command    {' '.join(command)}")
+    _output.out(
+        f"workers    {plan.nproc_per_node} per node x {plan.nodes_text} node(s) = "
+        f"{plan.world_size_text} (this is node {plan.node_rank})"
+    )
+    _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
+    _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
+    _output.out(f"logs       {plan.run_dir}")
+    _output.table(
+        "environment (added to torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ...)",
+        ["variable", "value"],
+        sorted(worker_env.items()),
+    )
+    from accel.config.schema import display
+
+    rows = [
+        [f"{s}.{k}", display(f"{s}.{k}", v)]
+        for s, body in config.items()
+        if isinstance(body, dict)
+        for k, v in body.items()
+    ]
+    _output.table("config", ["key", "value"], rows)
