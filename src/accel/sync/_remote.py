@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import secrets
 import time
@@ -286,7 +287,9 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     """What is wrong with a remote URL, or None. The forms accepted (an allowlist):
     ``file:///absolute/path``, and ``<protocol>://<bucket or host>/...`` for a protocol
     fsspec knows. Not a bare path, not ``file://`` with a host or a relative path (which
-    fsspec reads as a folder under the current one), not a chained ``a::b`` URL."""
+    fsspec reads as a folder under the current one), not the filesystem root
+    (``file:///``: a push would spread a workspace over ``/``), not a chained ``a::b``
+    URL."""
     if not url.strip():
         return f"the remote URL is empty: write {_FORMS}"
     if not url.isprintable():
@@ -302,6 +305,11 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
         if not rest.startswith("/"):
             what = "no folder" if not rest else f"the host {rest.split('/')[0]!r}, not a folder"
             return f"a {protocol}:// URL names {what}: write file:///absolute/path (three slashes)"
+        if posixpath.normpath(rest).strip("/") == "":  # '/', '//', '/tmp/..'
+            return (
+                f"a {protocol}:// URL names the filesystem root, not a folder of its own: "
+                "write file:///absolute/path to a folder for the remote"
+            )
         return None
     if protocol not in protocols:
         return f"{protocol}:// is not a protocol fsspec knows: write {_FORMS}"
