@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
@@ -145,11 +145,16 @@ class Remote:
             progress(got[1] - callback.sent)
         return FileEntry(got[1], got[0])
 
-    def download(self, rel: str, dest: Path, expected: FileEntry, progress: Progress) -> None:
-        """Write ``rel`` to the new file ``dest``, fsynced; IntegrityError unless it matches."""
+    def download(
+        self, rel: str, dest: Path, expected: FileEntry, progress: Progress, *, perms: int = 0o666
+    ) -> None:
+        """Write ``rel`` to the new file ``dest``, fsynced; IntegrityError unless it matches.
+
+        ``perms``: the new file's mode before the umask, from its creation on (0o600: no
+        moment where another user can open it)."""
         hasher = new_hasher(algorithm_of(expected.checksum))
         size = 0
-        with self.fs.open(self.path(rel), "rb") as src, open(dest, "xb") as dst:
+        with self.fs.open(self.path(rel), "rb") as src, _create(dest, perms) as dst:
             while chunk := src.read(CHUNK):
                 hasher.update(chunk)
                 dst.write(chunk)
@@ -202,6 +207,12 @@ class Remote:
         if folder and folder not in self._made:
             self.fs.makedirs(folder, exist_ok=True)
             self._made.add(folder)
+
+
+def _create(dest: Path, perms: int) -> IO[bytes]:
+    """The new file ``dest`` (FileExistsError when it is there), mode ``perms`` & ~umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(dest, flags, perms), "wb")
 
 
 class _Callback:
