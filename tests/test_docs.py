@@ -42,3 +42,38 @@ def test_the_sync_page_names_the_files_a_checkpoint_holds() -> None:
 
     text = (ROOT / "docs" / "sync.md").read_text()
     assert STATE_FILE in text and MANIFEST in text and "state.pt" not in text
+
+
+def _pull_section() -> str:
+    text = (ROOT / "docs" / "guarantees.md").read_text()
+    return text.split("### What a pull may carry", 1)[1].split("\n#", 1)[0]
+
+
+def documented_carried_keys() -> set[str]:
+    """The keys guarantees.md says a pull may carry, read from its list: ``- `group`:
+    `a`, `b` (a note), `c`; `group.key`; ...`` (a bare name belongs to the group before
+    it in the same part; a dotted name stands alone)."""
+    lines = _pull_section().split("**allowlist**", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("- "))
+    end = next(i for i in range(start, len(lines)) if not lines[i].strip())
+    items = " ".join(line.strip() for line in lines[start:end])
+    items = re.sub(r"\([^)]*\)", "", items)  # notes: "(compared with ..., never imported)"
+    keys = set()
+    for part in re.split(r"[;\n]|(?:^|\s)- ", items):
+        group = re.match(r"\s*`([a-z_]+)`:", part)
+        names = re.findall(r"`([a-z_.]+)`", part[group.end() :] if group else part)
+        for name in names:
+            assert group or "." in name, f"{name!r} in guarantees.md names no group"
+            keys.add(f"{group.group(1)}.{name}" if group else name)
+    return keys
+
+
+def test_the_keys_a_pull_may_carry_are_documented_exactly() -> None:
+    """guarantees.md's allowlist is CONFIG_CARRIED: a key added to one and not the other
+    (or dropped) fails here, and so does a key left out with its reason (CONFIG_KEPT)."""
+    from accel.sync._trust import CONFIG_CARRIED, CONFIG_KEPT
+
+    assert documented_carried_keys() == set(CONFIG_CARRIED)
+    kept = _pull_section().split("Every other key keeps its local value", 1)[1]
+    kept = kept.split("A key new to the schema", 1)[0]
+    assert set(re.findall(r"`([a-z_]+\.[a-z_]+)`", kept)) == set(CONFIG_KEPT)

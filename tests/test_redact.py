@@ -103,7 +103,7 @@ TEXT_CORPUS = [
     (f"s3://AKIAIOSFODNN7EXAMPLE:{AWS_SECRET}@bucket/p", AWS_SECRET, "s3://***@bucket/p"),
     ("https://u:p@ss/w@rd@host.example:8443/x", "ss/w@rd", "***@host.example:8443/x"),
     ("postgres://admin:a:b:c@db.internal:5432/prod", "a:b:c", "postgres://***@db.internal"),
-    ("pip install --index-url https://tok123@pypi.example/simple x", "tok123", "pypi.example"),
+    ("pip install --index-url https://tokIdx123abc@pypi.example/simple", "tokIdx", "pypi.example"),
     ("git clone https://ghp_abcdefghijklmnopqrstuv0123@github.com/o/r", "ghp_abc", "github.com"),
     ("HF_TOKEN=abc and OTHER=1", "abc", "OTHER=1"),
     ("export WANDB_API_KEY='quoted key value'", "quoted key value", "WANDB_API_KEY='***'"),

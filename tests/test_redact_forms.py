@@ -18,7 +18,7 @@ from accel.workspace import Workspace
 # (URL, its secret, what must stay): every form RFC 3986 allows in the userinfo.
 URL_FORMS = [
     ("redis://:pw-empty-user@cache:6379/0", "pw-empty-user", "redis://***@cache:6379/0"),
-    ("https://tok-user-only@host/x", "tok-user-only", "https://***@host/x"),
+    ("https://tokUserOnly42@host/x", "tokUserOnly42", "https://***@host/x"),  # a token as user
     ("https://u:a!$&'()*+,;=b@host/x", "a!$&'()*+,;=b", "https://***@host/x"),
     ("postgres://bob:it's-mine@db:5432/app", "it's-mine", "postgres://***@db:5432/app"),
     ("https://u:p%40ss%2Fw0rd@host/x", "p%40ss%2Fw0rd", "https://***@host/x"),

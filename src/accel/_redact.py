@@ -25,15 +25,19 @@ A name whose last word is ``Error``, ``Errors``, ``Exception``, ``Warning`` or `
 names a kind of failure, never a secret: ``KeyError: 'lr'``, ``TokenError: bad`` and
 ``NoCredentialsError: Unable to locate credentials`` are shown as they are.
 
-A *value* is hidden whole under a secret name. In free text, besides ``NAME=value``,
-``NAME: value``, ``"name": "value"``, ``--name value`` and ``--name=value`` pairs with
-secret names, these are hidden wherever they appear: the credentials of a URL
-in every RFC 3986 form (``redis://:pw@host``, a user alone, sub-delimiters and ``'`` in
-the password, IDN and IPv6 hosts, and ``/`` and ``@`` unescaped), ``Bearer``/``Basic``
-values, and well-known token formats (``hf_``, ``ghp_``, ``sk-``, ``AKIA``, ``xox*-``,
-JWTs). The values the launcher knows to be secret (:func:`secret_values`: of secret
-variables and of a command line's secret flags) are scrubbed wherever they appear
-(:func:`scrub`, ``redact_mapping(..., secrets)``).
+A *value* is hidden whole under a secret name: always in ``NAME=value``,
+``"name": value``, ``--name value`` and ``--name=value``; in ``name: value``, which
+prose writes too (``invalid token: line 3``), only when the name is upper case
+(``HF_TOKEN: x``), the pair is a YAML or header line whole or a flow mapping's item
+(``password: hunter2``, ``{password: x}``), or the value looks like a token: 8 or more
+of ``A-Za-z0-9._~+/=-`` with a digit, and both cases or 16 characters or more. Hidden
+wherever they appear: the userinfo of a URL with a password, in every RFC 3986 form, or
+with a user alone that looks like a token (``https://<token>@host``; a username is no
+secret), ``Bearer``/``Basic`` values, and well-known token formats (``hf_``, ``ghp_``,
+``sk-``, ``AKIA``, ``xox*-``, JWTs). The values the launcher knows to be secret
+(:func:`secret_values`: of secret variables and flags, URL passwords) are scrubbed
+wherever they appear (:func:`scrub`, ``redact_mapping(..., secrets)``). The rule with
+its examples: docs/guarantees.md.
 """
 
 from __future__ import annotations
@@ -62,20 +66,8 @@ MAX_DEPTH = 64  # deeper than this, a value is hidden whole: redaction never rec
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _SUBSTRINGS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL")
 _WORDS = {"PASS", "AUTH", "OAUTH", "AUTHORIZATION", "CREDS", "COOKIE", "SIGNATURE", "SIG", "DSN"}
-_KEYS = {
-    "KEY",
-    "APIKEY",
-    "ACCESSKEY",
-    "PRIVATEKEY",
-    "SECRETKEY",
-    "SSHKEY",
-    "AUTHKEY",
-    "MASTERKEY",
-    "SIGNINGKEY",
-    "ACCOUNTKEY",
-    "LICENSEKEY",
-    "ENCRYPTIONKEY",
-}
+_KEY_KINDS = ("API", "ACCESS", "PRIVATE", "SECRET", "SSH", "AUTH", "MASTER", "SIGNING", "ACCOUNT")
+_KEYS = {"KEY", "LICENSEKEY", "ENCRYPTIONKEY", *(f"{kind}KEY" for kind in _KEY_KINDS)}
 # The next word says the value names a key instead of holding one.
 _KEY_POINTERS = {"PATH", "FILE", "DIR", "FOLDER", "ID", "NAME", "TYPE", "SIZE", "LEN", "LENGTH"}
 # A name ending so names a kind of failure (KeyError, TokenError, NoCredentialsError,
@@ -122,12 +114,21 @@ _SPACED = re.compile(_SPACED_VALUE)
 # time on any text) and never consumed, so a secret pair inside another pair's value
 # (``https://h/p?token=x``, ``OTHER=HF_TOKEN=x``) is still found.
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|[ \t]+)")
-# NAME=value, NAME: value, "name": "value", name = 'value', ?name=value
-_ASSIGN = re.compile(r"(?<![\w.-])([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1([ \t]*[=:][ \t]*)")
-# Lowercase words that are prose before a colon ("auth: failed", "key: launch.env" are
-# messages, not assignments); with '=' they are still assignments. "token: x" and
-# "password: x" are YAML far more often than prose: those are hidden.
+# NAME=value, NAME: value, "name": "value", name = 'value', ?name=value. ``line``: the
+# name starts its line (after indentation, a list's '-'); ``flow``: a flow mapping's item.
+_ASSIGN = re.compile(
+    r"(?:(?P<line>^[ \t]*(?:-[ \t]+)?)|(?P<flow>(?<=[{,])[ \t]*))?(?<![\w.-])(?P<q>[\"']?)"
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<sep>[ \t]*[=:][ \t]*)",
+    re.M,
+)
+_LINE_END = re.compile(r"[ \t]*(?:$|\r|[ \t]#)", re.M)  # the value ends its line (a comment)
+_FLOW_END = re.compile(r"[ \t]*[,}]")  # the value ends a flow mapping's item
+# NAME: value is prose, not an assignment, unless the name is quoted or an environment
+# variable's, the line is YAML's or a header's, or the value looks like a token (see the
+# module doc). These names before a colon are always prose ("key: launch.env").
 _PROSE = {"auth", "key", "keys"}
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_TOKEN_CHARS, _DIGIT = re.compile(r"[A-Za-z0-9._~+/=-]+"), re.compile(r"[0-9]")
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def redact_text(text: str) -> str:
         return text
     # Each pass only where it can match: this runs on every log line and record.
     if "@" in text and "://" in text:
-        text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+        text = _URL_USERINFO.sub(_hidden_userinfo, text)
     text = _KNOWN_TOKENS.sub(REDACTED, text)
     if "earer" in text or "EARER" in text or "uthorization" in text or "UTHORIZATION" in text:
         text = _SCHEME_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
@@ -204,6 +205,26 @@ def redact_text(text: str) -> str:
     if "=" in text or ":" in text:
         text = _hide_values(_ASSIGN, text, _assigned_value)
     return text
+
+
+def _hidden_userinfo(m: re.Match[str]) -> str:
+    """A URL's userinfo hidden whole when it holds a secret; a username alone is shown."""
+    return f"{m.group('scheme')}{REDACTED}@" if _url_secret(m.group("userinfo")) else m.group()
+
+
+def _url_secret(userinfo: str) -> str:
+    """A URL's secret: its password (the user of ``redis://:pw@h`` is empty), or a user
+    alone shaped like a token (``https://<token>@host``); '' for a username alone."""
+    user, colon, password = userinfo.partition(":")
+    return password if colon else (user if _token_like(unquote(user)) else "")
+
+
+def _token_like(value: str) -> bool:
+    """Shaped like a generated credential, not a word or a name (see the module doc)."""
+    if len(value) < 8 or not _TOKEN_CHARS.fullmatch(value) or not _DIGIT.search(value):
+        return False
+    lower, upper = value.upper() != value, value.lower() != value
+    return (lower and upper) or (len(value) >= 16 and (lower or upper))
 
 
 def _hide_values(
@@ -237,10 +258,18 @@ def _placeholder(value: str) -> bool:
 
 
 def _assigned_value(m: re.Match[str]) -> re.Match[str] | None:
-    quote_, name, sep = m.group(1), m.group(2), m.group(3)
-    if not is_secret_name(name) or (":" in sep and name.lower() in _PROSE and not quote_):
+    quoted, name, sep = m.group("q"), m.group("name"), m.group("sep")
+    if not is_secret_name(name):
         return None
-    return _VALUE.match(m.string, m.end())
+    value = _VALUE.match(m.string, m.end())
+    if value is None or "=" in sep or quoted:
+        return value  # NAME=value, "name": value
+    if name.lower() in _PROSE:
+        return None
+    end = _LINE_END if m.start("line") >= 0 else _FLOW_END if m.start("flow") >= 0 else None
+    ends = end is not None and end.match(m.string, value.end())
+    token = _token_like(value.group().strip("\"'"))
+    return value if _ENV_NAME.fullmatch(name) or ends or token else None
 
 
 def _hidden(value: str) -> str:
@@ -355,8 +384,7 @@ def secret_values(
     found = {value for value in named if len(value) >= minimum}
     for value in (*env.values(), *map(str, argv)):
         for m in _URL_USERINFO.finditer(value):
-            user, colon, password = m.group("userinfo").partition(":")
-            password = password if colon else user  # a user alone is the token
+            password = _url_secret(m.group("userinfo"))
             for secret in (password, unquote(password), quote(password, safe="")):
                 if len(secret) >= minimum:
                     found.add(secret)

@@ -195,6 +195,30 @@ def test_a_pulled_config_goes_aside_and_applies_only_what_a_pull_may_carry(
     assert "# mine" in fresh.config_file.read_text()  # the local file, edited
 
 
+def test_a_pulled_config_is_written_private(
+    pushed: Workspace,
+    fresh: Workspace,
+    remote_dir: Path,
+    remote_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The remote's config may hold its launch.env tokens (another accel, or a person,
+    wrote them there): the copy aside is readable by its owner only, whatever the umask."""
+    import stat
+
+    remote = "version: 1\nlaunch:\n  env:\n    HF_TOKEN: theirs-secret-3\n"
+    forge(remote_dir, "config/accelerate_config.yaml", remote.encode())
+    old = os.umask(0o022)
+    try:
+        code, err = pull_cli(fresh, remote_url, capsys)
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    aside = fresh.config_file.with_name("accelerate_config.pulled.yaml")
+    assert "theirs-secret-3" in aside.read_text()  # as the remote holds it: a secret on disk
+    assert stat.S_IMODE(aside.stat().st_mode) == 0o600
+
+
 LOCAL = (
     "version: 1\nlaunch:\n  env:\n    A: mine\n  rdzv_endpoint: 10.0.0.1:29500\n  gpu_ids: [0]\n"
 )

@@ -94,6 +94,7 @@ class PullUnit:
             self._commit(stage, final, self.ws.lock_path(SYNC_COMMIT_LOCK))
 
     def _config(self, t: Transfer, reporter: Reporter) -> None:
+        from accel.config.edit import SECRET_MODE
         from accel.sync._config import checked, pulled_path
 
         aside = pulled_path(self.ws)
@@ -101,16 +102,20 @@ class PullUnit:
         def check(tmp: Path) -> None:
             checked(tmp.read_text(encoding="utf-8", errors="replace"), "the remote's config")
 
-        self._one_file(t, aside, reporter, check)
+        # Private whatever it holds: the remote's launch.env may carry its tokens.
+        self._one_file(t, aside, reporter, check, perms=SECRET_MODE)
 
     # -- pieces ---------------------------------------------------------------------------
 
-    def _one_file(self, t: Transfer, target: Path, reporter: Reporter, check: Any = None) -> None:
-        """Download ``t`` to ``target`` (temp beside it, verified, renamed)."""
+    def _one_file(
+        self, t: Transfer, target: Path, reporter: Reporter, check: Any = None, perms: int = 0o666
+    ) -> None:
+        """Download ``t`` to ``target`` (temp beside it, mode ``perms`` & ~umask, verified,
+        renamed)."""
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}"
         try:
-            self.remote.download(t.rel, tmp, self.index[t.rel], reporter.advance)
+            self.remote.download(t.rel, tmp, self.index[t.rel], reporter.advance, perms=perms)
             if check is not None:
                 check(tmp)
             elif target.name == RUN_RECORD:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import secrets
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
@@ -144,11 +145,16 @@ class Remote:
             progress(got[1] - callback.sent)
         return FileEntry(got[1], got[0])
 
-    def download(self, rel: str, dest: Path, expected: FileEntry, progress: Progress) -> None:
-        """Write ``rel`` to the new file ``dest``, fsynced; IntegrityError unless it matches."""
+    def download(
+        self, rel: str, dest: Path, expected: FileEntry, progress: Progress, *, perms: int = 0o666
+    ) -> None:
+        """Write ``rel`` to the new file ``dest``, fsynced; IntegrityError unless it matches.
+
+        ``perms``: the new file's mode before the umask, from its creation on (0o600: no
+        moment where another user can open it)."""
         hasher = new_hasher(algorithm_of(expected.checksum))
         size = 0
-        with self.fs.open(self.path(rel), "rb") as src, open(dest, "xb") as dst:
+        with self.fs.open(self.path(rel), "rb") as src, _create(dest, perms) as dst:
             while chunk := src.read(CHUNK):
                 hasher.update(chunk)
                 dst.write(chunk)
@@ -201,6 +207,12 @@ class Remote:
         if folder and folder not in self._made:
             self.fs.makedirs(folder, exist_ok=True)
             self._made.add(folder)
+
+
+def _create(dest: Path, perms: int) -> IO[bytes]:
+    """The new file ``dest`` (FileExistsError when it is there), mode ``perms`` & ~umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(dest, flags, perms), "wb")
 
 
 class _Callback:
@@ -286,7 +298,9 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     """What is wrong with a remote URL, or None. The forms accepted (an allowlist):
     ``file:///absolute/path``, and ``<protocol>://<bucket or host>/...`` for a protocol
     fsspec knows. Not a bare path, not ``file://`` with a host or a relative path (which
-    fsspec reads as a folder under the current one), not a chained ``a::b`` URL."""
+    fsspec reads as a folder under the current one), not the filesystem root
+    (``file:///``: a push would spread a workspace over ``/``), not a chained ``a::b``
+    URL."""
     if not url.strip():
         return f"the remote URL is empty: write {_FORMS}"
     if not url.isprintable():
@@ -302,6 +316,11 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
         if not rest.startswith("/"):
             what = "no folder" if not rest else f"the host {rest.split('/')[0]!r}, not a folder"
             return f"a {protocol}:// URL names {what}: write file:///absolute/path (three slashes)"
+        if posixpath.normpath(rest).strip("/") == "":  # '/', '//', '/tmp/..'
+            return (
+                f"a {protocol}:// URL names the filesystem root, not a folder of its own: "
+                "write file:///absolute/path to a folder for the remote"
+            )
         return None
     if protocol not in protocols:
         return f"{protocol}:// is not a protocol fsspec knows: write {_FORMS}"
