@@ -252,3 +252,26 @@ def test_a_worker_reseeds_what_the_template_seeded_at_import_but_keeps_a_chosen_
     torch.manual_seed(1234)
     template._reseed()
     assert torch.initial_seed() == 1234
+
+
+def test_a_temporary_folder_too_deep_for_a_socket_falls_back_to_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deep TMPDIR (a CI job's, pytest-xdist's) made the template's socket path pass
+    sun_path's 108 bytes: every preloaded launch crashed with "AF_UNIX path too long"."""
+    import shutil
+    import socket
+
+    from accel.launch import preload
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    folder = preload._private_folder(None)
+    try:
+        assert folder.parent == Path("/tmp") and oct(folder.stat().st_mode & 0o777) == "0o700"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.bind(str(folder / preload.SOCKET))  # fits
+    finally:
+        shutil.rmtree(folder)
+    assert not any(deep.iterdir())  # the folder it could not use is gone

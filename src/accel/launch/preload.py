@@ -98,9 +98,28 @@ def start_early(plan: LaunchPlan) -> None:
     """
     if not plan.preload or plan.worker_args[2:3] == (EXEC,) or plan.run_id in _early:
         return
-    folder = Path(tempfile.mkdtemp(prefix="accel-preload-"))  # private: mode 0700
+    folder = _private_folder(None)
     _early[plan.run_id] = _Started(_spawn(plan, folder / SOCKET), folder / SOCKET, folder)
     atexit.register(_discard, plan.run_id)  # the run never started (a refused lease...)
+
+
+# A Unix socket's path must fit sun_path: 108 bytes on Linux, 104 on macOS, the final
+# NUL included. A deep TMPDIR (a CI job's, a test's) passes that easily.
+_SOCKET_PATH_MAX = 103
+
+
+def _fits(path: Path) -> bool:
+    return len(os.fsencode(path)) <= _SOCKET_PATH_MAX
+
+
+def _private_folder(parent: str | None) -> Path:
+    """A new folder of mode 0700 for the socket, in the temporary folder; under /tmp when
+    the temporary folder's path is too long for a socket inside it."""
+    folder = Path(tempfile.mkdtemp(prefix="accel-preload-", dir=parent))
+    if parent is None and not _fits(folder / SOCKET) and os.path.isdir("/tmp"):
+        os.rmdir(folder)
+        return _private_folder("/tmp")
+    return folder
 
 
 def _discard(run_id: str) -> None:
@@ -121,7 +140,9 @@ def template(
         return
     started = _early.pop(plan.run_id, None)
     if started is None:
-        started = _Started(_spawn(plan, scratch / SOCKET), scratch / SOCKET, None)
+        folder = None if _fits(scratch / SOCKET) else _private_folder(None)
+        path = (folder or scratch) / SOCKET
+        started = _Started(_spawn(plan, path), path, folder)
     if started.folder is not None:
         own(started.folder)
     try:
