@@ -154,6 +154,7 @@ def test_build_view_without_a_current_config_skips_the_diff(tmp_path: Path) -> N
     assert view.config_diff is None and view.metrics == () and view.error_summary is None
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png_with_the_series_of_every_run(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     points = parse_metrics(LINES)
