@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -127,10 +126,11 @@ def end_group(*, at_exit: bool = False) -> None:
     destructors, which abort ("terminate called without an active exception").
 
     At the exit of a script that raised, a peer may be stuck in a collective, and
-    destroying the group beside it can hang (torch 2.6's gloo). The crashed rank must
-    neither abort nor hang, so the destruction gets :data:`CRASHED_TEARDOWN_GRACE`
-    seconds, after which the process ends with exit code 1, the interpreter's own for
-    an uncaught exception.
+    destroying the group beside it can hang (torch 2.6's gloo joins its threads in the
+    group's destructor, holding the GIL). The crashed rank must neither abort nor hang,
+    so the destruction gets :data:`CRASHED_TEARDOWN_GRACE` seconds, after which the
+    process ends with exit code 1, the interpreter's own for an uncaught exception.
+    The watchdog is faulthandler's: a C thread that needs no GIL to end the process.
     """
     crashed = at_exit and getattr(sys, "last_value", None) is not None
     if not crashed:
@@ -138,18 +138,21 @@ def end_group(*, at_exit: bool = False) -> None:
             _exit_barrier()
         _destroy()
         return
-    done = threading.Event()
+    import faulthandler
 
-    def destroy() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    global _watchdog_sink
+    _watchdog_sink = open(os.devnull, "w")  # noqa: SIM115 - open until the process ends
+    faulthandler.dump_traceback_later(CRASHED_TEARDOWN_GRACE, exit=True, file=_watchdog_sink)
+    try:
         _destroy()
-        done.set()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
-    threading.Thread(target=destroy, name="accel-end-group", daemon=True).start()
-    if not done.wait(CRASHED_TEARDOWN_GRACE):
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(1)
+
+_watchdog_sink: Any = None  # where the crashed-exit watchdog writes the stacks it drops
 
 
 def _destroy() -> None:
