@@ -84,25 +84,29 @@ def test_a_rank_that_finished_and_then_hangs_or_dies_in_teardown_has_finished(
     assert_no_orphans(record["id"])
 
 
+def _direct(out: Path, mode: str) -> tuple[list[int], list[str]]:
+    """Two ranks of scripts/acc_exit.py without a launcher (as torchrun's workers, or a
+    test's ranks): their exit codes and what each printed on stderr."""
+    out.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL")}
+    env.update(ACCEL_WORKSPACE=str(out.parent / ".accelerate"), OMP_NUM_THREADS="1")
+    codes = two_ranks(SCRIPTS / "acc_exit.py", [str(out), mode], env, errors=out)
+    return codes, [(out / f"err-{r}.txt").read_text() for r in (0, 1)]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["both", "stuck"])
 def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(project: Path, mode: str) -> None:
-    """Without a launcher (torchrun's workers, a test's ranks): a rank whose script raised
-    exits 1, as python does, whatever torch's teardown does beside a stuck peer; its
-    group is destroyed (left standing, gloo aborts the process at exit)."""
-    out = project / "out"
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL")}
-    env.update(ACCEL_WORKSPACE=str(project / ".accelerate"), OMP_NUM_THREADS="1")
+    """A rank whose script raised exits 1, as python does, whatever torch's teardown does
+    beside a stuck peer; its group is destroyed (left standing, gloo aborts at exit)."""
     for _ in range(3):
-        codes = two_ranks(SCRIPTS / "acc_raise.py", [str(out), mode], env, errors=out)
-        errors = [(out / f"err-{r}.txt").read_text() for r in (0, 1)]
+        codes, errors = _direct(project / "out", mode)
         assert codes == [1, 1], errors
         assert not any("terminate called" in e for e in errors), errors
         assert "RuntimeError: rank 0 crashed" in errors[0]
         if mode == "both":  # a destruction that outlived the grace skips later handlers
-            assert (out / "rank-0").read_text() == "False", errors
+            assert (project / "out" / "exit-0").read_text().split()[1] == "False", errors
 
 
 @pytest.mark.slow
@@ -114,11 +118,7 @@ def test_a_rank_that_returns_first_waits_for_its_peer_before_destroying_the_grou
     peer (two ranks refusing one checkpoint: 1 abort in 12 under load). Without end(),
     accel's exit waits (gloo's bounded monitored_barrier) for the peers to exit too."""
     out = project / "out"
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL")}
-    env.update(ACCEL_WORKSPACE=str(project / ".accelerate"), OMP_NUM_THREADS="1")
-    codes = two_ranks(SCRIPTS / "acc_exit_late.py", [str(out)], env, errors=out)
-    errors = [(out / f"err-{r}.txt").read_text() for r in (0, 1)]
+    codes, errors = _direct(out, "late")
     assert codes == [0, 0], errors
     late = float((out / "late").read_text())
     exits = [(out / f"exit-{r}").read_text().split() for r in (0, 1)]

@@ -173,6 +173,7 @@ def test_plot_writes_a_png_with_the_series_of_every_run(tmp_path: Path) -> None:
     assert drawn[("CPU %", "run-a rank 0")] == 6 and drawn[("RSS (MiB)", "run-b rank 0")] == 3
 
 
+@pytest.mark.slow
 def test_plot_refuses_an_unknown_metric_and_explains_a_missing_matplotlib(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
