@@ -35,7 +35,13 @@ def test_fsdp_train_kill_restart_push_pull_verify_export(project: Path, tmp_path
 
     pushed = _accel(project, home, "sync", "push", remote)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
-    assert "skipped checkpoints" not in pushed.stdout + pushed.stderr
+    # Every committed checkpoint travels (the steps below). The one thing a push may skip
+    # is the temporary folder of the save rank 1 was killed in, while it is young enough
+    # that it could still be a save in progress (on a loaded machine it often is).
+    said = (pushed.stdout + pushed.stderr).splitlines()
+    skipped = [line for line in said if "skipped " in line]
+    debris = "/.tmp-000000000015-"
+    assert all(debris in line and "a crash left" in line for line in skipped), skipped
     pulled = _accel(elsewhere, home, "sync", "pull", remote)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
 
