@@ -43,14 +43,20 @@ def run_both(script: str, project: Path, accel_exe: list[str]) -> dict[str, Any]
     }
     found: dict[str, Any] = {}
     for name, launcher in commands.items():
-        done = subprocess.run(
-            [*launcher, str(SCRIPTS / script), str(out), name],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            timeout=280,
-            env=env,
-        )
+        for _ in range(3 if name == "torchrun" else 1):
+            done = subprocess.run(
+                [*launcher, str(SCRIPTS / script), str(out), name],
+                cwd=project,
+                capture_output=True,
+                text=True,
+                timeout=280,
+                env=env,
+            )
+            # The baseline is only a reference: torch 2.13's gloo sometimes aborts a
+            # torchrun worker in teardown after its script finished (accel's bootstrap
+            # records such a rank as finished). Ask the baseline again.
+            if done.returncode == 0 or "terminate called" not in done.stderr:
+                break
         assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr}"
         found[name] = {
             "result": json.loads((out / f"{name}.json").read_text()),
