@@ -120,8 +120,9 @@ def end_group(*, at_exit: bool = False) -> None:
 
     Run by ``Accelerator.end()`` and, for a script that never calls it, at interpreter
     exit (registered by :func:`init_group` only when accel started the group, so it
-    outlives the ``Accelerator`` object). No barrier here: at exit a peer may be gone,
-    and a barrier would wait for it forever. ``destroy_process_group()`` alone is what
+    outlives the ``Accelerator`` object). At exit no plain barrier: a peer may be gone,
+    and one would wait for it forever; a returned script's exit waits for its peers
+    only through :func:`_exit_barrier`, which is bounded. ``destroy_process_group()`` is what
     torch asks for: a group left standing at exit is torn down by C++ static
     destructors, which abort ("terminate called without an active exception").
 
