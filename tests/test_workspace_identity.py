@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -113,6 +114,58 @@ def test_first_use_creates_a_workspace_where_nothing_or_only_a_config_is(
     assert root_state(cloned) == ABSENT
     ws = Workspace(cloned).ensure()
     assert ws.config["launch.num_processes"] == 2 and ws.identify()
+
+
+def test_a_workspace_another_process_is_making_is_not_foreign(tmp_path: Path) -> None:
+    """What a second process sees while the first writes .gitignore and layout.json: the
+    temporaries of accel's own atomic writes (CI saw two launchers refuse each other)."""
+    root = tmp_path / ".accelerate"
+    (root / "locks").mkdir(parents=True)
+    (root / "locks" / "layout.lock").touch()
+    (root / "locks" / ".accel-tmp-0a1b2c3d").touch()
+    (root / "config").mkdir()
+    (root / "config" / ".accel-tmp-4e5f6a7b").touch()
+    (root / ".accel-tmp-8c9d0e1f").touch()  # layout.json being written
+    assert root_state(root) == ABSENT
+    (root / ".accel-tmp-8c9d0e1f.bak").touch()  # not a name mkstemp gives: someone's file
+    assert root_state(root) == FOREIGN
+
+
+RACE = """
+import sys, time
+from pathlib import Path
+from accel.workspace import Workspace
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.001)
+Workspace(Path(sys.argv[1])).ensure()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("relocated", [False, True])
+def test_processes_that_make_one_workspace_at_once_all_succeed(
+    tmp_path: Path, relocated: bool
+) -> None:
+    for round_ in range(4):
+        root = tmp_path / str(round_) / ".accelerate"
+        go = tmp_path / f"go-{round_}"
+        if relocated:
+            (root / "config").mkdir(parents=True)
+            data = tmp_path / f"data-{round_}"
+            (root / "config" / "accelerate_config.yaml").write_text(f"workspace:\n  path: {data}\n")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACE, str(root), str(go)], stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(4)
+        ]
+        time.sleep(0.5)  # they are importing; then all start at once
+        go.touch()
+        errors = [proc.communicate(timeout=60)[1] for proc in procs]
+        assert [proc.returncode for proc in procs] == [0] * 4, errors
+        assert Workspace(root).identify()
 
 
 def test_a_non_empty_folder_without_the_marker_is_refused(project: Path) -> None:

@@ -35,6 +35,7 @@ from accel.layout import (
     LOCK_SUFFIX,
     LOCKS_DIR,
     Layout,
+    is_atomic_temp,
 )
 
 __all__ = [
@@ -107,19 +108,23 @@ def root_state(root: Path) -> str:
         return FOREIGN
     names.discard(GITIGNORE)
     kept = {CONFIG_DIR: _only_config, LOCKS_DIR: _only_locks}
-    if all(name in kept and kept[name](root / name) for name in names):
+    # A temporary of accel's own atomic write: another process is making this workspace
+    # (its .gitignore or layout.json is being written), which is not a foreign folder.
+    if all(is_atomic_temp(name) or (name in kept and kept[name](root / name)) for name in names):
         return ABSENT
     return FOREIGN
 
 
 def _only_config(folder: Path) -> bool:
     """A ``config/`` folder holding at most the project file: a config committed to git."""
-    return _plain_dir_of(folder, lambda name: name == CONFIG_NAME)
+    return _plain_dir_of(folder, lambda name: name == CONFIG_NAME or is_atomic_temp(name))
 
 
 def _only_locks(folder: Path) -> bool:
     """A ``locks/`` folder of lock files: left by a first write that was interrupted."""
-    return _plain_dir_of(folder, lambda name: name.endswith((LOCK_SUFFIX, HOLDER_SUFFIX)))
+    return _plain_dir_of(
+        folder, lambda name: name.endswith((LOCK_SUFFIX, HOLDER_SUFFIX)) or is_atomic_temp(name)
+    )
 
 
 def _plain_dir_of(folder: Path, allowed: Callable[[str], bool]) -> bool:
@@ -137,8 +142,9 @@ def data_state(layout: Layout, root_id: str | None) -> str:
     marker = read_marker(layout.data_marker, "workspace_id")
     if marker is not None:
         return OURS if root_id is None or marker.id in (None, root_id) else FOREIGN
-    try:
-        return ABSENT if not os.listdir(layout.data) else FOREIGN
+    try:  # a temporary of ours is the marker being written by another process
+        names = os.listdir(layout.data)
+        return ABSENT if all(is_atomic_temp(name) for name in names) else FOREIGN
     except FileNotFoundError:
         return ABSENT
     except OSError:
