@@ -131,6 +131,48 @@ def test_a_workspace_another_process_is_making_is_not_foreign(tmp_path: Path) ->
     assert root_state(root) == FOREIGN
 
 
+def test_a_workspace_made_between_the_two_looks_is_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """root_state looks for layout.json, then lists the folder: another process may finish
+    the workspace in between (layout.json, then its folders)."""
+    root = tmp_path / ".accelerate"
+    root.mkdir()
+    listdir = os.listdir
+
+    def the_other_process_finishes(path: str | os.PathLike[str]) -> list[str]:
+        if Path(path) == root and not (root / "layout.json").exists():
+            (root / "layout.json").write_text('{"layout_version": 1, "id": "0123456789abcdef"}')
+            (root / "cache").mkdir()
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", the_other_process_finishes)
+    assert root_state(root) == OURS
+
+
+def test_a_data_folder_claimed_between_the_two_looks_is_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    ws = Workspace(tmp_path / "p" / ".accelerate").ensure()
+    ws.config_file.write_text(f"workspace:\n  path: {data}\n")
+    ws = Workspace(ws.path)
+    ident = json.loads(ws.layout_file.read_text())["id"]
+    data.mkdir()
+    listdir = os.listdir
+
+    def the_other_process_claims(path: str | os.PathLike[str]) -> list[str]:
+        if Path(path) == data and not (data / "accel-data.json").exists():
+            (data / "accel-data.json").write_text(
+                json.dumps({"layout_version": 1, "workspace_id": ident})
+            )
+            (data / "cache").mkdir()
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", the_other_process_claims)
+    assert ws.identify()
+
+
 RACE = """
 import sys, time
 from pathlib import Path

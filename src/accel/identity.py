@@ -106,6 +106,8 @@ def root_state(root: Path) -> str:
         return FOREIGN
     except OSError:
         return FOREIGN
+    if LAYOUT_FILE in names and (root / LAYOUT_FILE).exists():
+        return OURS  # another process made it between the two looks
     names.discard(GITIGNORE)
     kept = {CONFIG_DIR: _only_config, LOCKS_DIR: _only_locks}
     # A temporary of accel's own atomic write: another process is making this workspace
@@ -140,15 +142,20 @@ def data_state(layout: Layout, root_id: str | None) -> str:
     """The relocated data folder: :data:`ABSENT` (missing or empty), :data:`OURS` (its
     marker names this workspace, or the root has no id yet) or :data:`FOREIGN`."""
     marker = read_marker(layout.data_marker, "workspace_id")
+    names: list[str] = []
+    if marker is None:
+        try:
+            names = os.listdir(layout.data)
+        except FileNotFoundError:
+            return ABSENT
+        except OSError:
+            return FOREIGN
+        if layout.data_marker.name in names:  # written between the two looks
+            marker = read_marker(layout.data_marker, "workspace_id")
     if marker is not None:
         return OURS if root_id is None or marker.id in (None, root_id) else FOREIGN
-    try:  # a temporary of ours is the marker being written by another process
-        names = os.listdir(layout.data)
-        return ABSENT if all(is_atomic_temp(name) for name in names) else FOREIGN
-    except FileNotFoundError:
-        return ABSENT
-    except OSError:
-        return FOREIGN
+    # a temporary of ours is the marker being written by another process
+    return ABSENT if all(is_atomic_temp(name) for name in names) else FOREIGN
 
 
 class NotAWorkspace(WorkspaceError):
