@@ -237,22 +237,22 @@ def test_second_ctrl_c_kills_at_once(start_accel: StartAccel, project: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-def test_sigkill_of_the_launcher_leaves_nothing(start_accel: StartAccel, project: Path) -> None:
+def test_sigkill_of_the_launcher_leaves_nothing(
+    start_accel: StartAccel, project: Path, accel_exe: list[str]
+) -> None:
     proc = _start_sleepers(start_accel, project, "--stop-grace-period", "1s")
     run_id = run_folder(project).name
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert_no_orphans(run_id, timeout=5)
     listed = subprocess.run(
-        ["accel", "runs", "--json"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": os.environ["PATH"]},
+        [*accel_exe, "runs", "--json"], cwd=project, capture_output=True, text=True, timeout=60
     )
     assert json.loads(listed.stdout)[0]["status"] == "crashed"
     assert run_json(project)["status"] == "crashed"  # healed in run.json by `accel runs`
-    check = subprocess.run(["accel", "env", "--check"], cwd=project, capture_output=True, text=True)
+    check = subprocess.run(
+        [*accel_exe, "env", "--check"], cwd=project, capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout
 
 
