@@ -11,6 +11,7 @@ from accel.errors import InterruptedRun, JobFailed
 from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
+    from accel.cli._launch_pet import FromEnvironment
     from accel.launch.plan import LaunchPlan
     from accel.launch.runner import RunOutcome
     from accel.workspace import Workspace
@@ -90,13 +91,14 @@ def _shown(plan: LaunchPlan, rank: int) -> bool:
     return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
 
 
-def show_plan(plan: LaunchPlan, as_json: bool) -> None:
+def show_plan(plan: LaunchPlan, as_json: bool, pet: FromEnvironment | None = None) -> None:
     from accel.launch.prepare import dry_run
 
     data = dry_run(plan)
     command, worker_env, config = data["worker_command"], data["worker_env"], data["config"]
+    pet_rows = _redacted_rows(pet.to_json()) if pet is not None else []
     if as_json:
-        _output.print_json(data)
+        _output.print_json({**data, "from_environment": pet_rows})
         return
     _output.out(f"command    {' '.join(command)}")
     _output.out(
@@ -106,6 +108,12 @@ def show_plan(plan: LaunchPlan, as_json: bool) -> None:
     _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
     _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
     _output.out(f"logs       {plan.run_dir}")
+    if pet_rows:
+        _output.table(
+            "from the environment (torchrun's PET_* variables; a flag typed wins)",
+            ["variable", "value", "as", "status"],
+            [[r["variable"], r["value"], r.get("as", ""), r["status"]] for r in pet_rows],
+        )
     _output.table(
         "environment (added to torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ...)",
         ["variable", "value"],
@@ -120,3 +128,13 @@ def show_plan(plan: LaunchPlan, as_json: bool) -> None:
         for k, v in body.items()
     ]
     _output.table("config", ["key", "value"], rows)
+
+
+def _redacted_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A ``PET_*`` value is shown as the worker environment is: secrets hidden."""
+    from accel._redact import redact_env
+
+    return [
+        {**row, "value": redact_env({row["variable"]: row["value"]})[row["variable"]]}
+        for row in rows
+    ]

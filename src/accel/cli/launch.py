@@ -5,6 +5,7 @@ Parses, plans (pure), runs, renders. torch is imported only once the plan is mad
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -282,21 +283,24 @@ def launch(
     torchrun's and Accelerate's flags keep their meaning; `_` works for `-` (--nproc_per_node).
     """
     from accel.cli._launch_flags import translate
+    from accel.cli._launch_pet import from_environment
     from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks
     from accel.launch.prepare import prepare
 
-    given = translate(ctx.params)
+    pet = from_environment(ctx, os.environ)  # torchrun's PET_* variables (Kubernetes, TorchX)
+    params = {**ctx.params, **pet.params}
+    given = translate(params)
     for note in given.notes:
         _output.warn(f"{config_file}: {note}")
     request = LaunchRequest(
         script=script,
         script_args=tuple(script_args or ()),
-        module=module,
+        module=params["module"],
         extra_env={**given.file_env, **parse_env_pairs(env or [])},
         console="tee" if tee else "quiet",
         console_ranks=parse_ranks(ranks),
         command=("accel", *sys.argv[1:]),
-        no_python=no_python,
+        no_python=params["no_python"],
         total_processes=given.total_processes,
         multi_gpu=given.multi_gpu,
         main_endpoint=given.main_endpoint,
@@ -306,8 +310,11 @@ def launch(
     if dry_run:
         from accel.cli._launch_report import show_plan
 
-        show_plan(plan, as_json)
+        show_plan(plan, as_json, pet)
         return 0
+    line = pet.summary()
+    if line is not None:
+        _output.info(f"accel: {line}")
     from accel.cli._launch_report import report, size_budget
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan

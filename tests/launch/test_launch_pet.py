@@ -1,0 +1,271 @@
+"""torchrun's ``PET_*`` variables: what Kubernetes (PyTorchJob, TrainJob) and TorchX set
+instead of flags. Each is read as torchrun's own parser reads it (checked against the
+installed torch), a flag typed wins, and two "pods" on loopback form one world."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launchutil import SCRIPTS
+
+from accel.cli._launch_pet import APPLIED, NOT_USED
+from accel.cli.main import main
+from run_helpers import free_port
+
+SCRIPT = str(SCRIPTS / "env_dump.py")
+# What a two-node job needs besides the variable under test.
+TWO_NODES = {"PET_NNODES": "2", "PET_MASTER_ADDR": "10.1.2.3", "PET_MASTER_PORT": "23456"}
+
+
+def torchrun_args(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Any:
+    """What torchrun's own parser makes of ``env`` (it reads PET_* as it is built)."""
+    from torch.distributed.run import get_args_parser
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return get_args_parser().parse_args([SCRIPT])
+
+
+def plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+    *args: str,
+) -> dict[str, Any]:  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code = main(["launch", "--dry-run", "--json", "--cpu", *args, SCRIPT])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_every_variable_torchrun_reads_is_applied_or_said_to_be_unused() -> None:
+    """A torch release that adds a PET_ variable fails here until it is placed."""
+    from torch.distributed.argparse_util import check_env, env
+    from torch.distributed.run import get_args_parser
+
+    theirs = {a.dest for a in get_args_parser()._actions if isinstance(a, (env, check_env))}
+    ours = set(APPLIED) | set(NOT_USED)
+    assert theirs - ours == set(), "torchrun reads PET_ variables accel does not place"
+    assert not set(APPLIED) & set(NOT_USED)
+
+
+# (variables, what torchrun's parser gives, a function of accel's dry run giving the same)
+CASES = {
+    "nproc_per_node": (
+        {"PET_NPROC_PER_NODE": "3"},
+        lambda a: int(a.nproc_per_node),
+        lambda p: p["nproc_per_node"],
+    ),
+    "nnodes": ({**TWO_NODES}, lambda a: int(a.nnodes), lambda p: p["nnodes"]),
+    "node_rank": (
+        {**TWO_NODES, "PET_NODE_RANK": "1"},
+        lambda a: int(a.node_rank),
+        lambda p: p["node_rank"],
+    ),
+    "master_addr": (
+        {**TWO_NODES},
+        lambda a: f"{a.master_addr}:{a.master_port}",
+        lambda p: p["rdzv"]["endpoint"],
+    ),
+    "rdzv_endpoint": (
+        {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "10.9.8.7:29400"},
+        lambda a: a.rdzv_endpoint,
+        lambda p: p["rdzv"]["endpoint"],
+    ),
+    "rdzv_id": (
+        {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "h:1", "PET_RDZV_ID": "job-7"},
+        lambda a: a.rdzv_id,
+        lambda p: p["rdzv"]["id"],
+    ),
+    "max_restarts": (
+        {"PET_MAX_RESTARTS": "3"},
+        lambda a: int(a.max_restarts),
+        lambda p: p["max_restarts"],
+    ),
+    "standalone": (
+        {"PET_STANDALONE": "1", "PET_NPROC_PER_NODE": "2"},
+        lambda a: a.standalone,
+        lambda p: p["rdzv"]["endpoint"] == "localhost:0" and p["nnodes"] == 1,
+    ),
+    "module": (
+        {"PET_MODULE": "1"},
+        lambda a: a.module,
+        lambda p: "-m" in p["worker_command"],
+    ),
+    "no_python": (
+        {"PET_NO_PYTHON": "1"},
+        lambda a: a.no_python,
+        lambda p: "--accel-exec" in p["worker_command"],
+    ),
+    "rdzv_backend": (
+        {"PET_RDZV_BACKEND": "c10d"},
+        lambda a: a.rdzv_backend,
+        lambda p: p["rdzv"]["backend"],
+    ),
+}
+
+
+@pytest.mark.parametrize("dest", sorted(CASES))
+def test_each_variable_means_what_it_means_to_torchrun(
+    dest: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    project: Path,
+) -> None:
+    env, theirs, ours = CASES[dest]
+    if dest == "module":  # a module the workers can import
+        (project / "pkg").mkdir()
+        (project / "pkg" / "__init__.py").write_text("")
+        (project / "pkg" / "train.py").write_text("")
+        monkeypatch.setattr(sys.modules[__name__], "SCRIPT", "pkg.train")
+    if dest == "no_python":
+        monkeypatch.setattr(sys.modules[__name__], "SCRIPT", sys.executable)
+    expected = theirs(torchrun_args(monkeypatch, env))
+    got = plan(capsys, monkeypatch, env)
+    assert ours(got) == expected
+    applied = {row["variable"] for row in got["from_environment"] if row["status"] == "applied"}
+    assert applied == set(env)
+
+
+def test_monitor_interval_is_accepted_as_torchrun_accepts_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert torchrun_args(monkeypatch, {"PET_MONITOR_INTERVAL": "5"}).monitor_interval == 5.0
+    rows = plan(capsys, monkeypatch, {"PET_MONITOR_INTERVAL": "5"})["from_environment"]
+    assert rows == [
+        {"variable": "PET_MONITOR_INTERVAL", "value": "5", "as": "--monitor-interval",
+         "status": "applied"}
+    ]  # fmt: skip
+
+
+def test_a_flag_typed_on_the_command_line_wins_as_under_torchrun(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.run import get_args_parser
+
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "2")
+    assert get_args_parser().parse_args(["--nproc-per-node", "3", SCRIPT]).nproc_per_node == "3"
+    got = plan(capsys, monkeypatch, {}, "--nproc-per-node", "3")
+    assert got["nproc_per_node"] == 3
+    assert got["from_environment"][0]["status"] == "the command line wins"
+
+
+def test_the_variables_win_over_the_project_config(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, project: Path
+) -> None:
+    """The scheduler's shape is the job's: torchrun has no config file to outvote it."""
+    assert main(["config", "set", "launch.num_processes", "4"]) == 0
+    capsys.readouterr()
+    assert plan(capsys, monkeypatch, {"PET_NPROC_PER_NODE": "2"})["nproc_per_node"] == 2
+
+
+def test_variables_accel_does_without_are_shown_not_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"PET_RDZV_CONF": "join_timeout=900", "PET_START_METHOD": "spawn"}
+    rows = plan(capsys, monkeypatch, env)["from_environment"]
+    assert {r["variable"]: r["status"].split(":")[0] for r in rows} == {
+        "PET_RDZV_CONF": "not used",
+        "PET_START_METHOD": "not used",
+    }
+    assert main(["launch", "--dry-run", "--cpu", SCRIPT]) == 0
+    out = capsys.readouterr().out
+    assert "PET_RDZV_CONF" in out and "accel's c10d rendezvous keeps its own timeouts" in out
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"PET_NNODES": "two"}, "invalid value for PET_NNODES (torchrun's --nnodes): expected"),
+        ({"PET_NODE_RANK": "first"}, "invalid PET_NODE_RANK='first' (torchrun's --node-rank)"),
+        ({"PET_STANDALONE": "yes"}, "invalid PET_STANDALONE='yes': torchrun reads it as"),
+        ({"PET_MASTER_PORT": "http"}, "invalid PET_MASTER_PORT='http'"),
+        ({"PET_NNODES": "2"}, "--nnodes 2 needs --rdzv-endpoint"),
+        ({"PET_LOG_DIR": "/tmp/logs"}, "PET_LOG_DIR: --log-dir is not needed"),
+        ({"PET_RDZV_BACKEND": "etcd"}, "PET_RDZV_BACKEND: --rdzv-backend etcd: accel's"),
+        ({"PET_NPROC_PER_NODE": "0"}, "PET_NPROC_PER_NODE: invalid value for -n/--nproc-per-node"),
+        ({"PET_MAX_RESTARTS": "-1"}, "invalid value for PET_MAX_RESTARTS (torchrun's"),
+    ],
+)
+def test_a_bad_variable_is_one_line_and_exit_2(
+    env: dict[str, str],
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    project: Path,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code = main(["launch", "--cpu", SCRIPT])
+    _, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.count("\n") == 1 and said in err and "Traceback" not in err
+    assert not (project / ".accelerate" / "logs" / "runs").exists()
+
+
+# --- two pods on loopback, with the variables the operators set -------------------------
+
+GROW = str(SCRIPTS / "elastic_grow.py")
+
+
+def pytorchjob_pod(index: int, port: int, nproc: int) -> dict[str, str]:
+    """Kubeflow's PyTorchJob (training-operator v1, not elastic): the node-level
+    MASTER_*/WORLD_SIZE/RANK it sets for plain scripts and the PET_* it sets for
+    torchrun."""
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": "2",
+        "RANK": str(index),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(port),
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": str(index),
+        "PET_NPROC_PER_NODE": str(nproc),
+    }
+
+
+def run_pods(
+    command: list[str], out: Path, nproc: int, cwd: Path
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Start two pods; (rank, world, all_reduce) of every worker start, and each stderr."""
+    port = free_port()
+    out.mkdir()
+    pods = [
+        subprocess.Popen(
+            [*command, GROW, str(out), str(2 * nproc)],
+            cwd=cwd,
+            env={**os.environ, **pytorchjob_pod(i, port, nproc)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [pod.communicate(timeout=150) for pod in pods]
+    assert [pod.returncode for pod in pods] == [0, 0], outputs
+    found = [json.loads(p.read_text()) for p in sorted(out.glob("start-*.json"))]
+    return sorted((s["rank"], s["world"], s["all_reduce"]) for s in found), [e for _, e in outputs]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_two_pytorchjob_pods_form_one_world_as_under_torchrun(
+    nproc: int, project: Path, accel_exe: list[str]
+) -> None:
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    theirs, _ = run_pods(torchrun, project / "torchrun", nproc, project)
+    ours, said = run_pods([*accel_exe, "launch", "--cpu"], project / "accel", nproc, project)
+    world = 2 * nproc
+    total = float(sum(range(1, world + 1)))
+    assert theirs == [(rank, world, total) for rank in range(world)]
+    assert ours == theirs
+    assert all("torchrun's variables: PET_NNODES=2 (--nnodes)" in err for err in said), said
