@@ -106,7 +106,7 @@ def _clean_prompt(accel_exe: list[str], project: Path, answer: bytes | None) -> 
     proc = subprocess.Popen(
         [*accel_exe, "clean", "--older-than", "1d"], cwd=project, stdin=sub_fd, stdout=sub_fd,
         stderr=sub_fd,
-        env={**os.environ, "TERM": "dumb"},
+        env={**os.environ, "TERM": "dumb", "PYTHONFAULTHANDLER": "1"},
     )  # fmt: skip
     os.close(sub_fd)
     seen, deadline = b"", time.monotonic() + 40
@@ -119,7 +119,19 @@ def _clean_prompt(accel_exe: list[str], project: Path, answer: bytes | None) -> 
             proc.send_signal(signal.SIGINT)
         else:
             os.write(main_fd, answer)
-        return proc.wait(timeout=30)
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # where it waits: faulthandler prints every thread
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=30)
+            while select.select([main_fd], [], [], 1)[0]:
+                try:
+                    seen += os.read(main_fd, 65536)
+                except OSError:  # the other end is closed
+                    break
+            raise AssertionError(
+                f"no exit 30 s after the answer: {seen.decode(errors='replace')}"
+            ) from None
     finally:
         proc.kill()
         os.close(main_fd)
@@ -135,7 +147,7 @@ def test_end_of_input_at_the_clean_prompt_declines_with_exit_1(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)  # the answer's 30 s, and a stack dump if it hangs
 def test_ctrl_c_at_the_clean_prompt_is_still_an_interrupt(
     project: Path, accel_exe: list[str]
 ) -> None:
