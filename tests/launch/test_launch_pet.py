@@ -269,3 +269,5 @@ def test_two_pytorchjob_pods_form_one_world_as_under_torchrun(
     assert theirs == [(rank, world, total) for rank in range(world)]
     assert ours == theirs
     assert all("torchrun's variables: PET_NNODES=2 (--nnodes)" in err for err in said), said
+    omp = f"accel: OMP_NUM_THREADS=1 for each of the {nproc} workers on this node"
+    assert all((omp in err) == (nproc > 1) for err in said), said  # torchrun's default, said

@@ -88,6 +88,17 @@ def test_user_omp_threads_are_kept(tmp_path: Path) -> None:
     assert "OMP_NUM_THREADS" not in plan.worker_env  # inherited from the launcher as is
 
 
+def test_the_omp_default_is_said_in_one_line_as_torchrun_says_it(tmp_path: Path) -> None:
+    (said,) = make_plan(tmp_path, {"launch.num_processes": 2}).notes
+    assert said.startswith("OMP_NUM_THREADS=1 for each of the 2 workers") and "tune" in said
+    assert make_plan(tmp_path, {"launch.num_processes": 1}).notes == ()
+    assert (
+        make_plan(tmp_path, {"launch.num_processes": 2}, env={"OMP_NUM_THREADS": "4"}).notes == ()
+    )
+    chosen = make_plan(tmp_path, {"launch.num_processes": 2, "launch.env": "OMP_NUM_THREADS=8"})
+    assert chosen.worker_env["OMP_NUM_THREADS"] == "8" and chosen.notes == ()
+
+
 def test_auto_processes(tmp_path: Path) -> None:
     assert make_plan(tmp_path, {"launch.num_processes": "auto"}, gpus=3).nproc_per_node == 3
     assert make_plan(tmp_path, {"launch.num_processes": "auto"}, gpus=0).nproc_per_node == 1

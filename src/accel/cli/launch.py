@@ -304,6 +304,7 @@ def launch(
         total_processes=given.total_processes,
         multi_gpu=given.multi_gpu,
         main_endpoint=given.main_endpoint,
+        notes=tuple(line for line in (pet.summary(),) if line is not None),
     )
     ws = _app.workspace(ctx, flags=given.flags)
     plan = prepare(ws, request, early=not dry_run)
@@ -312,9 +313,6 @@ def launch(
 
         show_plan(plan, as_json, pet)
         return 0
-    line = pet.summary()
-    if line is not None:
-        _output.info(f"accel: {line}")
     from accel.cli._launch_report import report, size_budget
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan

@@ -25,6 +25,7 @@ from accel.launch.target import check_module
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
+OMP_DEFAULT = "1"  # torchrun's OMP_NUM_THREADS for more than one worker per node
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class LaunchRequest:
     # --master_addr/--master_port, --main_process_ip/--main_process_port: the rendezvous
     # of a multi-node job (below --rdzv-endpoint); on one node a free port is used.
     main_endpoint: str | None = None
+    # Said in one line each once the run starts (what the command line took from PET_*).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class LaunchPlan:
     preload_modules: tuple[str, ...] = ()
     # An elastic job (--nnodes MIN:MAX) starts once min_nodes have joined; None: fixed.
     min_nodes: int | None = None
+    # Said in one line each when the run starts (a launch refused before says only why).
+    notes: tuple[str, ...] = ()
 
     @property
     def elastic(self) -> bool:
@@ -124,6 +129,7 @@ def plan_launch(
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
+    workers_env = worker_env(config, request, env, nproc, gpu_count, workspace, cache_dir, run_id)
     return LaunchPlan(
         run_id=run_id,
         run_name=str(config.settings.launch.run_name),
@@ -134,7 +140,7 @@ def plan_launch(
         command=request.command,
         entrypoint=python,
         worker_args=_worker_args(request),
-        worker_env=worker_env(config, request, env, nproc, gpu_count, workspace, cache_dir, run_id),
+        worker_env=workers_env,
         nproc_per_node=nproc,
         nnodes=nodes.nnodes,
         min_nodes=nodes.min_nodes if nodes.min_nodes < nodes.nnodes else None,
@@ -150,7 +156,17 @@ def plan_launch(
         config=config.nested(),
         preload=config.settings.launch.preload,
         preload_modules=tuple(config.settings.launch.preload_modules),
+        notes=request.notes + _notes(env, workers_env, nproc),
     )
+
+
+def _notes(env: Mapping[str, str], workers_env: Mapping[str, str], nproc: int) -> tuple[str, ...]:
+    if "OMP_NUM_THREADS" not in env and workers_env.get("OMP_NUM_THREADS") == OMP_DEFAULT:
+        return (
+            f"OMP_NUM_THREADS={OMP_DEFAULT} for each of the {nproc} workers on this node "
+            "(torchrun's default, so they do not oversubscribe the CPUs); set it to tune",
+        )
+    return ()
 
 
 def check_launch(
@@ -336,7 +352,7 @@ def worker_env(
     """Variables added to every worker's environment (torchrun's own come on top)."""
     out: dict[str, str] = {}
     if "OMP_NUM_THREADS" not in env and nproc > 1:
-        out["OMP_NUM_THREADS"] = "1"  # torchrun's default, so as not to oversubscribe
+        out["OMP_NUM_THREADS"] = OMP_DEFAULT  # torchrun's default, so as not to oversubscribe
     out.update(_accelerate_env(config, gpu_count))
     out.update(_framework_caches(config, env, cache_dir))
     out.update(config.settings.launch.env)

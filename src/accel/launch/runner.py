@@ -176,6 +176,8 @@ class _Run:
         self.notify(
             f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
         )
+        for note in plan.notes:
+            self.notify(f"accel: {note}")
         self.record = report.start_record(self.plan, facts(self.plan.cwd))
         self._save()
         status, code = RunStatus.FAILED, 1
