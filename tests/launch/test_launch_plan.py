@@ -23,6 +23,7 @@ def make_plan(
     flags: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     gpus: int = 0,
+    run_id: str = "RUN",
     **request: Any,
 ) -> Any:
     (tmp_path / "train.py").write_text("")
@@ -34,7 +35,7 @@ def make_plan(
         env=env,
         cwd=tmp_path,
         now=NOW,
-        run_id="RUN",
+        run_id=run_id,
         workspace=tmp_path / ".accelerate",
         runs_dir=tmp_path / ".accelerate/logs/runs",
         cache_dir=tmp_path / ".accelerate/cache",
@@ -239,6 +240,19 @@ def test_slurm_fills_in_what_was_not_given(tmp_path: Path) -> None:
     assert plan.rdzv_endpoint == "gpu07:29400" and plan.rdzv_id == "slurm-42"
     plan = make_plan(tmp_path, {"launch.rdzv_endpoint": "head:1234"}, env=SLURM)
     assert plan.rdzv_endpoint == "head:1234"
+
+
+def test_slurm_steps_side_by_side_never_share_a_rendezvous(tmp_path: Path) -> None:
+    """Two launches in one allocation collided on localhost:29400, id slurm-<job>."""
+    one_node = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
+                "SLURM_JOB_NODELIST": "localhost", "SLURM_STEP_ID": "0"}  # fmt: skip
+    first = make_plan(tmp_path, env=one_node, run_id="r1")
+    second = make_plan(tmp_path, env=one_node, run_id="r2")
+    assert first.rdzv_endpoint == second.rdzv_endpoint == "localhost:0"  # a free port each
+    assert first.rdzv_id != second.rdzv_id
+    steps = [make_plan(tmp_path, env={**SLURM, "SLURM_STEP_ID": str(i)}) for i in (0, 1)]
+    assert [s.rdzv_endpoint for s in steps] == ["gpu07:29400", "gpu07:29401"]
+    assert [s.rdzv_id for s in steps] == ["slurm-42.0", "slurm-42.1"]
 
 
 @pytest.mark.parametrize(
