@@ -73,7 +73,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     for name in list(os.environ):
-        if name.startswith(("ACCEL_", "ACCELERATE_", "TORCHELASTIC_", "SLURM_", "PET_")) or name in (
+        if name.startswith(
+            ("ACCEL_", "ACCELERATE_", "TORCHELASTIC_", "SLURM_", "PET_", "SKYPILOT_")
+        ) or name in (
             "RANK",
             "LOCAL_RANK",
             "WORLD_SIZE",

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +234,11 @@ def pytorchjob_pod(index: int, port: int, nproc: int) -> dict[str, str]:
 
 
 def run_pods(
-    command: list[str], out: Path, nproc: int, cwd: Path
+    command: list[str],
+    out: Path,
+    nproc: int,
+    cwd: Path,
+    pod_env: Callable[[int, int, int], dict[str, str]] | None = None,
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Start two pods; (rank, world, all_reduce) of every worker start, and each stderr."""
     port = free_port()
@@ -242,7 +247,7 @@ def run_pods(
         subprocess.Popen(
             [*command, GROW, str(out), str(2 * nproc)],
             cwd=cwd,
-            env={**os.environ, **pytorchjob_pod(i, port, nproc)},
+            env={**os.environ, **(pod_env or pytorchjob_pod)(i, port, nproc)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -271,3 +276,48 @@ def test_two_pytorchjob_pods_form_one_world_as_under_torchrun(
     assert all("torchrun's variables: PET_NNODES=2 (--nnodes)" in err for err in said), said
     omp = f"accel: OMP_NUM_THREADS=1 for each of the {nproc} workers on this node"
     assert all((omp in err) == (nproc > 1) for err in said), said  # torchrun's default, said
+
+
+def test_the_dry_run_names_the_scheduler_it_found(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sky = {"SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.5", "SKYPILOT_NODE_RANK": "1",
+           "SKYPILOT_NUM_NODES": "2"}  # fmt: skip
+    assert (
+        plan(capsys, monkeypatch, sky)["scheduler"] == "skypilot: node 1 of 2, head 10.0.0.4:29400"
+    )
+    assert main(["launch", "--dry-run", "--cpu", SCRIPT]) == 0
+    assert "scheduler  skypilot: node 1 of 2, head 10.0.0.4:29400" in capsys.readouterr().out
+    # torchrun's variables are flags: they win over what the scheduler says
+    got = plan(capsys, monkeypatch, {"PET_NODE_RANK": "0"})
+    assert got["node_rank"] == 0 and got["nnodes"] == 2
+
+
+def skypilot_node(index: int, port: int, nproc: int) -> dict[str, str]:
+    """SkyPilot's variables on each node of a 2-node cluster (the head on loopback)."""
+    return {
+        "SKYPILOT_NODE_IPS": "127.0.0.1\n127.0.0.1",
+        "SKYPILOT_NODE_RANK": str(index),
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NUM_GPUS_PER_NODE": "0",
+        "SKYPILOT_TASK_ID": f"sky-test-{port}",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_two_skypilot_nodes_form_one_world_with_zero_flags(
+    project: Path, accel_exe: list[str]
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # SkyPilot's convention has no port: accel's default
+        try:
+            probe.bind(("127.0.0.1", 29400))
+        except OSError:
+            pytest.skip("port 29400 (the rendezvous SkyPilot jobs get) is taken on this machine")
+    ours, said = run_pods(
+        [*accel_exe, "launch", "--cpu"], project / "accel", 1, project, skypilot_node
+    )
+    assert ours == [(0, 2, 3.0), (1, 2, 3.0)]
+    assert all("skypilot: node" in err and "head 127.0.0.1:29400" in err for err in said), said

@@ -13,7 +13,7 @@ import pytest
 from accel.config.resolve import resolve
 from accel.errors import UsageError
 from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks, plan_launch
-from accel.launch.slurm import first_host, slurm_defaults
+from accel.launch.schedulers import first_host, skypilot_defaults, slurm_defaults
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -253,6 +253,45 @@ def test_slurm_steps_side_by_side_never_share_a_rendezvous(tmp_path: Path) -> No
     steps = [make_plan(tmp_path, env={**SLURM, "SLURM_STEP_ID": str(i)}) for i in (0, 1)]
     assert [s.rdzv_endpoint for s in steps] == ["gpu07:29400", "gpu07:29401"]
     assert [s.rdzv_id for s in steps] == ["slurm-42.0", "slurm-42.1"]
+
+
+# SkyPilot's variables on node 1 of a 2-node cluster with 4 GPUs a node (its docs' names).
+SKYPILOT = {
+    "SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.5\n",
+    "SKYPILOT_NODE_RANK": "1",
+    "SKYPILOT_NUM_NODES": "2",
+    "SKYPILOT_NUM_GPUS_PER_NODE": "4",
+    "SKYPILOT_TASK_ID": "sky-2026-12-01-abc_1",
+}
+
+
+def test_skypilot_gives_the_job_with_zero_flags(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, {"launch.use_cpu": True}, env=SKYPILOT)
+    assert (plan.nnodes, plan.node_rank, plan.nproc_per_node) == (2, 1, 4)
+    assert (
+        plan.rdzv_endpoint == "10.0.0.4:29400" and plan.rdzv_id == "skypilot-sky-2026-12-01-abc_1"
+    )
+    assert plan.scheduler == "skypilot: node 1 of 2, head 10.0.0.4:29400, 4 worker(s) per node"
+    assert plan.notes[0] == plan.scheduler  # said when the run starts
+    given = make_plan(tmp_path, {"launch.use_cpu": True, "launch.num_processes": 2}, env=SKYPILOT)
+    assert given.nproc_per_node == 2  # what the user set wins
+
+
+def test_a_skypilot_cluster_of_one_or_a_cpu_node_asks_nothing_more(tmp_path: Path) -> None:
+    one = {"SKYPILOT_NODE_IPS": "10.0.0.4", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": "1"}
+    plan = make_plan(tmp_path, env={**one, "SKYPILOT_NUM_GPUS_PER_NODE": "0"})
+    assert (plan.nnodes, plan.nproc_per_node, plan.rdzv_endpoint) == (1, 1, "localhost:0")
+    assert skypilot_defaults({"SKYPILOT_NODE_RANK": "0"}) == {}  # no IPs: not SkyPilot's job
+
+
+def test_a_scheduler_rank_beyond_its_nodes_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="out of range"):
+        make_plan(tmp_path, env={**SKYPILOT, "SKYPILOT_NODE_RANK": "2"})
+
+
+def test_slurm_is_described_as_dry_run_shows_it(tmp_path: Path) -> None:
+    assert make_plan(tmp_path, env=SLURM).scheduler == "slurm: node 2 of 3, head gpu07:29400"
+    assert make_plan(tmp_path).scheduler is None
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,8 @@ def show_plan(plan: LaunchPlan, as_json: bool, pet: FromEnvironment | None = Non
         f"workers    {plan.nproc_per_node} per node x {plan.nodes_text} node(s) = "
         f"{plan.world_size_text} (this is node {plan.node_rank})"
     )
+    if plan.scheduler is not None:
+        _output.out(f"scheduler  {plan.scheduler}")
     _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
     _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
     _output.out(f"logs       {plan.run_dir}")

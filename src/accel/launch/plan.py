@@ -20,7 +20,7 @@ from accel.config.resolve import ResolvedConfig
 from accel.devices import gpu_mismatch, workers_for
 from accel.errors import ConfigError, UsageError
 from accel.launch.launcher_env import accel_env, launcher_set, refusal
-from accel.launch.slurm import DEFAULT_RDZV_PORT, slurm_defaults
+from accel.launch.schedulers import DEFAULT_RDZV_PORT, Scheduler, detect
 from accel.launch.target import check_module
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
@@ -84,6 +84,8 @@ class LaunchPlan:
     min_nodes: int | None = None
     # Said in one line each when the run starts (a launch refused before says only why).
     notes: tuple[str, ...] = ()
+    # What the scheduler found in the environment said: "slurm: node 1 of 4, head h:29400".
+    scheduler: str | None = None
 
     @property
     def elastic(self) -> bool:
@@ -156,17 +158,24 @@ def plan_launch(
         config=config.nested(),
         preload=config.settings.launch.preload,
         preload_modules=tuple(config.settings.launch.preload_modules),
-        notes=request.notes + _notes(env, workers_env, nproc),
+        notes=request.notes + _notes(env, workers_env, nproc, nodes.scheduler),
+        scheduler=nodes.scheduler.describe() if nodes.scheduler is not None else None,
     )
 
 
-def _notes(env: Mapping[str, str], workers_env: Mapping[str, str], nproc: int) -> tuple[str, ...]:
+def _notes(
+    env: Mapping[str, str],
+    workers_env: Mapping[str, str],
+    nproc: int,
+    scheduler: Scheduler | None,
+) -> tuple[str, ...]:
+    notes = [scheduler.describe()] if scheduler is not None else []
     if "OMP_NUM_THREADS" not in env and workers_env.get("OMP_NUM_THREADS") == OMP_DEFAULT:
-        return (
+        notes.append(
             f"OMP_NUM_THREADS={OMP_DEFAULT} for each of the {nproc} workers on this node "
-            "(torchrun's default, so they do not oversubscribe the CPUs); set it to tune",
+            "(torchrun's default, so they do not oversubscribe the CPUs); set it to tune"
         )
-    return ()
+    return tuple(notes)
 
 
 def check_launch(
@@ -230,7 +239,12 @@ def _per_node(config: ResolvedConfig, request: LaunchRequest, nodes: _Nodes) -> 
     total = request.total_processes
     if total is None:
         unset = config.origins["launch.num_processes"].layer == "default"
-        return "auto" if request.multi_gpu and unset else config.settings.launch.num_processes
+        if unset and request.multi_gpu:
+            return "auto"
+        said = nodes.scheduler.says.get("nproc") if nodes.scheduler is not None else None
+        if unset and said:
+            return int(said)
+        return config.settings.launch.num_processes
     if total == "auto":
         return total
     if nodes.min_nodes < nodes.nnodes:
@@ -274,19 +288,22 @@ class _Nodes:
     endpoint: str | None
     rdzv_id: str | None
     min_nodes: int  # == nnodes unless elastic
-    rank_given: bool = True  # by a flag, the environment, the config or SLURM
+    rank_given: bool = True  # by a flag, the environment, the config or the scheduler
+    scheduler: Scheduler | None = None  # SLURM or SkyPilot, found in the environment
 
 
 def _nodes(
     config: ResolvedConfig, env: Mapping[str, str], request: LaunchRequest | None = None
 ) -> _Nodes:
-    """Nodes from the config, with SLURM filling in what was not set anywhere."""
-    slurm = slurm_defaults(env)
+    """Nodes from the config, with the scheduler (SLURM, SkyPilot) filling in what was
+    not set anywhere."""
+    scheduler = detect(env)
+    says = scheduler.says if scheduler is not None else {}
     launch = config.settings.launch
 
-    def pick(key: str, value: Any, slurm_key: str) -> Any:
+    def pick(key: str, value: Any, says_key: str) -> Any:
         unset = config.origins[key].layer == "default"
-        return slurm.get(slurm_key, value) if unset else value
+        return says.get(says_key, value) if unset else value
 
     nnodes = int(pick("launch.num_machines", launch.num_machines, "nnodes"))
     endpoint = pick("launch.rdzv_endpoint", launch.rdzv_endpoint, "endpoint")
@@ -299,7 +316,8 @@ def _nodes(
         endpoint=endpoint,
         rdzv_id=pick("launch.rdzv_id", launch.rdzv_id, "rdzv_id"),
         min_nodes=nnodes if launch.min_machines is None else int(launch.min_machines),
-        rank_given=config.origins["launch.machine_rank"].layer != "default" or "node_rank" in slurm,
+        rank_given=config.origins["launch.machine_rank"].layer != "default" or "node_rank" in says,
+        scheduler=scheduler,
     )
     if nodes.min_nodes > nodes.nnodes:
         raise UsageError(

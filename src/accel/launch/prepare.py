@@ -74,6 +74,7 @@ def dry_run(plan: LaunchPlan) -> dict[str, Any]:
         "nnodes": plan.nnodes,
         **({"min_nnodes": plan.min_nodes} if plan.elastic else {}),
         "node_rank": plan.node_rank,
+        "scheduler": plan.scheduler,
         "world_size": plan.world_size,
         "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
         "max_restarts": plan.max_restarts,

@@ -1,0 +1,111 @@
+"""What a scheduler says about a job's nodes, read from the environment it sets (pure).
+
+SLURM (``SLURM_*``) and SkyPilot (``SKYPILOT_*``): each fills in, under the plan, what no
+flag, environment variable or config gave: the nodes, this node's rank, the head
+node's rendezvous and, for SkyPilot, the workers per node. torchrun's own ``PET_*``
+variables are flags (``accel.cli._launch_pet``), above all of these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from accel.errors import UsageError
+
+DEFAULT_RDZV_PORT = 29400
+
+
+# Steps of one allocation that run at once each get a port of their own above this one.
+STEP_PORTS = 100
+
+
+def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
+    """What a SLURM allocation says about the job's nodes (empty outside SLURM).
+
+    On one node there is nothing to meet: the launch binds a free port of its own, so
+    launches side by side in one allocation (a sweep) never share a rendezvous. Across
+    nodes, each job step (each ``srun``, ``SLURM_STEP_ID``) gets its own rendezvous id
+    and port, the same on every node of the step.
+    """
+    if not env.get("SLURM_JOB_ID"):
+        return {}
+    out: dict[str, Any] = {}
+    nnodes = env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
+    if nnodes and nnodes.isdigit():
+        out["nnodes"] = int(nnodes)
+    if env.get("SLURM_NODEID", "").isdigit():
+        out["node_rank"] = int(env["SLURM_NODEID"])
+    if out.get("nnodes", 1) == 1:
+        return out
+    step = env.get("SLURM_STEP_ID", "")
+    out["rdzv_id"] = f"slurm-{env['SLURM_JOB_ID']}" + (f".{step}" if step.isdigit() else "")
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if nodelist:
+        port = DEFAULT_RDZV_PORT + (int(step) % STEP_PORTS if step.isdigit() else 0)
+        out["endpoint"] = f"{first_host(nodelist)}:{port}"
+    return out
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if match is None:
+        raise UsageError(f"cannot read the SLURM node list {nodelist!r}")
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def skypilot_defaults(env: Mapping[str, str]) -> dict[str, Any]:
+    """What SkyPilot says on each node of a cluster (empty outside SkyPilot): its docs'
+    torchrun line is ``--nnodes $SKYPILOT_NUM_NODES --node_rank $SKYPILOT_NODE_RANK
+    --nproc_per_node $SKYPILOT_NUM_GPUS_PER_NODE`` with the first of
+    ``$SKYPILOT_NODE_IPS`` as the head."""
+    ips = [ip.strip() for ip in env.get("SKYPILOT_NODE_IPS", "").splitlines() if ip.strip()]
+    if not ips or not env.get("SKYPILOT_NODE_RANK", "").isdigit():
+        return {}
+    count = env.get("SKYPILOT_NUM_NODES", "")
+    out: dict[str, Any] = {
+        "nnodes": int(count) if count.isdigit() else len(ips),
+        "node_rank": int(env["SKYPILOT_NODE_RANK"]),
+    }
+    gpus = env.get("SKYPILOT_NUM_GPUS_PER_NODE", "")
+    if gpus.isdigit() and int(gpus) > 0:
+        out["nproc"] = int(gpus)
+    if out["nnodes"] > 1:
+        out["endpoint"] = f"{ips[0]}:{DEFAULT_RDZV_PORT}"
+        task = env.get("SKYPILOT_TASK_ID", "")
+        out["rdzv_id"] = f"skypilot-{task}" if task else "skypilot"
+    return out
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """The scheduler found in the environment, and what it says about the job."""
+
+    name: str  # slurm | skypilot
+    says: Mapping[str, Any]  # nnodes, node_rank, endpoint, rdzv_id, nproc: what it set
+
+    def describe(self) -> str:
+        """``slurm: node 1 of 4, head node-a:29400``, as --dry-run shows it."""
+        says = self.says
+        parts = [f"node {says.get('node_rank', 0)} of {says.get('nnodes', 1)}"]
+        if says.get("endpoint"):
+            parts.append(f"head {says['endpoint']}")
+        if says.get("nproc"):
+            parts.append(f"{says['nproc']} worker(s) per node")
+        return f"{self.name}: " + ", ".join(parts)
+
+
+def detect(env: Mapping[str, str]) -> Scheduler | None:
+    """The scheduler this launch runs under, if any (SkyPilot before SLURM: a SkyPilot
+    cluster can itself run on SLURM, and its own variables are the job's)."""
+    for name, read in (("skypilot", skypilot_defaults), ("slurm", slurm_defaults)):
+        says = read(env)
+        if says:
+            return Scheduler(name, says)
+    return None
