@@ -4,6 +4,9 @@ Works the same under ``accel launch``, under plain ``torchrun`` and as a single
 ``python train.py``: it reads the torchrun environment (``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``), sets up the process group when
 there is more than one rank (nccl on GPU, gloo on CPU) and tears it down at the end.
+Inside a world another launcher already started (Ray Train, ``mp.spawn`` and
+``init_process_group``), it joins that group: its rank and size are the group's, and
+the group stays the starter's to end.
 
 Precision comes from the ``mixed_precision`` argument, else
 ``ACCELERATE_MIXED_PRECISION`` (set by ``accel launch``), else the config's
@@ -66,9 +69,7 @@ class Accelerator:
     ) -> None:
         env = dict(os.environ)
         self.workspace = workspace or Workspace.discover()
-        self.rank = setup.env_int(env, "RANK", 0)
-        self.local_rank = setup.env_int(env, "LOCAL_RANK", 0)
-        self.world_size = setup.env_int(env, "WORLD_SIZE", 1)
+        self.rank, self.local_rank, self.world_size = setup.where(env)
         self.run_id = env.get("ACCEL_RUN_ID") or None
         self.seed = seed
         self.log_all_ranks = log_all_ranks

@@ -32,6 +32,42 @@ def env_int(env: Mapping[str, str], name: str, default: int) -> int:
         raise UsageError(f"environment variable {name}={env[name]!r} is not an integer") from None
 
 
+def where(env: Mapping[str, str]) -> tuple[int, int, int]:
+    """(rank, local rank, world size) of this worker.
+
+    In a world someone else started (Ray Train, ``mp.spawn`` with ``init_process_group(rank=,
+    world_size=)``, a custom launcher) the group is the truth, whatever ``RANK`` and
+    ``WORLD_SIZE`` say or whether they are set at all: every rank reading 0 from a missing
+    ``RANK`` would think it is the main one. Else torchrun's variables (``accel launch``
+    sets them), else a lone process.
+    """
+    rank, local_rank = env_int(env, "RANK", 0), env_int(env, "LOCAL_RANK", 0)
+    world_size = env_int(env, "WORLD_SIZE", 1)
+    joined = _existing_group()
+    if joined is None:
+        return rank, local_rank, world_size
+    rank, world_size = joined
+    if "LOCAL_RANK" not in env:  # one node, one GPU a rank: what mp.spawn's scripts assume
+        local_rank = rank % _gpus() if _gpus() else 0
+    return rank, local_rank, world_size
+
+
+def _existing_group() -> tuple[int, int] | None:
+    if "torch.distributed" not in sys.modules:  # nobody imported it: nobody started a group
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def precision(value: str | None, env: Mapping[str, str], ws: Workspace) -> str:
     chosen = value or env.get("ACCELERATE_MIXED_PRECISION")
     chosen = chosen or ws.settings.launch.mixed_precision
