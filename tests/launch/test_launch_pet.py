@@ -321,3 +321,45 @@ def test_two_skypilot_nodes_form_one_world_with_zero_flags(
     )
     assert ours == [(0, 2, 3.0), (1, 2, 3.0)]
     assert all("skypilot: node" in err and "head 127.0.0.1:29400" in err for err in said), said
+
+
+def srun_task(step: int) -> Callable[[int, int, int], dict[str, str]]:
+    """What ``srun -n 2`` sets in each task on a one-node allocation (step ``step``)."""
+
+    def env(index: int, port: int, nproc: int) -> dict[str, str]:
+        return {
+            "SLURM_JOB_ID": "4242",
+            "SLURM_NNODES": "1",
+            "SLURM_NODEID": "0",
+            "SLURM_JOB_NODELIST": "localhost",
+            "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_STEP_ID": str(step),
+            "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(index),
+            "SLURM_LOCALID": str(index),
+        }
+
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_srun_tasks_form_one_world_not_one_each(project: Path, accel_exe: list[str]) -> None:
+    """Under srun -n 2, each task ran alone as a world of 1 and exited 0."""
+    import socket
+
+    for step in range(100):  # the step whose port (29400 + step) is free here
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", 29400 + step))
+            except OSError:
+                continue
+            break
+    else:
+        pytest.skip("no port of 29400-29499 is free on this machine")
+    ours, said = run_pods(
+        [*accel_exe, "launch", "--cpu"], project / "accel", 1, project, srun_task(step)
+    )
+    assert ours == [(0, 2, 3.0), (1, 2, 3.0)]
+    assert all("slurm: task" in err and "of 2" in err for err in said), said

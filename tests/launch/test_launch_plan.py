@@ -255,6 +255,37 @@ def test_slurm_steps_side_by_side_never_share_a_rendezvous(tmp_path: Path) -> No
     assert [s.rdzv_id for s in steps] == ["slurm-42.0", "slurm-42.1"]
 
 
+# What srun -n 4 sets in task 3 on a 2-node allocation (one task per GPU).
+SRUN_TASK = {
+    "SLURM_JOB_ID": "77",
+    "SLURM_NNODES": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "gpu[01-02]",
+    "SLURM_STEP_NODELIST": "gpu[01-02]",
+    "SLURM_STEP_ID": "3",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_NTASKS": "4",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+}
+
+
+def test_srun_with_a_task_per_gpu_makes_each_task_one_worker(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, {"launch.use_cpu": True}, env=SRUN_TASK)
+    assert (plan.nnodes, plan.node_rank, plan.nproc_per_node, plan.world_size) == (4, 3, 1, 4)
+    assert plan.rdzv_endpoint == "gpu01:29403" and plan.rdzv_id == "slurm-77.3"
+    assert plan.scheduler == "slurm: task 3 of 4, head gpu01:29403, 1 worker(s) per task"
+
+
+def test_the_batch_script_of_a_many_task_job_is_not_one_of_its_tasks(tmp_path: Path) -> None:
+    """sbatch --ntasks=4 on one node: the script itself runs once, with the job's count."""
+    batch = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
+             "SLURM_JOB_NODELIST": "gpu01", "SLURM_NTASKS": "4",
+             "SLURM_STEP_ID": str(0xFFFFFFFE)}  # fmt: skip
+    plan = make_plan(tmp_path, env=batch)
+    assert (plan.nnodes, plan.world_size, plan.rdzv_endpoint) == (1, 1, "localhost:0")
+
+
 # SkyPilot's variables on node 1 of a 2-node cluster with 4 GPUs a node (its docs' names).
 SKYPILOT = {
     "SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.5\n",

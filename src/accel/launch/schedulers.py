@@ -20,13 +20,18 @@ DEFAULT_RDZV_PORT = 29400
 
 # Steps of one allocation that run at once each get a port of their own above this one.
 STEP_PORTS = 100
+# SLURM's ids of the batch script's and the external step (0xfffffffe, 0xfffffffd, ...).
+BATCH_STEPS = 0xFFFFFFF0
 
 
 def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
     """What a SLURM allocation says about the job's nodes (empty outside SLURM).
 
-    On one node there is nothing to meet: the launch binds a free port of its own, so
-    launches side by side in one allocation (a sweep) never share a rendezvous. Across
+    One task per node (``srun --ntasks-per-node=1 accel launch ...``) runs the node's
+    workers; one task per GPU (``srun -n 8 accel launch ...``: more tasks than nodes)
+    makes each task one worker. On one node with one task there is nothing to meet: the
+    launch binds a free port of its own, so launches side by side in one allocation (a
+    sweep) never share a rendezvous. Across
     nodes, each job step (each ``srun``, ``SLURM_STEP_ID``) gets its own rendezvous id
     and port, the same on every node of the step.
     """
@@ -38,13 +43,26 @@ def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
         out["nnodes"] = int(nnodes)
     if env.get("SLURM_NODEID", "").isdigit():
         out["node_rank"] = int(env["SLURM_NODEID"])
-    if out.get("nnodes", 1) == 1:
-        return out
     step = env.get("SLURM_STEP_ID", "")
-    out["rdzv_id"] = f"slurm-{env['SLURM_JOB_ID']}" + (f".{step}" if step.isdigit() else "")
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if step.isdigit() and int(step) >= BATCH_STEPS:  # the batch script's own "step"
+        step = ""
+    # srun sets the step's task count; the batch script (which may be asked for many
+    # tasks it then hands to srun) is not a task of them.
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if step and tasks.isdigit() and int(tasks) > out.get("nnodes", 1):
+        # srun started a task per GPU (or per CPU rank): each task is one worker, and
+        # the tasks meet as the "nodes" of one job, in the order SLURM numbered them.
+        if not env.get("SLURM_PROCID", "").isdigit():
+            raise UsageError("SLURM started several tasks per node but SLURM_PROCID is unset")
+        out.update(nnodes=int(tasks), node_rank=int(env["SLURM_PROCID"]), nproc=1, unit="task")
+    elif out.get("nnodes", 1) == 1:
+        return out
+    out["rdzv_id"] = f"slurm-{env['SLURM_JOB_ID']}" + (f".{step}" if step else "")
+    nodelist = (
+        env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    )
     if nodelist:
-        port = DEFAULT_RDZV_PORT + (int(step) % STEP_PORTS if step.isdigit() else 0)
+        port = DEFAULT_RDZV_PORT + (int(step) % STEP_PORTS if step else 0)
         out["endpoint"] = f"{first_host(nodelist)}:{port}"
     return out
 
@@ -93,11 +111,12 @@ class Scheduler:
     def describe(self) -> str:
         """``slurm: node 1 of 4, head node-a:29400``, as --dry-run shows it."""
         says = self.says
-        parts = [f"node {says.get('node_rank', 0)} of {says.get('nnodes', 1)}"]
+        unit = says.get("unit", "node")
+        parts = [f"{unit} {says.get('node_rank', 0)} of {says.get('nnodes', 1)}"]
         if says.get("endpoint"):
             parts.append(f"head {says['endpoint']}")
         if says.get("nproc"):
-            parts.append(f"{says['nproc']} worker(s) per node")
+            parts.append(f"{says['nproc']} worker(s) per {unit}")
         return f"{self.name}: " + ", ".join(parts)
 
 
