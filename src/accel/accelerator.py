@@ -42,6 +42,7 @@ from accel._accel.data import shard_loader
 from accel._accel.metrics import MetricsLog
 from accel._accel.rng import rng_state, set_rng_state
 from accel._accel.scaling import scale_steps
+from accel._accel.stop import StopWatch, agreed
 from accel._fsdp.settings import resolve as resolve_fsdp
 from accel.errors import UsageError
 from accel.workspace import Workspace
@@ -86,6 +87,7 @@ class Accelerator:
         self.extra_state: Any = None
         self._ended = False
         self._metrics = MetricsLog(self.workspace, self.run_id, self.rank)
+        self._stop = StopWatch()
         atexit.register(_end_at_exit, weakref.ref(self))
 
     @property
@@ -118,6 +120,7 @@ class Accelerator:
                 self.wait_for_everyone()
         finally:
             self._metrics.close()
+            self._stop.restore()
             if self._owns_group:
                 setup.end_group(at_exit=not barrier)
 
@@ -218,6 +221,14 @@ class Accelerator:
         from accel._fsdp.state import plain
 
         return plain(norm)  # FSDP: a DTensor, the same total on every rank
+
+    def should_stop(self) -> bool:
+        """Whether the job was asked to stop (SIGTERM, or SLURM's ``--signal=USR1@90``):
+        call it at the end of each step; when True, ``save_state`` that step and return.
+        A collective (every rank calls it, every rank gets the same answer). Once it has
+        been called, the signal no longer ends the process at once: the script decides."""
+        self._stop.listening = True
+        return agreed(self._stop.signum is not None, self.world_size, self.device)
 
     def wait_for_everyone(self) -> None:
         if self.world_size > 1:

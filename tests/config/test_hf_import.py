@@ -18,7 +18,8 @@ from accel.config.hf_import import map_hf_config
 from accel.config.resolve import resolve
 from accel.config.yamlio import load_yaml_file
 from accel.errors import ConfigError
-from accel.launch.plan import LaunchRequest, plan_launch
+from accel.launch.plan import plan_launch
+from accel.launch.request import LaunchRequest
 from accel.workspace import Workspace
 
 CORPUS = Path(__file__).resolve().parent / "hf_configs"

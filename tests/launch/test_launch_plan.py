@@ -12,7 +12,8 @@ import pytest
 
 from accel.config.resolve import resolve
 from accel.errors import UsageError
-from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks, plan_launch
+from accel.launch.plan import plan_launch
+from accel.launch.request import LaunchRequest, parse_env_pairs, parse_ranks
 from accel.launch.schedulers import first_host, skypilot_defaults, slurm_defaults
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)

@@ -284,8 +284,8 @@ def launch(
     """
     from accel.cli._launch_flags import translate
     from accel.cli._launch_pet import from_environment
-    from accel.launch.plan import LaunchRequest, parse_env_pairs, parse_ranks
     from accel.launch.prepare import prepare
+    from accel.launch.request import LaunchRequest, parse_env_pairs, parse_ranks
 
     pet = from_environment(ctx, os.environ)  # torchrun's PET_* variables (Kubernetes, TorchX)
     params = {**ctx.params, **pet.params}

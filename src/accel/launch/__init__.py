@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from accel.launch.plan import LaunchPlan, LaunchRequest, plan_launch
+from accel.launch.plan import LaunchPlan, plan_launch
+from accel.launch.request import LaunchRequest
 
 if TYPE_CHECKING:
     from accel.launch.runner import RunOutcome, launch

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,10 +24,12 @@ __all__ = [
     "facts",
     "native_stderr_to",
     "quiet_torch_logs",
+    "signals_passed_on",
     "signals_while_stopping",
 ]
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+PASSED_ON = signal.SIGUSR1  # to the workers, as it came: SLURM's warning before the end
 
 
 class Signalled(Exception):
@@ -100,6 +102,28 @@ def signals_raise() -> Iterator[None]:
 
     with _handled_by(handler):
         yield
+
+
+@contextlib.contextmanager
+def signals_passed_on(pids: Callable[[], Mapping[int, int]]) -> Iterator[None]:
+    """While the workers run, :data:`PASSED_ON` to the launcher goes to every worker's
+    process group instead of ending the launcher (SIGUSR1's default): SLURM's
+    ``--signal=USR1@90`` reaches the tasks ``srun`` started, and the workers are the ones
+    that must save (``Accelerator.should_stop``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for pid in pids().values():
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signum)
+
+    previous = signal.signal(PASSED_ON, handler)
+    try:
+        yield
+    finally:
+        signal.signal(PASSED_ON, previous)
 
 
 @contextlib.contextmanager

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,35 +20,13 @@ from accel.config.resolve import ResolvedConfig
 from accel.devices import gpu_mismatch, workers_for
 from accel.errors import ConfigError, UsageError
 from accel.launch.launcher_env import accel_env, launcher_set, refusal
+from accel.launch.request import LaunchRequest
 from accel.launch.schedulers import DEFAULT_RDZV_PORT, Scheduler, detect
 from accel.launch.target import check_module
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
 OMP_DEFAULT = "1"  # torchrun's OMP_NUM_THREADS for more than one worker per node
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """What the command line asked for, beyond the config keys the flags already set."""
-
-    script: str
-    script_args: tuple[str, ...] = ()
-    module: bool = False
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    console: str = "tee"  # tee | quiet
-    console_ranks: frozenset[int] | None = None
-    command: tuple[str, ...] = ()  # the launcher's own argv, for the record
-    no_python: bool = False  # SCRIPT is a program to run as it is (torchrun --no-python)
-    # Hugging Face's --num_processes: the job's total, divided among the nodes.
-    total_processes: int | str | None = None
-    # HF's --multi_gpu: one worker per GPU unless a count is set somewhere.
-    multi_gpu: bool = False
-    # --master_addr/--master_port, --main_process_ip/--main_process_port: the rendezvous
-    # of a multi-node job (below --rdzv-endpoint); on one node a free port is used.
-    main_endpoint: str | None = None
-    # Said in one line each once the run starts (what the command line took from PET_*).
-    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -404,29 +382,3 @@ def _framework_caches(
     from accel.frameworks import framework_env
 
     return framework_env(config.get("cache.framework_caches", ()), cache_dir, env)
-
-
-def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
-    """``--env KEY=VALUE`` (repeatable) -> a mapping; UsageError naming a bad pair."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise UsageError(f"invalid --env {pair!r}: expected KEY=VALUE, e.g. --env A=1")
-        if launcher_set([name]):
-            raise UsageError(refusal("--env", name))
-        out[name] = value
-    return out
-
-
-def parse_ranks(text: str | None) -> frozenset[int] | None:
-    """``--ranks 0,2`` -> {0, 2}; None shows every rank."""
-    if text is None or text.strip().lower() in ("", "all"):
-        return None
-    try:
-        ranks = frozenset(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise UsageError(f"invalid --ranks {text!r}: expected ranks like 0 or 0,1 or all") from None
-    if not ranks or min(ranks) < 0:
-        raise UsageError(f"invalid --ranks {text!r}: expected ranks like 0 or 0,1 or all")
-    return ranks

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.launch.plan import LaunchPlan, LaunchRequest, check_launch, plan_launch
+from accel.launch.plan import LaunchPlan, check_launch, plan_launch
+from accel.launch.request import LaunchRequest
 
 if TYPE_CHECKING:
     from accel.config.resolve import ResolvedConfig

@@ -31,6 +31,7 @@ from accel.launch._host import (
     native_stderr_to,
     quiet_torch_logs,
     signal_of,
+    signals_passed_on,
     signals_raise,
 )
 from accel.launch.blame import blame
@@ -63,10 +64,8 @@ Notify = Callable[[str], None]
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """How the run ended; ``exit_code`` is what ``accel launch`` exits with.
-
-    ``verdict`` is every rank's fate in the last attempt (see :mod:`accel.launch.blame`).
-    """
+    """How the run ended; ``exit_code`` is what ``accel launch`` exits with, ``verdict``
+    every rank's fate in the last attempt (see :mod:`accel.launch.blame`)."""
 
     run_id: str
     run_dir: Path
@@ -154,9 +153,9 @@ class _Run:
         self.router = LogRouter(
             plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=self.secrets
         )
-        # Under preload, telemetry reads the forked workers, not their shims.
-        observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
-        self.observer = RunObserver(plan, observed, self.router.last_output, notify)
+        # Under preload, telemetry and passed-on signals reach the forked workers, not shims.
+        self.observed = lambda: worker_pids(self.plan, self.pids)
+        self.observer = RunObserver(plan, self.observed, self.router.last_output, notify)
         self.timing = rendezvous.Timing.from_env(os.environ)
         self.world: tuple[int, int] | None = None  # (nodes, workers) of the current start
         self.handler: Any = None
@@ -173,11 +172,9 @@ class _Run:
         self.plan.run_dir.mkdir(parents=True, exist_ok=False)
         # Named once it exists: a launch refused before never names a folder it never made.
         plan = self.plan
-        self.notify(
-            f"accel: run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
-        )
-        for note in plan.notes:
-            self.notify(f"accel: {note}")
+        said = f"run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
+        for line in (said, *plan.notes):  # then what accel chose for the user
+            self.notify(f"accel: {line}")
         self.record = report.start_record(self.plan, facts(self.plan.cwd))
         self._save()
         status, code = RunStatus.FAILED, 1
@@ -186,6 +183,7 @@ class _Run:
         try:
             with (
                 signals_raise(),
+                signals_passed_on(self.observed),
                 _worker_environ(self.plan),
                 native_stderr_to(self.plan.run_dir / LAUNCHER_LOG),
             ):

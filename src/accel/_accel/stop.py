@@ -1,0 +1,74 @@
+"""A stop asked of the job (preemption): SIGTERM, or the signal SLURM is told to send
+before the end of an allocation (``--signal=USR1@90``).
+
+A scheduler that takes the machines back (SLURM's KillWait, Kubernetes'
+terminationGracePeriodSeconds: 30 s by default) sends SIGTERM, then SIGKILL. Python's
+default for SIGTERM ends the process at once, and the steps since the last checkpoint
+are lost. Here the signal is noted instead, once the script has shown it listens
+(``Accelerator.should_stop()`` called at least once): the script checks at the end of
+a step, every rank agrees on it (one all-reduce), saves that step, and returns. A script
+that never asks is ended by the signal as before, not kept alive until SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+#: The signals that ask a job to stop: SIGTERM, and SIGUSR1 (what SLURM's docs and
+#: Lightning use with ``--signal=USR1@90``; ``accel launch`` passes it to the workers).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class StopWatch:
+    """Notes the first stop signal; ``asked`` once it came. Installed on the main thread
+    only (Python allows no handler elsewhere): off it, nothing changes."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.listening = False  # the script called should_stop(): it will save and return
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._note)
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if self.listening:
+            return
+        # Nobody will ask: what would have happened without accel happens now.
+        previous = self._previous.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if previous == signal.SIG_IGN:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            try:
+                if signal.getsignal(sig) == self._note:
+                    signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            except ValueError:  # not the main thread any more (interpreter exit)
+                pass
+        self._previous.clear()
+
+
+def agreed(asked: bool, world_size: int, on: Any) -> bool:
+    """Whether any rank was asked to stop: the same answer on every rank (a collective
+    when there is more than one), so they all save the same step and return together."""
+    if world_size <= 1:
+        return asked
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1 if asked else 0], dtype=torch.int32, device=on)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
