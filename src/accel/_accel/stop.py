@@ -1,5 +1,5 @@
-"""A stop asked of the job (preemption): SIGTERM, or the signal SLURM is told to send
-before the end of an allocation (``--signal=USR1@90``).
+"""A stop asked of the job (preemption): SIGTERM, which the launcher sends the workers
+when it is itself sent SIGTERM or SLURM's early warning (``--signal=USR1@90``).
 
 A scheduler that takes the machines back (SLURM's KillWait, Kubernetes'
 terminationGracePeriodSeconds: 30 s by default) sends SIGTERM, then SIGKILL. Python's
@@ -18,9 +18,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-#: The signals that ask a job to stop: SIGTERM, and SIGUSR1 (what SLURM's docs and
-#: Lightning use with ``--signal=USR1@90``; ``accel launch`` passes it to the workers).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: The signals that ask a worker to stop. Not SIGUSR1: under ``accel launch`` it asks a
+#: worker for its stacks (accel.hang.worker); the launcher turns SLURM's SIGUSR1 into
+#: SIGTERM for the workers.
+STOP_SIGNALS = (signal.SIGTERM,)
 
 
 class StopWatch:

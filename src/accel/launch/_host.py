@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,15 +21,15 @@ from accel._fs import open_private_append
 __all__ = [
     "HANDLED_SIGNALS",
     "Signalled",
+    "early_warning_stops",
     "facts",
     "native_stderr_to",
     "quiet_torch_logs",
-    "signals_passed_on",
     "signals_while_stopping",
 ]
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-PASSED_ON = signal.SIGUSR1  # to the workers, as it came: SLURM's warning before the end
+EARLY_WARNING = signal.SIGUSR1  # SLURM's before the end (--signal=USR1@90): a stop
 
 
 class Signalled(Exception):
@@ -105,25 +105,25 @@ def signals_raise() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def signals_passed_on(pids: Callable[[], Mapping[int, int]]) -> Iterator[None]:
-    """While the workers run, :data:`PASSED_ON` to the launcher goes to every worker's
-    process group instead of ending the launcher (SIGUSR1's default): SLURM's
-    ``--signal=USR1@90`` reaches the tasks ``srun`` started, and the workers are the ones
-    that must save (``Accelerator.should_stop``)."""
+def early_warning_stops() -> Iterator[None]:
+    """While the workers run, :data:`EARLY_WARNING` (SLURM's ``--signal=USR1@90``) stops
+    the job as SIGTERM does, instead of ending the launcher (SIGUSR1's default): the
+    workers get SIGTERM and the grace period, time to save (``Accelerator.should_stop``).
+    Raised as torch's own signal exception, so its agent stops the workers with SIGTERM."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        for pid in pids().values():
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signum)
+        from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    previous = signal.signal(PASSED_ON, handler)
+        raise SignalException(f"signal {signum}: stopping as on SIGTERM", signal.SIGTERM)
+
+    previous = signal.signal(EARLY_WARNING, handler)
     try:
         yield
     finally:
-        signal.signal(PASSED_ON, previous)
+        signal.signal(EARLY_WARNING, previous)
 
 
 @contextlib.contextmanager

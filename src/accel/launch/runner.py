@@ -26,12 +26,12 @@ from accel.launch._ends import launch_error, rank_ends, with_crashes
 from accel.launch._host import (
     HANDLED_SIGNALS,
     Signalled,
+    early_warning_stops,
     facts,
     kill_groups,
     native_stderr_to,
     quiet_torch_logs,
     signal_of,
-    signals_passed_on,
     signals_raise,
 )
 from accel.launch.blame import blame
@@ -153,9 +153,9 @@ class _Run:
         self.router = LogRouter(
             plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=self.secrets
         )
-        # Under preload, telemetry and passed-on signals reach the forked workers, not shims.
-        self.observed = lambda: worker_pids(self.plan, self.pids)
-        self.observer = RunObserver(plan, self.observed, self.router.last_output, notify)
+        # Under preload, telemetry reads the forked workers, not their shims.
+        observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
+        self.observer = RunObserver(plan, observed, self.router.last_output, notify)
         self.timing = rendezvous.Timing.from_env(os.environ)
         self.world: tuple[int, int] | None = None  # (nodes, workers) of the current start
         self.handler: Any = None
@@ -183,7 +183,7 @@ class _Run:
         try:
             with (
                 signals_raise(),
-                signals_passed_on(self.observed),
+                early_warning_stops(),
                 _worker_environ(self.plan),
                 native_stderr_to(self.plan.run_dir / LAUNCHER_LOG),
             ):
