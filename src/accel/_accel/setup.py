@@ -48,7 +48,8 @@ def where(env: Mapping[str, str]) -> tuple[int, int, int]:
         return rank, local_rank, world_size
     rank, world_size = joined
     if "LOCAL_RANK" not in env:  # one node, one GPU a rank: what mp.spawn's scripts assume
-        local_rank = rank % _gpus() if _gpus() else 0
+        gpus = _gpus()
+        local_rank = rank % gpus if gpus else 0
     return rank, local_rank, world_size
 
 

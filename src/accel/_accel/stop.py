@@ -25,8 +25,8 @@ STOP_SIGNALS = (signal.SIGTERM,)
 
 
 class StopWatch:
-    """Notes the first stop signal; ``asked`` once it came. Installed on the main thread
-    only (Python allows no handler elsewhere): off it, nothing changes."""
+    """Notes the first stop signal in ``signum``. Installed on the main thread only
+    (Python allows no handler elsewhere): off it, nothing changes."""
 
     def __init__(self) -> None:
         self.signum: int | None = None

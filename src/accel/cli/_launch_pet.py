@@ -9,7 +9,7 @@ of a two-pod job would train alone as a world of its own.
 The precedence is torchrun's: a flag typed on the command line wins over its variable,
 the variable wins over the configuration (torchrun has none: the scheduler's shape is
 the job's). Every torchrun variable is named here, applied or not used (with why); a
-torch release that adds one fails tests/cli/test_launch_pet.py until it is placed.
+torch release that adds one fails tests/launch/test_launch_pet.py until it is placed.
 """
 
 from __future__ import annotations

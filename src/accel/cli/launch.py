@@ -289,6 +289,7 @@ def launch(
 
     pet = from_environment(ctx, os.environ)  # torchrun's PET_* variables (Kubernetes, TorchX)
     params = {**ctx.params, **pet.params}
+    said = pet.summary()
     given = translate(params)
     for note in given.notes:
         _output.warn(f"{config_file}: {note}")
@@ -304,7 +305,7 @@ def launch(
         total_processes=given.total_processes,
         multi_gpu=given.multi_gpu,
         main_endpoint=given.main_endpoint,
-        notes=tuple(line for line in (pet.summary(),) if line is not None),
+        notes=(said,) if said is not None else (),
     )
     ws = _app.workspace(ctx, flags=given.flags)
     plan = prepare(ws, request, early=not dry_run)

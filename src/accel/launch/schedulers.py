@@ -31,9 +31,9 @@ def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
     workers; one task per GPU (``srun -n 8 accel launch ...``: more tasks than nodes)
     makes each task one worker. On one node with one task there is nothing to meet: the
     launch binds a free port of its own, so launches side by side in one allocation (a
-    sweep) never share a rendezvous. Across
-    nodes, each job step (each ``srun``, ``SLURM_STEP_ID``) gets its own rendezvous id
-    and port, the same on every node of the step.
+    sweep) never share a rendezvous. Across nodes, each job step (each ``srun``,
+    ``SLURM_STEP_ID``) gets its own rendezvous id and port, the same on every node of the
+    step.
     """
     if not env.get("SLURM_JOB_ID"):
         return {}
