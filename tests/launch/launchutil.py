@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from accel.cli.main import main
 from accel.launch.guard import descendants, process_table, run_processes
 from run_helpers import run_folder, run_json, wait_for
 
@@ -11,6 +16,7 @@ __all__ = [
     "SCRIPTS",
     "assert_gone",
     "assert_no_orphans",
+    "dry_run_json",
     "pid_alive",
     "run_folder",
     "run_json",
@@ -20,6 +26,15 @@ __all__ = [
 ]
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def dry_run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    """``accel launch --dry-run --json ARGS`` in this process: the plan it prints."""
+    code = main(["launch", "--dry-run", "--json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
 
 
 def assert_no_orphans(run_id: str, timeout: float = 5.0) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from launchutil import SCRIPTS
+from launchutil import SCRIPTS, dry_run_json
 
 from accel.cli.main import main
 
@@ -17,12 +16,7 @@ SCRIPT = str(SCRIPTS / "env_dump.py")
 HF_CONFIGS = Path(__file__).resolve().parent.parent / "config" / "hf_configs"
 
 
-def plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main(["launch", "--dry-run", "--json", *args])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    data: dict[str, Any] = json.loads(out)
-    return data
+plan = dry_run_json
 
 
 def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launchutil import SCRIPTS
+from launchutil import SCRIPTS, dry_run_json
 
 from accel.cli._launch_pet import APPLIED, NOT_USED
 from accel.cli.main import main
@@ -39,11 +40,7 @@ def plan(
 ) -> dict[str, Any]:  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    code = main(["launch", "--dry-run", "--json", "--cpu", *args, SCRIPT])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    data: dict[str, Any] = json.loads(out)
-    return data
+    return dry_run_json(capsys, "--cpu", *args, SCRIPT)
 
 
 def test_every_variable_torchrun_reads_is_applied_or_said_to_be_unused() -> None:
@@ -293,6 +290,17 @@ def test_the_dry_run_names_the_scheduler_it_found(
     assert got["node_rank"] == 0 and got["nnodes"] == 2
 
 
+def port_free(port: int) -> bool:
+    """Whether ``port`` on 127.0.0.1 can be bound now: the rendezvous port a scheduler's
+    convention fixes (the tests cannot pick a free one as they do elsewhere)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def skypilot_node(index: int, port: int, nproc: int) -> dict[str, str]:
     """SkyPilot's variables on each node of a 2-node cluster (the head on loopback)."""
     return {
@@ -309,13 +317,8 @@ def skypilot_node(index: int, port: int, nproc: int) -> dict[str, str]:
 def test_two_skypilot_nodes_form_one_world_with_zero_flags(
     project: Path, accel_exe: list[str]
 ) -> None:
-    import socket
-
-    with socket.socket() as probe:  # SkyPilot's convention has no port: accel's default
-        try:
-            probe.bind(("127.0.0.1", 29400))
-        except OSError:
-            pytest.skip("port 29400 (the rendezvous SkyPilot jobs get) is taken on this machine")
+    if not port_free(29400):  # SkyPilot's convention has no port: accel's default
+        pytest.skip("port 29400 (the rendezvous SkyPilot jobs get) is taken on this machine")
     ours, said = run_pods(
         [*accel_exe, "launch", "--cpu"], project / "accel", 1, project, skypilot_node
     )
@@ -347,16 +350,9 @@ def srun_task(step: int) -> Callable[[int, int, int], dict[str, str]]:
 @pytest.mark.timeout(200)
 def test_srun_tasks_form_one_world_not_one_each(project: Path, accel_exe: list[str]) -> None:
     """Under srun -n 2, each task ran alone as a world of 1 and exited 0."""
-    import socket
-
-    for step in range(100):  # the step whose port (29400 + step) is free here
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", 29400 + step))
-            except OSError:
-                continue
-            break
-    else:
+    # the step whose port (29400 + step) is free here
+    step = next((step for step in range(100) if port_free(29400 + step)), None)
+    if step is None:
         pytest.skip("no port of 29400-29499 is free on this machine")
     ours, said = run_pods(
         [*accel_exe, "launch", "--cpu"], project / "accel", 1, project, srun_task(step)
