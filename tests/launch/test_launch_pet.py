@@ -350,10 +350,11 @@ def srun_task(step: int) -> Callable[[int, int, int], dict[str, str]]:
 @pytest.mark.timeout(200)
 def test_srun_tasks_form_one_world_not_one_each(project: Path, accel_exe: list[str]) -> None:
     """Under srun -n 2, each task ran alone as a world of 1 and exited 0."""
-    # the step whose port (29400 + step) is free here
-    step = next((step for step in range(100) if port_free(29400 + step)), None)
+    # The step whose port (29400 + step) is free here; not step 0: 29400 is the SkyPilot
+    # test's, which may run beside this one (two launches on it collided under -n 2).
+    step = next((step for step in range(1, 100) if port_free(29400 + step)), None)
     if step is None:
-        pytest.skip("no port of 29400-29499 is free on this machine")
+        pytest.skip("no port of 29401-29499 is free on this machine")
     ours, said = run_pods(
         [*accel_exe, "launch", "--cpu"], project / "accel", 1, project, srun_task(step)
     )
