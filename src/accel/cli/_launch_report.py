@@ -43,6 +43,28 @@ def size_budget(ws: Workspace, outcome: RunOutcome) -> None:
         )
 
 
+def requeue_after(plan: LaunchPlan, outcome: RunOutcome, argv: tuple[str, ...]) -> None:
+    """``--requeue``: a job that SIGTERM (or SLURM's early warning) stopped goes back to
+    SLURM's queue; node 0 asks, once. A failure or a crash is not requeued: it would fail
+    again, and ``--max-restarts`` is the tool for that."""
+    import subprocess
+
+    if not argv or plan.node_rank != 0:
+        return
+    if outcome.status != RunStatus.INTERRUPTED or outcome.exit_code != 143:
+        return
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _output.warn(f"SLURM job {argv[-1]} not requeued: {exc}")
+        return
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
+        _output.warn(f"SLURM job {argv[-1]} not requeued: scontrol said {said[-1]}")
+        return
+    _output.info(f"accel: requeued SLURM job {argv[-1]}: it resumes from its newest checkpoint")
+
+
 def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     from accel.runs import failures
 
@@ -91,10 +113,15 @@ def _shown(plan: LaunchPlan, rank: int) -> bool:
     return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
 
 
-def show_plan(plan: LaunchPlan, as_json: bool, pet: FromEnvironment | None = None) -> None:
+def show_plan(
+    plan: LaunchPlan,
+    as_json: bool,
+    pet: FromEnvironment | None = None,
+    requeue: tuple[str, ...] = (),
+) -> None:
     from accel.launch.prepare import dry_run
 
-    data = dry_run(plan)
+    data = {**dry_run(plan), "requeue": list(requeue) or None}
     command, worker_env, config = data["worker_command"], data["worker_env"], data["config"]
     pet_rows = _redacted_rows(pet.to_json()) if pet is not None else []
     if as_json:
@@ -110,6 +137,8 @@ def show_plan(plan: LaunchPlan, as_json: bool, pet: FromEnvironment | None = Non
     _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
     _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
     _output.out(f"logs       {plan.run_dir}")
+    if requeue:
+        _output.out(f"requeue    {' '.join(requeue)} (node 0, when SLURM stops the job)")
     if pet_rows:
         _output.table(
             "from the environment (torchrun's PET_* variables; a flag typed wins)",

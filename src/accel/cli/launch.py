@@ -275,6 +275,12 @@ def launch(
     fsdp_auto_wrap_policy: str | None = typer.Option(None, hidden=True),
     fsdp_transformer_layer_cls_to_wrap: str | None = typer.Option(None, hidden=True),
     fsdp_min_num_params: str | None = typer.Option(None, hidden=True),
+    requeue: bool = typer.Option(
+        False,
+        "--requeue",
+        help="SLURM: when SIGTERM (or --signal=USR1@T) stops the job, requeue it "
+        "(scontrol requeue): it starts again and resumes from its newest checkpoint.",
+    ),
     log_dir: str | None = typer.Option(None, "--log-dir", hidden=True),
     redirects: str | None = typer.Option(None, "--redirects", "-r", hidden=True),
 ) -> int:
@@ -293,6 +299,13 @@ def launch(
     given = translate(params)
     for note in given.notes:
         _output.warn(f"{config_file}: {note}")
+    requeue_argv: tuple[str, ...] = ()
+    if requeue:
+        import shutil
+
+        from accel.launch.schedulers import requeue_command
+
+        requeue_argv = requeue_command(os.environ, shutil.which)
     request = LaunchRequest(
         script=script,
         script_args=tuple(script_args or ()),
@@ -305,16 +318,16 @@ def launch(
         total_processes=given.total_processes,
         multi_gpu=given.multi_gpu,
         main_endpoint=given.main_endpoint,
-        notes=(said,) if said is not None else (),
+        notes=tuple(n for n in (said, _requeue_note(requeue_argv)) if n is not None),
     )
     ws = _app.workspace(ctx, flags=given.flags)
     plan = prepare(ws, request, early=not dry_run)
     if dry_run:
         from accel.cli._launch_report import show_plan
 
-        show_plan(plan, as_json, pet)
+        show_plan(plan, as_json, pet, requeue_argv)
         return 0
-    from accel.cli._launch_report import report, size_budget
+    from accel.cli._launch_report import report, requeue_after, size_budget
     from accel.cli._worker_console import WorkerConsole
     from accel.launch.runner import launch as run_plan
 
@@ -327,9 +340,16 @@ def launch(
     outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
     console.end_line()
     size_budget(ws, outcome)
+    requeue_after(plan, outcome, requeue_argv)
     code = report(plan, outcome)
     _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
+
+
+def _requeue_note(argv: tuple[str, ...]) -> str | None:
+    if not argv:
+        return None
+    return f"if SLURM stops the job, node 0 requeues it (scontrol requeue {argv[-1]})"
 
 
 class _CurrentStderr:

@@ -9,7 +9,7 @@ variables are flags (``accel.cli._launch_pet``), above all of these.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,30 @@ def first_host(nodelist: str) -> str:
     if not ranges:
         return prefix
     return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def requeue_command(env: Mapping[str, str], which: Callable[[str], str | None]) -> tuple[str, ...]:
+    """``scontrol requeue JOB``, what ``--requeue`` runs when a stop asked by SLURM (SIGTERM,
+    or the ``--signal=USR1@T`` early warning) has ended the job: the job goes back to the
+    queue and, started again, resumes from the checkpoint the workers saved. A job of an
+    array is named as ``scontrol`` knows it, ``ARRAYJOB_TASK``. Outside SLURM, or without
+    ``scontrol``, the launch is refused before anything starts."""
+    job = env.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
+        raise UsageError(
+            "--requeue needs a SLURM job, and SLURM_JOB_ID is not set: run it inside sbatch "
+            "(or salloc), or drop --requeue"
+        )
+    array, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and task.isdigit():
+        job = f"{array}_{task}"
+    scontrol = which("scontrol")
+    if scontrol is None:
+        raise UsageError(
+            "--requeue needs SLURM's scontrol, which is not on PATH: add SLURM's bin folder "
+            "to PATH, or drop --requeue"
+        )
+    return (scontrol, "requeue", job)
 
 
 def skypilot_defaults(env: Mapping[str, str]) -> dict[str, Any]:
