@@ -360,3 +360,41 @@ def test_srun_tasks_form_one_world_not_one_each(project: Path, accel_exe: list[s
     )
     assert ours == [(0, 2, 3.0), (1, 2, 3.0)]
     assert all("slurm: task" in err and "of 2" in err for err in said), said
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_an_already_started_world_of_two_runs_each_launch_as_its_rank(
+    project: Path, accel_exe: list[str]
+) -> None:
+    """A launcher that starts every rank itself, with torch's own variables and nothing
+    else: each ``accel launch`` ran its own world of 1 before."""
+    out = project / "out"
+    out.mkdir()
+    port = str(free_port())
+    ranks = [
+        subprocess.Popen(
+            [*accel_exe, "launch", "--cpu", str(SCRIPTS / "env_dump.py"), str(out), "--all-reduce"],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": str(rank),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+        )
+        for rank in range(2)
+    ]
+    said = [proc.communicate(timeout=150) for proc in ranks]
+    assert [proc.returncode for proc in ranks] == [0, 0], said
+    dumps = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(2)]
+    assert [(d["env"]["RANK"], d["env"]["WORLD_SIZE"], d["all_reduce"]) for d in dumps] == [
+        ("0", "2", 3.0), ("1", "2", 3.0)
+    ]  # fmt: skip
+    assert [d["env"]["LOCAL_RANK"] for d in dumps] == ["0", "1"]  # as the launcher gave them
+    assert all(f"world: rank {r} of 2" in err for r, (_, err) in enumerate(said)), said

@@ -276,6 +276,8 @@ def test_srun_with_a_task_per_gpu_makes_each_task_one_worker(tmp_path: Path) -> 
     assert (plan.nnodes, plan.node_rank, plan.nproc_per_node, plan.world_size) == (4, 3, 1, 4)
     assert plan.rdzv_endpoint == "gpu01:29403" and plan.rdzv_id == "slurm-77.3"
     assert plan.scheduler == "slurm: task 3 of 4, head gpu01:29403, 1 worker(s) per task"
+    # The agent numbers its one worker 0; the worker keeps SLURM's local rank (_bootstrap).
+    assert plan.worker_env["ACCEL_LOCAL_RANK"] == "1"
 
 
 def test_the_batch_script_of_a_many_task_job_is_not_one_of_its_tasks(tmp_path: Path) -> None:
@@ -332,6 +334,49 @@ def test_slurm_is_described_as_dry_run_shows_it(tmp_path: Path) -> None:
 )
 def test_first_host(nodelist: str, host: str) -> None:
     assert first_host(nodelist) == host
+
+
+# What a launcher that starts every rank itself sets (a custom one, Azure ML, mpirun
+# wrappers): torch's own variables, rank 1 of 2 here.
+STARTED_WORLD = {
+    "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+    "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "29510",
+}  # fmt: skip
+
+
+def test_in_a_started_world_the_launch_runs_as_the_rank_it_was_given(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, {"launch.use_cpu": True}, env=STARTED_WORLD)
+    assert (plan.nnodes, plan.node_rank, plan.nproc_per_node, plan.world_size) == (2, 1, 1, 2)
+    assert (plan.rdzv_endpoint, plan.rdzv_id) == ("10.0.0.4:29510", "world-29510")
+    assert plan.scheduler == "world: rank 1 of 2, head 10.0.0.4:29510, 1 worker(s) per rank"
+    assert plan.worker_env["ACCEL_LOCAL_RANK"] == "1"
+    # Flags still win: -n 2 makes this "rank" a node of two workers, and no local rank.
+    plan = make_plan(tmp_path, {"launch.use_cpu": True, "launch.num_processes": 2},
+                     env=STARTED_WORLD)  # fmt: skip
+    assert (plan.nproc_per_node, plan.world_size) == (2, 4)
+    assert "ACCEL_LOCAL_RANK" not in plan.worker_env
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 in the environment is not below WORLD_SIZE=2"),
+        ({"RANK": "one"}, "are not all numbers"),
+    ],
+)
+def test_a_started_world_that_makes_no_sense_is_one_line(
+    tmp_path: Path, env: dict[str, str], words: str
+) -> None:
+    with pytest.raises(UsageError, match=words):
+        make_plan(tmp_path, env={**STARTED_WORLD, **env})
+
+
+def test_a_worker_of_torchrun_or_accel_is_not_a_started_world(tmp_path: Path) -> None:
+    """Every worker sees the four variables: a launch from inside one is a launch of its own."""
+    plan = make_plan(tmp_path, env={**STARTED_WORLD, "TORCHELASTIC_RUN_ID": "x"})
+    assert (plan.nnodes, plan.world_size, plan.scheduler) == (1, 1, None)
+    partial = {k: v for k, v in STARTED_WORLD.items() if k != "RANK"}  # batch scripts' exports
+    assert make_plan(tmp_path, env=partial).scheduler is None
 
 
 def test_no_slurm() -> None:

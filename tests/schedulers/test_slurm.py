@@ -71,6 +71,8 @@ def test_srun_tasks_are_the_ranks_of_one_world(
     )  # fmt: skip
     assert _world(out) == [(0, 2, 3.0), (1, 2, 3.0)]
     assert "slurm: task 0 of 2" in said and "slurm: task 1 of 2" in said
+    local = [json.loads(p.read_text())["env"]["LOCAL_RANK"] for p in sorted(out.glob("rank-*"))]
+    assert local == ["0", "1"]  # SLURM_LOCALID, as srun gave it, not the agent's 0
 
 
 @pytest.mark.timeout(300)

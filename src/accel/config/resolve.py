@@ -166,6 +166,7 @@ OWN_ENV_VARS = frozenset(
         "ACCEL_RUN_NAME",
         "ACCEL_RUN_DIR",
         "ACCEL_LAUNCHER_PID",
+        "ACCEL_LOCAL_RANK",  # the local rank a scheduler gave a rank it started (_bootstrap)
         "ACCEL_RDZV_CONNECT_TIMEOUT",  # rendezvous tuning (launch/rendezvous.py)
         "ACCEL_RDZV_REPORT_INTERVAL",
         "ACCEL_RDZV_LAST_CALL",

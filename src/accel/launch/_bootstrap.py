@@ -81,6 +81,16 @@ def _install_hooks(parent: int | None) -> None:
     """Worker-side hooks that need no cooperation from the script."""
     _die_with_launcher(parent)
     _install_stack_dumps()
+    _local_rank_from_scheduler()
+
+
+def _local_rank_from_scheduler() -> None:
+    """A rank that a scheduler started itself (``srun -n 8``, a custom launcher) keeps the
+    local rank it was given: the agent numbers its one worker 0, which on a node of 8
+    GPUs would put every rank on the first (``accel.launch.plan``, ACCEL_LOCAL_RANK)."""
+    local = os.environ.pop("ACCEL_LOCAL_RANK", None)
+    if local is not None and local.isdigit():
+        os.environ["LOCAL_RANK"] = local
 
 
 def _is_ours(filename: str) -> bool:

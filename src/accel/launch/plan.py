@@ -110,6 +110,9 @@ def plan_launch(
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     workers_env = worker_env(config, request, env, nproc, gpu_count, workspace, cache_dir, run_id)
+    says = nodes.scheduler.says if nodes.scheduler is not None else {}
+    if nproc == 1 and "local_rank" in says:  # the one rank the scheduler started (_bootstrap)
+        workers_env["ACCEL_LOCAL_RANK"] = str(says["local_rank"])
     return LaunchPlan(
         run_id=run_id,
         run_name=str(config.settings.launch.run_name),

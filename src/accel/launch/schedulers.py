@@ -55,6 +55,8 @@ def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
         if not env.get("SLURM_PROCID", "").isdigit():
             raise UsageError("SLURM started several tasks per node but SLURM_PROCID is unset")
         out.update(nnodes=int(tasks), node_rank=int(env["SLURM_PROCID"]), nproc=1, unit="task")
+        if env.get("SLURM_LOCALID", "").isdigit():
+            out["local_rank"] = int(env["SLURM_LOCALID"])
     elif out.get("nnodes", 1) == 1:
         return out
     out["rdzv_id"] = f"slurm-{env['SLURM_JOB_ID']}" + (f".{step}" if step else "")
@@ -125,11 +127,42 @@ def skypilot_defaults(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+WORLD = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def world_defaults(env: Mapping[str, str]) -> dict[str, Any]:
+    """A world someone else started (a custom launcher, Azure ML, an MPI wrapper): each
+    process it starts is one rank, told by torch's own variables ``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR`` and ``MASTER_PORT``. ``accel launch`` in each runs the script as that
+    rank: the ranks meet at the master's address as the "nodes" of one job of one worker
+    each. Not inside a worker accel or torchrun started (they set the same variables)."""
+    if not all(env.get(name) for name in WORLD) or "TORCHELASTIC_RUN_ID" in env:
+        return {}
+    rank, size, port = env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]
+    if not (rank.isdigit() and size.isdigit() and port.isdigit()):
+        raise UsageError(
+            f"RANK={rank}, WORLD_SIZE={size}, MASTER_PORT={port} in the environment are not "
+            "all numbers: fix the launcher that set them (or unset them to launch here)"
+        )
+    if int(rank) >= int(size):
+        raise UsageError(
+            f"RANK={rank} in the environment is not below WORLD_SIZE={size}: the launcher "
+            "that set them gave this process no place in its world"
+        )
+    out: dict[str, Any] = {
+        "nnodes": int(size), "node_rank": int(rank), "nproc": 1, "unit": "rank",
+        "endpoint": f"{env['MASTER_ADDR']}:{port}", "rdzv_id": f"world-{port}",
+    }  # fmt: skip
+    if env.get("LOCAL_RANK", "").isdigit():
+        out["local_rank"] = int(env["LOCAL_RANK"])
+    return out
+
+
 @dataclass(frozen=True)
 class Scheduler:
     """The scheduler found in the environment, and what it says about the job."""
 
-    name: str  # slurm | skypilot
+    name: str  # skypilot | slurm | world
     says: Mapping[str, Any]  # nnodes, node_rank, endpoint, rdzv_id, nproc: what it set
 
     def describe(self) -> str:
@@ -146,8 +179,14 @@ class Scheduler:
 
 def detect(env: Mapping[str, str]) -> Scheduler | None:
     """The scheduler this launch runs under, if any (SkyPilot before SLURM: a SkyPilot
-    cluster can itself run on SLURM, and its own variables are the job's)."""
-    for name, read in (("skypilot", skypilot_defaults), ("slurm", slurm_defaults)):
+    cluster can itself run on SLURM, and its own variables are the job's; a started
+    world last: batch scripts export ``MASTER_ADDR`` and ``WORLD_SIZE`` for torchrun)."""
+    readers = (
+        ("skypilot", skypilot_defaults),
+        ("slurm", slurm_defaults),
+        ("world", world_defaults),
+    )
+    for name, read in readers:
         says = read(env)
         if says:
             return Scheduler(name, says)
