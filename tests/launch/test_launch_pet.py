@@ -362,6 +362,17 @@ def test_srun_tasks_form_one_world_not_one_each(project: Path, accel_exe: list[s
     assert all("slurm: task" in err and "of 2" in err for err in said), said
 
 
+def test_a_pet_value_refused_names_the_variable_not_a_flag_never_typed(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / "train.py").write_text("")
+    monkeypatch.setenv("PET_NNODES", "2")
+    monkeypatch.setenv("PET_NODE_RANK", "2")
+    assert main(["launch", "--dry-run", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(PET_NNODES=2, PET_NODE_RANK=2 in the environment)" in err
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_an_already_started_world_of_two_runs_each_launch_as_its_rank(

@@ -392,3 +392,22 @@ def test_env_pairs_and_ranks() -> None:
     assert parse_ranks("0,2") == {0, 2}
     with pytest.raises(UsageError):
         parse_ranks("x")
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "words"),
+    [
+        ({**SLURM, "SLURM_NODEID": "3"}, {},
+         "SLURM_NODEID=3 (slurm) is out of range for SLURM_NNODES=3 (slurm) (expected 0 to 2)"),
+        (SLURM, {"launch.machine_rank": 3},
+         "--node-rank 3 is out of range for SLURM_NNODES=3 (slurm)"),
+        ({**SKYPILOT, "SKYPILOT_NODE_RANK": "2"}, {},
+         "SKYPILOT_NODE_RANK=2 (skypilot) is out of range for SKYPILOT_NUM_NODES=2 (skypilot)"),
+    ],
+)  # fmt: skip
+def test_a_node_rank_a_scheduler_gave_out_of_range_names_its_variable(
+    tmp_path: Path, env: dict[str, str], flags: dict[str, Any], words: str
+) -> None:
+    """The user typed none of it: the line names what to check, not a flag never given."""
+    with pytest.raises(UsageError, match=re.escape(words)):
+        make_plan(tmp_path, flags, env=env)

@@ -79,6 +79,15 @@ class FromEnvironment:
             return None
         return "torchrun's variables: " + ", ".join(parts)
 
+    def explain(self, exc: UsageError) -> UsageError:
+        """A refusal of a value the user never typed names the variable it came from:
+        ``--node-rank 2 is out of range ... (PET_NODE_RANK=2 in the environment)``."""
+        said = str(exc)
+        named = [f"{var}={value}" for var, value, flag in self.applied if flag in said]
+        if not named:
+            return exc
+        return UsageError(f"{said} ({', '.join(named)} in the environment)")
+
     def to_json(self) -> list[dict[str, str]]:
         rows = [
             {"variable": v, "value": x, "as": f, "status": "applied"} for v, x, f in self.applied

@@ -13,6 +13,7 @@ from typing import Any, TextIO, cast
 import typer
 
 from accel.cli import _app, _output
+from accel.errors import UsageError
 
 
 def _dashes(name: str) -> str:
@@ -321,7 +322,10 @@ def launch(
         notes=tuple(n for n in (said, _requeue_note(requeue_argv)) if n is not None),
     )
     ws = _app.workspace(ctx, flags=given.flags)
-    plan = prepare(ws, request, early=not dry_run)
+    try:
+        plan = prepare(ws, request, early=not dry_run)
+    except UsageError as exc:
+        raise pet.explain(exc) from None
     if dry_run:
         from accel.cli._launch_report import show_plan
 

@@ -306,10 +306,9 @@ def _nodes(
             f"{nodes.nnodes}; give --nnodes MIN:MAX with MIN <= MAX"
         )
     if nodes.node_rank >= nodes.nnodes:
-        raise UsageError(
-            f"--node-rank {nodes.node_rank} is out of range for --nnodes {nodes.nnodes} "
-            f"(expected 0 to {nodes.nnodes - 1})"
-        )
+        rank = _told(config, scheduler, "machine_rank", f"--node-rank {nodes.node_rank}")
+        count = _told(config, scheduler, "num_machines", f"--nnodes {nodes.nnodes}")
+        raise UsageError(f"{rank} is out of range for {count} (expected 0 to {nodes.nnodes - 1})")
     if nodes.nnodes > 1 and not nodes.endpoint:
         size = (
             nodes.nnodes if nodes.min_nodes == nodes.nnodes else f"{nodes.min_nodes}:{nodes.nnodes}"
@@ -336,6 +335,13 @@ def _rendezvous(
     # first. Saying "host" on every node would split an elastic job into lone ones.
     is_host = (nodes.node_rank == 0) if nodes.rank_given else None
     return endpoint, nodes.rdzv_id or "accel", is_host
+
+
+def _told(config: ResolvedConfig, scheduler: Scheduler | None, key: str, flag: str) -> str:
+    """A value as a refusal names it: the flag, or the scheduler's variable it came from."""
+    if scheduler is None or config.origins[f"launch.{key}"].layer != "default":
+        return flag
+    return scheduler.told("node_rank" if key == "machine_rank" else "nnodes") or flag
 
 
 def worker_env(

@@ -158,6 +158,15 @@ def world_defaults(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+# The variables each scheduler tells a job's shape in (nodes, this node's rank), by unit.
+_TOLD_IN = {
+    ("slurm", "node"): ("SLURM_NNODES", "SLURM_NODEID"),
+    ("slurm", "task"): ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"),
+    ("skypilot", "node"): ("SKYPILOT_NUM_NODES", "SKYPILOT_NODE_RANK"),
+    ("world", "rank"): ("WORLD_SIZE", "RANK"),
+}
+
+
 @dataclass(frozen=True)
 class Scheduler:
     """The scheduler found in the environment, and what it says about the job."""
@@ -175,6 +184,14 @@ class Scheduler:
         if says.get("nproc"):
             parts.append(f"{says['nproc']} worker(s) per {unit}")
         return f"{self.name}: " + ", ".join(parts)
+
+    def told(self, key: str) -> str | None:
+        """``SLURM_NODEID=3 (slurm)``: the variable ``key`` (nnodes, node_rank) came from,
+        for a refusal to name what the user can check."""
+        names = _TOLD_IN.get((self.name, self.says.get("unit", "node")))
+        if names is None or key not in self.says:
+            return None
+        return f"{names[0 if key == 'nnodes' else 1]}={self.says[key]} ({self.name})"
 
 
 def detect(env: Mapping[str, str]) -> Scheduler | None:
