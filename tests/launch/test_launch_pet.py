@@ -186,7 +186,6 @@ def test_variables_accel_does_without_are_shown_not_refused(
         ({"PET_STANDALONE": "yes"}, "invalid PET_STANDALONE='yes': torchrun reads it as"),
         ({"PET_MASTER_PORT": "http"}, "invalid PET_MASTER_PORT='http'"),
         ({"PET_NNODES": "2"}, "--nnodes 2 needs --rdzv-endpoint"),
-        ({"PET_LOG_DIR": "/tmp/logs"}, "PET_LOG_DIR: --log-dir is not needed"),
         ({"PET_RDZV_BACKEND": "etcd"}, "PET_RDZV_BACKEND: --rdzv-backend etcd: accel's"),
         ({"PET_NPROC_PER_NODE": "0"}, "PET_NPROC_PER_NODE: invalid value for -n/--nproc-per-node"),
         ({"PET_MAX_RESTARTS": "-1"}, "invalid value for PET_MAX_RESTARTS (torchrun's"),

@@ -39,8 +39,6 @@ APPLIED = {
     "monitor_interval": "monitor_interval",
     "module": "module",
     "no_python": "no_python",
-    "log_dir": "log_dir",
-    "redirects": "redirects",
 }
 
 # torchrun's dest -> why accel does without it (the variable is shown, never an error).
@@ -59,6 +57,10 @@ NOT_USED = {
     "signals_to_handle": "accel stops its workers on SIGTERM, SIGINT, SIGHUP and SIGQUIT",
     "shutdown_timeout": "use --stop-grace-period",
     "virtual_local_rank": "each accel worker sees its own LOCAL_RANK",
+    # Typed, --log-dir and --redirects are refused with a pointer; set by a scheduler
+    # (TorchX's local scheduler sets PET_LOG_DIR for every job) they must not fail the job.
+    "log_dir": "accel keeps every rank's log in .accelerate/logs/runs/<run>/rank-N.log",
+    "redirects": "accel keeps every rank's stdout and stderr, apart, in its log",
 }
 
 
