@@ -377,6 +377,8 @@ def test_a_worker_of_torchrun_or_accel_is_not_a_started_world(tmp_path: Path) ->
     assert (plan.nnodes, plan.world_size, plan.scheduler) == (1, 1, None)
     partial = {k: v for k, v in STARTED_WORLD.items() if k != "RANK"}  # batch scripts' exports
     assert make_plan(tmp_path, env=partial).scheduler is None
+    # A PyTorchJob pod: node-level RANK/WORLD_SIZE beside the PET_* that say the job.
+    assert make_plan(tmp_path, env={**STARTED_WORLD, "PET_NNODES": "2"}).scheduler is None
 
 
 def test_no_slurm() -> None:

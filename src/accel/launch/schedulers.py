@@ -135,9 +135,12 @@ def world_defaults(env: Mapping[str, str]) -> dict[str, Any]:
     process it starts is one rank, told by torch's own variables ``RANK``, ``WORLD_SIZE``,
     ``MASTER_ADDR`` and ``MASTER_PORT``. ``accel launch`` in each runs the script as that
     rank: the ranks meet at the master's address as the "nodes" of one job of one worker
-    each. Not inside a worker accel or torchrun started (they set the same variables)."""
+    each. Not inside a worker accel or torchrun started (they set the same variables), nor
+    beside torchrun's ``PET_*`` variables (Kubernetes sets both kinds; ``PET_*`` is the job)."""
     if not all(env.get(name) for name in WORLD) or "TORCHELASTIC_RUN_ID" in env:
         return {}
+    if any(name.startswith("PET_") for name in env):  # a PyTorchJob pod sets both: its
+        return {}  # node-level RANK and WORLD_SIZE, and PET_* for torchrun, which say the job
     rank, size, port = env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]
     if not (rank.isdigit() and size.isdigit() and port.isdigit()):
         raise UsageError(
