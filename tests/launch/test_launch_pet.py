@@ -229,6 +229,32 @@ def pytorchjob_pod(index: int, port: int, nproc: int) -> dict[str, str]:
     }
 
 
+def elastic_pytorchjob_pod(index: int, port: int, nproc: int) -> dict[str, str]:
+    """PyTorchJob with an elasticPolicy: a c10d rendezvous at worker 0's service, the
+    node range, and no node rank (each pod learns its rank at the rendezvous)."""
+    return {
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+        "PET_RDZV_ID": f"pytorchjob-{port}",
+        "PET_NNODES": "2:2",
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_MAX_RESTARTS": "0",
+    }
+
+
+def trainjob_pod(index: int, port: int, nproc: int) -> dict[str, str]:
+    """Kubeflow Trainer v2's TrainJob (the torch runtime): the node index of its
+    JobSet as the node rank, and only PET_* (a TrainJob may not set these itself)."""
+    return {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_NODE_RANK": str(index),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(port),
+        "JOB_COMPLETION_INDEX": str(index),
+    }
+
+
 def run_pods(
     command: list[str],
     out: Path,
@@ -272,6 +298,19 @@ def test_two_pytorchjob_pods_form_one_world_as_under_torchrun(
     assert all("torchrun's variables: PET_NNODES=2 (--nnodes)" in err for err in said), said
     omp = f"accel: OMP_NUM_THREADS=1 for each of the {nproc} workers on this node"
     assert all((omp in err) == (nproc > 1) for err in said), said  # torchrun's default, said
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("pod", [elastic_pytorchjob_pod, trainjob_pod], ids=["elastic", "trainjob"])
+def test_two_pods_of_each_kubernetes_kind_form_one_world(
+    pod: Callable[[int, int, int], dict[str, str]], project: Path, accel_exe: list[str]
+) -> None:
+    """The operators' other two shapes, 2 pods x 1 worker, started exactly as their
+    container command ``torchrun train.py`` with ``accel launch`` in its place."""
+    ours, said = run_pods([*accel_exe, "launch", "--cpu"], project / "accel", 1, project, pod)
+    assert ours == [(0, 2, 3.0), (1, 2, 3.0)], said
+    assert all("torchrun's variables: " in err for err in said), said
 
 
 def test_the_dry_run_names_the_scheduler_it_found(
