@@ -104,12 +104,13 @@ def run_json(project: Path) -> dict[str, Any]:
     return data
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> None:
+    """Poll ``predicate`` every ``every`` seconds (a scheduler client call: less often)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(every)
 
 
 def write_run(

@@ -7,13 +7,11 @@ import json
 import os
 import re
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from run_helpers import accel_command
+from run_helpers import accel_command, wait_for
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "launch" / "scripts"
 
@@ -126,14 +124,16 @@ def test_scancel_signal_term_saves_requeues_and_the_job_resumes_bit_for_bit(
     job = _run(["sbatch", "--parsable", "-c", "2", "--open-mode=append", "-o", str(log),
                 str(script)], project, slurm).strip()  # fmt: skip
     assert job.isdigit(), job
-    _until(lambda: _both_past(log, 5), 180, f"both ranks past step 5 in {log}")
+    wait_for(lambda: _both_past(log, 5), 180, f"both ranks past step 5 in {log}", every=0.5)
     subprocess.run(["scancel", "--signal=TERM", job], env=env, check=True, timeout=30)
     # Requeued: pending again, with one restart (SLURM holds a requeued job 2 minutes
     # before it may start; the test, as an administrator, lets it start now).
-    _until(lambda: _requeued(_job(job, env)), 120, f"job {job} requeued")
+    wait_for(lambda: _requeued(_job(job, env)), 120, f"job {job} requeued", every=0.5)
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env,
                    check=True, timeout=30)  # fmt: skip
-    _until(lambda: _job(job, env).get("JobState") == "COMPLETED", 240, f"job {job} to complete")
+    wait_for(
+        lambda: _job(job, env).get("JobState") == "COMPLETED", 240, f"job {job} to complete", 0.5
+    )
     said = log.read_text()
     saved = set(re.findall(r"\[rank\d\] stop asked: saved step (\d+)", said))
     assert len(saved) == 1, said  # both ranks saved one and the same step
@@ -160,11 +160,3 @@ def _job(job: str, env: dict[str, str]) -> dict[str, str]:
     done = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True,
                           text=True, timeout=30)  # fmt: skip
     return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-
-
-def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll a scheduler's state (each look is a client call: twice a second)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.5)
