@@ -297,3 +297,52 @@ def test_help_shows_the_aliases(capsys: pytest.CaptureFixture[str]) -> None:
         "--dynamo-backend",
     ):
         assert alias in out, alias
+
+
+def _torchrun_takes_tee(value: str) -> bool:
+    from torch.distributed.elastic.multiprocessing import Std
+
+    try:
+        Std.from_str(value)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("value", ["0", "1", "2", "3", "0:3,1:1", "4", "3,", "x", "0:4", ""])
+def test_tee_takes_what_torchruns_tee_takes(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """torchrun's ``--tee 3`` (TorchX's ``dist.ddp`` line, torchtitan's) was read as the
+    script "3". Without ``--redirects`` torchrun's console shows every stream whatever the
+    value, as accel's does: so a value torchrun takes is accepted and changes nothing."""
+    if _torchrun_takes_tee(value):
+        for flag in ("--tee", "-t"):
+            got = plan(capsys, flag, value, SCRIPT)
+            assert got["worker_command"][-1] == SCRIPT and got["nproc_per_node"] == 1
+    else:
+        assert "invalid value for --tee: expected 0 to 3" in refused(capsys, "--tee", value)
+
+
+def test_role_is_the_workers_role_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan(capsys, SCRIPT)["role"] == "default"  # torchrun's default
+    assert plan(capsys, "--role", "trainer", SCRIPT)["role"] == "trainer"
+    assert plan(capsys, "--role", "", SCRIPT)["role"] == ""  # TorchX's dist.ddp passes ''
+
+
+def test_port_0_on_one_node_is_a_free_port_as_under_torchrun(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """torchtitan's and TorchX's one-node lines say ``--rdzv-endpoint localhost:0``."""
+    got = plan(capsys, "--rdzv-endpoint", "localhost:0", "--rdzv-id", "job-1", SCRIPT)
+    assert got["rdzv"] == {"backend": "c10d", "endpoint": "localhost:0", "id": "job-1"}
+    err = refused(capsys, "--nnodes", "2", "--rdzv-endpoint", "node0:0")
+    assert "port 0 picks a free port, which the other nodes cannot know" in err
+
+
+def test_torchtitans_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """torchtitan's run_train.sh, but for --local-ranks-filter (accel: --ranks)."""
+    got = plan(
+        capsys, "--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0",
+        "--role", "rank", "--tee", "3", SCRIPT, "--job.config_file", "x.toml",
+    )  # fmt: skip
+    assert shape(got) == (2, 1, 0, "localhost:0") and got["role"] == "rank"
+    assert got["worker_command"][-3:] == [SCRIPT, "--job.config_file", "x.toml"]

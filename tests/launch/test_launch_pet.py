@@ -102,6 +102,8 @@ CASES = {
         lambda a: a.no_python,
         lambda p: "--accel-exec" in p["worker_command"],
     ),
+    "role": ({"PET_ROLE": "trainer"}, lambda a: a.role, lambda p: p["role"]),
+    "tee": ({"PET_TEE": "3"}, lambda a: str(a.tee), lambda p: "3"),
     "rdzv_backend": (
         {"PET_RDZV_BACKEND": "c10d"},
         lambda a: a.rdzv_backend,

@@ -39,11 +39,12 @@ APPLIED = {
     "monitor_interval": "monitor_interval",
     "module": "module",
     "no_python": "no_python",
+    "role": "role",
+    "tee": "tee",
 }
 
 # torchrun's dest -> why accel does without it (the variable is shown, never an error).
 NOT_USED = {
-    "tee": "accel shows every rank on the console and keeps each in its log",
     "local_ranks_filter": "use --ranks to choose the ranks the console shows",
     "duplicate_stdout_filters": "every rank's output is in logs/runs/<run>/rank-N.log",
     "duplicate_stderr_filters": "every rank's output is in logs/runs/<run>/rank-N.log",
@@ -51,7 +52,6 @@ NOT_USED = {
     "rdzv_conf": "accel's c10d rendezvous keeps its own timeouts",
     "start_method": "accel starts workers its own way (launch.preload)",
     "event_log_handler": "accel records each run in logs/runs/<run>/run.json",
-    "role": "every accel worker has the role 'default'",
     "run_path": "accel runs a script file as torchrun --run-path does",
     "local_addr": "accel finds this node's address as torchrun does without it",
     "signals_to_handle": "accel stops its workers on SIGTERM, SIGINT, SIGHUP and SIGQUIT",

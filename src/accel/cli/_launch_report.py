@@ -130,7 +130,7 @@ def show_plan(
     _output.out(f"command    {' '.join(command)}")
     _output.out(
         f"workers    {plan.nproc_per_node} per node x {plan.nodes_text} node(s) = "
-        f"{plan.world_size_text} (this is node {plan.node_rank})"
+        f"{plan.world_size_text} (this is node {plan.node_rank}), role {plan.role!r}"
     )
     if plan.scheduler is not None:
         _output.out(f"scheduler  {plan.scheduler}")

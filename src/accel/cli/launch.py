@@ -180,8 +180,8 @@ def launch(
         metavar="KEY=VALUE",
         help="KEY=VALUE for every worker (repeatable). (config launch.env)",
     ),
-    tee: bool = typer.Option(
-        True, "--tee/--quiet", help="Show worker output on the console (logs keep it all)."
+    quiet: bool = typer.Option(
+        False, "--quiet", help="Show no worker output on the console (logs keep it all)."
     ),
     ranks: str | None = typer.Option(
         None,
@@ -255,6 +255,22 @@ def launch(
         help="torch.compile backend for Accelerate scripts. (config launch.dynamo_backend)",
         rich_help_panel=_COMPAT,
     ),
+    tee: str | None = typer.Option(
+        None,
+        "--tee",
+        "-t",
+        metavar="STREAMS",
+        help="torchrun: 0-3 or 0:3,1:1; accel shows every stream on the console and keeps "
+        "each rank's in its log.",
+        rich_help_panel=_COMPAT,
+    ),
+    role: str | None = typer.Option(
+        None,
+        "--role",
+        metavar="NAME",
+        help="torchrun: the workers' role, in their ROLE_NAME (default: default).",
+        rich_help_panel=_COMPAT,
+    ),
     monitor_interval: float | None = typer.Option(
         None,
         "--monitor-interval",
@@ -312,7 +328,8 @@ def launch(
         script_args=tuple(script_args or ()),
         module=params["module"],
         extra_env={**given.file_env, **parse_env_pairs(env or [])},
-        console="tee" if tee else "quiet",
+        console="quiet" if quiet else "tee",
+        role=params["role"] if params["role"] is not None else "default",
         console_ranks=parse_ranks(ranks),
         command=("accel", *sys.argv[1:]),
         no_python=params["no_python"],

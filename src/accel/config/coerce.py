@@ -116,8 +116,11 @@ def _coerce_name(f: Field, value: Any) -> str:
 def _coerce_endpoint(f: Field, value: Any) -> str:
     text = _coerce_str(f, value).strip()
     match = _ENDPOINT_RE.fullmatch(text)
-    if match is None or (match.group(3) and not 0 < int(match.group(3)) < 65536):
-        raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {value!r}")
+    if match is None or (match.group(3) and not 0 <= int(match.group(3)) < 65536):
+        raise ValueError(
+            f"expected HOST:PORT with a port from 0 (a free one, as torchrun) to 65535, "
+            f"got {value!r}"
+        )
     return text
 
 

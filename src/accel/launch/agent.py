@@ -141,7 +141,7 @@ def rendezvous_handler(plan: LaunchPlan, last_call: float) -> Any:
 
 def worker_spec(plan: LaunchPlan, handler: Any) -> Any:
     return WorkerSpec(
-        role="default",
+        role=plan.role,
         local_world_size=plan.nproc_per_node,
         entrypoint=plan.entrypoint,
         args=plan.worker_args,

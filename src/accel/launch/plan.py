@@ -55,6 +55,7 @@ class LaunchPlan:
     console: str
     console_ranks: frozenset[int] | None
     config: Mapping[str, Any]
+    role: str = "default"  # torchrun --role: the workers' ROLE_NAME
     # launch.preload: workers forked from a template that imported torch (launch/preload.py)
     preload: bool = False
     preload_modules: tuple[str, ...] = ()
@@ -136,6 +137,7 @@ def plan_launch(
         grace_period=float(config.settings.launch.stop_grace_period),
         console=request.console,
         console_ranks=request.console_ranks,
+        role=request.role,
         config=config.nested(),
         preload=config.settings.launch.preload,
         preload_modules=tuple(config.settings.launch.preload_modules),
@@ -323,10 +325,15 @@ def _nodes(
 def _rendezvous(
     config: ResolvedConfig, nodes: _Nodes, run_id: str, env: Mapping[str, str]
 ) -> tuple[str, str, bool | None]:
-    if nodes.nnodes == 1 and not nodes.endpoint:
-        # Like torchrun --standalone: the store binds a free port and keeps it.
-        return "localhost:0", run_id, True
-    endpoint = str(nodes.endpoint)
+    endpoint = str(nodes.endpoint or "localhost:0")
+    if endpoint.endswith(":0") and nodes.nnodes == 1:
+        # Like torchrun --standalone (or HOST:0): the store binds a free port and keeps it.
+        return endpoint, nodes.rdzv_id or run_id, True
+    if endpoint.endswith(":0"):
+        raise UsageError(
+            f"--rdzv-endpoint {endpoint}: port 0 picks a free port, which the other nodes "
+            "cannot know; give node 0's port, e.g. HOST:29400"
+        )
     if not re.search(r":\d+$", endpoint):
         endpoint = f"{endpoint}:{DEFAULT_RDZV_PORT}"
     # With --node-rank, node 0 hosts the store: deterministic even when every node is on

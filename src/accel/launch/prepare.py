@@ -77,6 +77,7 @@ def dry_run(plan: LaunchPlan) -> dict[str, Any]:
         "node_rank": plan.node_rank,
         "scheduler": plan.scheduler,
         "world_size": plan.world_size,
+        "role": plan.role,
         "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
         "max_restarts": plan.max_restarts,
         "stop_grace_period": plan.grace_period,

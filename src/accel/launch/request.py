@@ -22,6 +22,7 @@ class LaunchRequest:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     console: str = "tee"  # tee | quiet
     console_ranks: frozenset[int] | None = None
+    role: str = "default"  # torchrun --role: the workers' ROLE_NAME
     command: tuple[str, ...] = ()  # the launcher's own argv, for the record
     no_python: bool = False  # SCRIPT is a program to run as it is (torchrun --no-python)
     # Hugging Face's --num_processes: the job's total, divided among the nodes.
