@@ -35,16 +35,49 @@ def accel(
     preexec: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``accel ARGS`` run in ``project`` to its end, output captured; ``env`` is added to
-    this process's environment."""
-    return subprocess.run(
-        [*(exe or accel_command()), *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        preexec_fn=preexec,
-    )
+    this process's environment. A launch still running after ``timeout`` fails with the
+    Python stacks of its live ranks (``accel stack``): a hang in CI says where it hung."""
+    command = [*(exe or accel_command()), *args]
+    full_env = {**os.environ, **(env or {})}
+    with subprocess.Popen(
+        command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=full_env, preexec_fn=preexec,
+    ) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = (
+                _live_stacks(project, command[: -len(args)], full_env)
+                if args[:1] == ("launch",)
+                else ""
+            )
+            proc.kill()
+            out, err = proc.communicate()
+            raise Hung(command, timeout, output=out, stderr=err, stacks=stacks) from None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+class Hung(subprocess.TimeoutExpired):
+    """A command past its timeout; its message ends with what it printed last and the
+    live ranks' stacks."""
+
+    def __init__(self, *args: Any, stacks: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stacks = stacks
+
+    def __str__(self) -> str:
+        said = "\n".join(s for s in (self.output, self.stderr) if isinstance(s, str))[-4000:]
+        return f"{super().__str__()}\n--- it printed last:\n{said}\n--- stacks:\n{self.stacks}"
+
+
+def _live_stacks(project: Path, exe: list[str], env: dict[str, str]) -> str:
+    try:
+        done = subprocess.run(
+            [*exe, "stack"], cwd=project, capture_output=True, text=True, timeout=30, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return "(accel stack did not answer in 30 s)"
+    return done.stdout + done.stderr
 
 
 def start(project: Path, *args: str, exe: list[str] | None = None) -> subprocess.Popen[str]:
