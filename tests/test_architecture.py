@@ -53,7 +53,7 @@ FLOORS: dict[str, int] = {
 }
 # Imports that run back up a floor, allowed while they are at most this many.
 MAX_BACK_UP = 2
-MAX_LINES = 400
+MAX_LINES = 600  # far below the anchors' largest modules; grab-bags still fail (issue 26)
 
 
 def module_files(root: Path = PACKAGE) -> dict[str, Path]:
@@ -207,7 +207,7 @@ def test_at_most_two_imports_run_back_up_a_floor() -> None:
     assert len(back_up(edges(GRAPH))) <= MAX_BACK_UP, back_up(edges(GRAPH))
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_600_lines() -> None:
     long = {m: n for m, p in MODULES.items() if (n := _lines(p)) > MAX_LINES}
     assert long == {}
 
