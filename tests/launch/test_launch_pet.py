@@ -169,15 +169,15 @@ def test_the_variables_win_over_the_project_config(
 def test_variables_accel_does_without_are_shown_not_refused(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = {"PET_RDZV_CONF": "join_timeout=900", "PET_START_METHOD": "spawn"}
+    env = {"PET_LOG_DIR": "/tmp/torchx/logs", "PET_REDIRECTS": "3"}
     rows = plan(capsys, monkeypatch, env)["from_environment"]
     assert {r["variable"]: r["status"].split(":")[0] for r in rows} == {
-        "PET_RDZV_CONF": "not used",
-        "PET_START_METHOD": "not used",
+        "PET_LOG_DIR": "not used",
+        "PET_REDIRECTS": "not used",
     }
     assert main(["launch", "--dry-run", "--cpu", SCRIPT]) == 0
     out = capsys.readouterr().out
-    assert "PET_RDZV_CONF" in out and "accel's c10d rendezvous keeps its own timeouts" in out
+    assert "PET_LOG_DIR" in out and "accel keeps every rank's log in" in out
 
 
 @pytest.mark.parametrize(

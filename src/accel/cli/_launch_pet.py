@@ -41,22 +41,22 @@ APPLIED = {
     "no_python": "no_python",
     "role": "role",
     "tee": "tee",
+    "rdzv_conf": "rdzv_conf",
+    "local_addr": "local_addr",
+    "local_ranks_filter": "local_ranks_filter",
+    "shutdown_timeout": "shutdown_timeout",
+    "start_method": "start_method",
+    "run_path": "run_path",
+    "event_log_handler": "event_log_handler",
+    "duplicate_stdout_filters": "duplicate_stdout_filters",
+    "duplicate_stderr_filters": "duplicate_stderr_filters",
+    "signals_to_handle": "signals_to_handle",
+    "virtual_local_rank": "virtual_local_rank",
 }
 
 # torchrun's dest -> why accel does without it (the variable is shown, never an error).
 NOT_USED = {
-    "local_ranks_filter": "use --ranks to choose the ranks the console shows",
-    "duplicate_stdout_filters": "every rank's output is in logs/runs/<run>/rank-N.log",
-    "duplicate_stderr_filters": "every rank's output is in logs/runs/<run>/rank-N.log",
     "log_line_prefix_template": "accel prefixes each line with its rank",
-    "rdzv_conf": "accel's c10d rendezvous keeps its own timeouts",
-    "start_method": "accel starts workers its own way (launch.preload)",
-    "event_log_handler": "accel records each run in logs/runs/<run>/run.json",
-    "run_path": "accel runs a script file as torchrun --run-path does",
-    "local_addr": "accel finds this node's address as torchrun does without it",
-    "signals_to_handle": "accel stops its workers on SIGTERM, SIGINT, SIGHUP and SIGQUIT",
-    "shutdown_timeout": "use --stop-grace-period",
-    "virtual_local_rank": "each accel worker sees its own LOCAL_RANK",
     # Typed, --log-dir and --redirects are refused with a pointer; set by a scheduler
     # (TorchX's local scheduler sets PET_LOG_DIR for every job) they must not fail the job.
     "log_dir": "accel keeps every rank's log in .accelerate/logs/runs/<run>/rank-N.log",
@@ -153,10 +153,12 @@ def _convert(param: Any, value: str, var: str, flag: str, ctx: typer.Context) ->
 def _check(name: str, value: Any, var: str, flag: str) -> None:
     """Refuse a value as its flag would be refused, naming the variable it came from."""
     from accel.cli._launch_flags import translate
+    from accel.cli._launch_torchrun import torchrun_flags
     from accel.config.resolve import flag_value
 
     try:
         flags = translate({name: value}).flags
+        torchrun_flags({name: value})
     except UsageError as exc:
         raise UsageError(f"{var}: {exc}") from None
     for key, each in flags.items():

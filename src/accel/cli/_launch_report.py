@@ -93,7 +93,7 @@ def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
             outcome.exit_code,
         )
     crashed = root.type is None and root.traceback  # a fatal signal's stack: never printed
-    if crashed or not _shown(plan, root.rank):  # show what the console did not
+    if crashed or not plan.shows(root.rank):  # show what the console did not
         for line in (root.traceback or "\n".join(outcome.tails.get(root.rank, ()))).splitlines():
             _output.info(f"[rank{root.rank}] {line}")
     for other in verdict.with_fate(failures.ALSO_FAILED):
@@ -107,10 +107,6 @@ def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     raise JobFailed(
         f"{headline}; its log: {outcome.run_dir / f'rank-{root.rank}.log'}", outcome.exit_code
     )
-
-
-def _shown(plan: LaunchPlan, rank: int) -> bool:
-    return plan.console == "tee" and (plan.console_ranks is None or rank in plan.console_ranks)
 
 
 def show_plan(
@@ -134,11 +130,15 @@ def show_plan(
     )
     if plan.scheduler is not None:
         _output.out(f"scheduler  {plan.scheduler}")
-    _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}")
+    extra = "".join(f" {k}={v}" for k, v in plan.rdzv_conf.items())
+    extra += f" local-addr={plan.local_addr}" if plan.local_addr else ""
+    _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}{extra}")
     _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
     _output.out(f"logs       {plan.run_dir}")
     if requeue:
         _output.out(f"requeue    {' '.join(requeue)} (node 0, when SLURM stops the job)")
+    for note in plan.notes:
+        _output.out(f"note       {note}")
     if pet_rows:
         _output.table(
             "from the environment (torchrun's PET_* variables; a flag typed wins)",

@@ -271,6 +271,60 @@ def launch(
         help="torchrun: the workers' role, in their ROLE_NAME (default: default).",
         rich_help_panel=_COMPAT,
     ),
+    rdzv_conf: str | None = typer.Option(
+        None,
+        "--rdzv-conf",
+        metavar="KEY=VALUE",
+        help="torchrun: settings of the c10d rendezvous, comma-separated (join_timeout=900).",
+        rich_help_panel=_COMPAT,
+    ),
+    local_addr: str | None = typer.Option(
+        None,
+        "--local-addr",
+        metavar="HOST",
+        help="torchrun: this node's address in the rendezvous.",
+        rich_help_panel=_COMPAT,
+    ),
+    local_ranks_filter: str | None = typer.Option(
+        None,
+        "--local-ranks-filter",
+        metavar="RANKS",
+        help="torchrun: console shows only these local ranks, e.g. 0 (logs keep all).",
+        rich_help_panel=_COMPAT,
+    ),
+    shutdown_timeout: int | None = typer.Option(
+        None,
+        "--shutdown-timeout",
+        metavar="SECONDS",
+        help="torchrun: --stop-grace-period in seconds.",
+        rich_help_panel=_COMPAT,
+    ),
+    start_method: str | None = typer.Option(
+        None,
+        "--start-method",
+        metavar="METHOD",
+        help="torchrun: spawn, fork or forkserver; a script's workers are new processes "
+        "either way (for a faster start: --preload).",
+        rich_help_panel=_COMPAT,
+    ),
+    run_path: bool = typer.Option(
+        False,
+        "--run-path",
+        help="torchrun: run SCRIPT as a file (what accel does with a path).",
+        rich_help_panel=_COMPAT,
+    ),
+    # torchrun's flags for its own machinery: accepted, said what accel does instead.
+    event_log_handler: str | None = typer.Option(None, "--event-log-handler", hidden=True),
+    logs_specs: str | None = typer.Option(None, "--logs-specs", hidden=True),
+    duplicate_stdout_filters: str | None = typer.Option(
+        None, "--duplicate-stdout-filters", hidden=True
+    ),
+    duplicate_stderr_filters: str | None = typer.Option(
+        None, "--duplicate-stderr-filters", hidden=True
+    ),
+    numa_binding: str | None = typer.Option(None, "--numa-binding", hidden=True),
+    signals_to_handle: str | None = typer.Option(None, "--signals-to-handle", hidden=True),
+    virtual_local_rank: bool = typer.Option(False, "--virtual-local-rank", hidden=True),
     monitor_interval: float | None = typer.Option(
         None,
         "--monitor-interval",
@@ -307,6 +361,7 @@ def launch(
     """
     from accel.cli._launch_flags import translate
     from accel.cli._launch_pet import from_environment
+    from accel.cli._launch_torchrun import torchrun_flags
     from accel.launch.prepare import prepare
     from accel.launch.request import LaunchRequest, parse_env_pairs, parse_ranks
 
@@ -314,6 +369,10 @@ def launch(
     params = {**ctx.params, **pet.params}
     said = pet.summary()
     given = translate(params)
+    theirs = torchrun_flags(params)
+    flags = given.flags if theirs.grace is None else {
+        **given.flags, "launch.stop_grace_period": theirs.grace
+    }  # fmt: skip
     for note in given.notes:
         _output.warn(f"{config_file}: {note}")
     requeue_argv: tuple[str, ...] = ()
@@ -331,14 +390,17 @@ def launch(
         console="quiet" if quiet else "tee",
         role=params["role"] if params["role"] is not None else "default",
         console_ranks=parse_ranks(ranks),
+        console_local_ranks=theirs.local_ranks,
+        rdzv_conf=theirs.rdzv_conf,
+        local_addr=theirs.local_addr,
         command=("accel", *sys.argv[1:]),
         no_python=params["no_python"],
         total_processes=given.total_processes,
         multi_gpu=given.multi_gpu,
         main_endpoint=given.main_endpoint,
-        notes=tuple(n for n in (said, _requeue_note(requeue_argv)) if n is not None),
+        notes=tuple(n for n in (said, *theirs.notes, _requeue_note(requeue_argv)) if n is not None),
     )
-    ws = _app.workspace(ctx, flags=given.flags)
+    ws = _app.workspace(ctx, flags=flags)
     try:
         plan = prepare(ws, request, early=not dry_run)
     except UsageError as exc:

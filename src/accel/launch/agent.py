@@ -134,7 +134,8 @@ def rendezvous_handler(plan: LaunchPlan, last_call: float) -> Any:
         run_id=plan.rdzv_id,
         min_nodes=plan.min_nodes or plan.nnodes,
         max_nodes=plan.nnodes,
-        **configs,
+        local_addr=plan.local_addr,
+        **{**configs, **plan.rdzv_conf},  # torchrun --rdzv-conf wins, as under torchrun
     )
     return registry.get_rendezvous_handler(params)
 

@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,9 @@ class LaunchPlan:
     console_ranks: frozenset[int] | None
     config: Mapping[str, Any]
     role: str = "default"  # torchrun --role: the workers' ROLE_NAME
+    console_local_ranks: frozenset[int] | None = None  # torchrun --local-ranks-filter
+    rdzv_conf: Mapping[str, str] = field(default_factory=dict)  # torch's c10d rendezvous
+    local_addr: str | None = None  # this node's address in the rendezvous
     # launch.preload: workers forked from a template that imported torch (launch/preload.py)
     preload: bool = False
     preload_modules: tuple[str, ...] = ()
@@ -65,6 +68,16 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     # What the scheduler found in the environment said: "slurm: node 1 of 4, head h:29400".
     scheduler: str | None = None
+
+    def shows(self, rank: int) -> bool:
+        """Whether the console shows ``rank``'s output (its log keeps it all the same):
+        ``--quiet``, ``--ranks`` and torchrun's ``--local-ranks-filter`` (each node's
+        workers are ranks ``k * nproc_per_node + local rank``)."""
+        if self.console == "quiet":
+            return False
+        if self.console_local_ranks is not None:
+            return rank % self.nproc_per_node in self.console_local_ranks
+        return self.console_ranks is None or rank in self.console_ranks
 
     @property
     def elastic(self) -> bool:
@@ -138,6 +151,9 @@ def plan_launch(
         console=request.console,
         console_ranks=request.console_ranks,
         role=request.role,
+        console_local_ranks=request.console_local_ranks,
+        rdzv_conf=dict(request.rdzv_conf),
+        local_addr=request.local_addr,
         config=config.nested(),
         preload=config.settings.launch.preload,
         preload_modules=tuple(config.settings.launch.preload_modules),

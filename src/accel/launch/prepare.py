@@ -79,6 +79,12 @@ def dry_run(plan: LaunchPlan) -> dict[str, Any]:
         "world_size": plan.world_size,
         "role": plan.role,
         "rdzv": {"backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "id": plan.rdzv_id},
+        "rdzv_conf": dict(plan.rdzv_conf),
+        "local_addr": plan.local_addr,
+        "console_local_ranks": sorted(plan.console_local_ranks)
+        if plan.console_local_ranks is not None
+        else None,
+        "notes": list(plan.notes),
         "max_restarts": plan.max_restarts,
         "stop_grace_period": plan.grace_period,
         "worker_env": redact_env(plan.worker_env),

@@ -23,6 +23,9 @@ class LaunchRequest:
     console: str = "tee"  # tee | quiet
     console_ranks: frozenset[int] | None = None
     role: str = "default"  # torchrun --role: the workers' ROLE_NAME
+    console_local_ranks: frozenset[int] | None = None  # torchrun --local-ranks-filter
+    rdzv_conf: Mapping[str, str] = field(default_factory=dict)  # torchrun --rdzv-conf
+    local_addr: str | None = None  # torchrun --local-addr
     command: tuple[str, ...] = ()  # the launcher's own argv, for the record
     no_python: bool = False  # SCRIPT is a program to run as it is (torchrun --no-python)
     # Hugging Face's --num_processes: the job's total, divided among the nodes.

@@ -162,9 +162,7 @@ class _Run:
         self.reporter: rendezvous.WaitReporter | None = None
 
     def _show(self, rank: int) -> bool:
-        if self.plan.console == "quiet":
-            return False
-        return self.plan.console_ranks is None or rank in self.plan.console_ranks
+        return self.plan.shows(rank)
 
     # -- the run -------------------------------------------------------------------------
 
