@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -330,10 +333,47 @@ def test_slurm_is_described_as_dry_run_shows_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("nodelist", "host"),
-    [("n1", "n1"), ("n1,n2", "n1"), ("gpu[07-09,12]", "gpu07"), ("a-b[3,5]x", "a-b3")],
+    [
+        ("n1", "n1"),
+        ("n1,n2", "n1"),
+        ("gpu[07-09,12]", "gpu07"),
+        ("gpu[07-09,12],cpu1", "gpu07"),
+        ("a-b[3,5]x", "a-b3x"),
+        ("node[001-004]", "node001"),
+        # two bracket groups (issue 29): the first host of each
+        ("rack1-[3-4]-n[1-2]", "rack1-3-n1"),
+        ("n[1-2]-gpu[01-02],x", "n1-gpu01"),
+    ],
 )
 def test_first_host(nodelist: str, host: str) -> None:
     assert first_host(nodelist) == host
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_first_host_is_scontrols() -> None:
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        pytest.skip("SLURM's scontrol is not installed (apt-get install slurm-wlm)")
+    conf = Path(__file__).parent / "scripts" / "scontrol_only.conf"
+    # slurm 22.05 takes no suffix after a bracket group: a-b[3,5]x is left out
+    for nodelist in [
+        "gpu[07-09,12],cpu1",
+        "node[001-004]",
+        "rack1-[3-4]-n[1-2]",
+        "n[1-2]-g[01-02],x",
+    ]:
+        said = subprocess.run(
+            [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True,
+            env={**os.environ, "SLURM_CONF": str(conf)}, timeout=30, check=True,
+        ).stdout  # fmt: skip
+        assert first_host(nodelist) == said.split()[0], nodelist
+
+
+@pytest.mark.parametrize("nodelist", ["", ",n1", "[1-2]", "n[1-2", "n[1-[2]]"])
+def test_a_node_list_that_cannot_be_read_is_one_line(nodelist: str) -> None:
+    with pytest.raises(UsageError, match="cannot read the SLURM node list"):
+        first_host(nodelist)
 
 
 # What a launcher that starts every rank itself sets (a custom one, Azure ML, mpirun

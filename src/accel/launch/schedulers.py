@@ -70,14 +70,19 @@ def slurm_defaults(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if match is None:
+    """The first host of a SLURM node list, as ``scontrol show hostnames`` gives it:
+    ``gpu[07-09,12],cpu1`` -> ``gpu07``; every bracket group of the first name counts,
+    ``rack1-[3-4]-n[1-2]`` -> ``rack1-3-n1``."""
+    first, depth = [], 0
+    for char in nodelist.strip():
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if (char == "," and depth == 0) or depth not in (0, 1):
+            break
+        first.append(char)
+    name = "".join(first)
+    if not name or depth != 0 or name.startswith("["):
         raise UsageError(f"cannot read the SLURM node list {nodelist!r}")
-    prefix, ranges = match.groups()
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    return re.sub(r"\[([^\]]*)\]", lambda m: m.group(1).split(",")[0].split("-")[0], name)
 
 
 def requeue_command(env: Mapping[str, str], which: Callable[[str], str | None]) -> tuple[str, ...]:
