@@ -137,3 +137,31 @@ def test_size_text_is_exact_and_reads_back(size: int, text: str) -> None:
     from accel.units import size_text
 
     assert size_text(size) == text and parse_size(text) == size
+
+
+def test_recorded_times_are_read_once_for_everyone() -> None:
+    """run.json's times, for ``accel runs`` (durations) and ``accel clean`` (ages)."""
+    from datetime import datetime, timezone
+
+    from accel.units import parse_time, recorded_time
+
+    utc = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    assert parse_time("2026-12-01T12:00:00+00:00") == utc
+    assert parse_time("2026-12-01T12:00:00") == utc  # no zone: UTC, as accel writes them
+    assert parse_time("2026-12-01T13:00:00.5+01:00") == utc.replace(microsecond=500000)
+    for bad in ("", "yesterday", None, 17, ["2026"]):
+        assert parse_time(bad) is None
+    assert recorded_time("2026-12-01T12:00:00Z") == utc.timestamp()
+    assert recorded_time(1796184735.5) == 1796184735.5
+    assert recorded_time(True) == recorded_time("soon") == recorded_time(None) == 0.0
+
+
+def test_ago_reads_the_same_in_every_command() -> None:
+    from accel.units import ago
+
+    now = 1_000_000.0
+    assert ago(now, now - 93784) == "1d 2h ago"
+    assert ago(now, now - 93784, coarse=True) == "1d ago"  # accel clean's long listings
+    assert ago(now, now - 59, coarse=True) == "59s ago"
+    assert ago(now, now + 5) == ago(now, now + 5, coarse=True) == "in the future"
+    assert ago(now, None) == ""

@@ -1,5 +1,5 @@
 """Reading the workspace for ``accel clean``: folder listings, sizes and ages, JSON
-records, recorded times. Nothing here follows a symlink or crosses a mount.
+records. Nothing here follows a symlink or crosses a mount.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from accel._fs import JSON_DEPTH, DamagedFile, json_depth, open_regular, parse_json
 from accel.store.entry import META_MAX_BYTES
 
-__all__ = ["children", "read_json", "recorded_time", "walk"]
+__all__ = ["children", "read_json", "walk"]
 
 
 def children(folder: str | Path) -> list[os.DirEntry[str]]:
@@ -88,18 +88,3 @@ def read_json(path: str) -> Any:
     if text[end:].strip():
         raise ValueError(f"extra data after the JSON value at {end}")
     return value
-
-
-def recorded_time(value: Any) -> float:
-    """A recorded time: unix seconds or an ISO 8601 string (run.json); 0 when unknown."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str) and value:
-        from datetime import datetime, timezone
-
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            return 0.0
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
-    return 0.0

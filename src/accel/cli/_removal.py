@@ -76,7 +76,7 @@ def _show_result(result: RemovalResult, as_json: bool) -> None:
 
 
 def _row(removal: Any, now: float) -> list[str]:
-    from accel.units import format_size
+    from accel.units import ago, format_size
 
     return [
         removal.kind,
@@ -97,11 +97,3 @@ def foreign_line(name: str, foreign: tuple[str, ...], force: bool) -> str:
         f"{name} holds {named(foreign)}: they stay, with the folder; only accel's files go "
         "(--force removes them too)"
     )
-
-
-def ago(now: float, when: float | None) -> str:
-    from accel.units import format_duration
-
-    if when is None:
-        return ""
-    return f"{format_duration(now - when)} ago" if now >= when else "in the future"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from accel.cli import _app, _help, _output, _removal
+from accel.units import ago
 
 if TYPE_CHECKING:
     from accel.admin.cache import CacheListing
@@ -48,7 +49,7 @@ def _print_listing(listing: CacheListing) -> None:
                 r.key,
                 r.meta.kind,
                 format_size(r.meta.size),
-                _removal.ago(listing.now, r.meta.last_used),
+                ago(listing.now, r.meta.last_used),
                 r.meta.run_id or "",
             ]
             for r in entries

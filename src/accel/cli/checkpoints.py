@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from accel.cli import _app, _help, _output, _removal
+from accel.units import ago
 
 if TYPE_CHECKING:
     from accel.admin.catalog import CheckpointListing
@@ -70,7 +71,7 @@ def _print_listing(listing: CheckpointListing) -> None:
                 row.manifest.series + (" (in use)" if row.held else ""),
                 str(row.manifest.step),
                 format_size(row.manifest.size),
-                _removal.ago(listing.now, row.manifest.created),
+                ago(listing.now, row.manifest.created),
                 row.manifest.run_id or "",
                 row.manifest.tag or "",
             ]
@@ -114,7 +115,7 @@ def _print_detail(detail: CheckpointDetail) -> None:
     lines = [
         ("checkpoint", f"{m.series} step {m.step}"),
         ("path", str(detail.path)),
-        ("created", f"{created} ({_removal.ago(time.time(), m.created)})"),
+        ("created", f"{created} ({ago(time.time(), m.created)})"),
         ("run", m.run_id or "-"),
         ("tag", m.tag or "-"),
         ("world size", str(m.world_size) + ("  (sharded state)" if detail.sharded else "")),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -195,26 +194,15 @@ def _show_result(plan: CleanPlan, result: CleanResult, as_json: bool) -> None:
 
 
 def _row(item: Any, reason: str, now: float) -> list[str]:
-    from accel.units import format_size
+    from accel.units import ago, format_size
 
     return [
         item.category,
         item.name or os.path.basename(item.location),
         format_size(item.size),
-        _age(int(now - item.last_used)),
+        ago(now, item.last_used, coarse=True),
         REASONS.get(reason, reason),
     ]
-
-
-@functools.lru_cache(maxsize=4096)
-def _age(seconds: int) -> str:
-    """``3d ago``: one unit is enough to judge a clean, and cheap for 100,000 rows."""
-    if seconds < 0:
-        return "in the future"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
 
 
 REASONS = {

@@ -69,10 +69,9 @@ def _item_json(item: StatusItem) -> dict[str, Any]:
 
 
 def _item_text(item: StatusItem, now: float) -> str:
-    from accel.units import format_duration, format_size
+    from accel.units import ago, format_size
 
-    age = now - item.last_used
-    when = f"{format_duration(age)} ago" if age >= 0 else "in the future"
+    when = ago(now, item.last_used)
     return f"{item.category}: {item.name or item.path.name}  {format_size(item.size)}  {when}"
 
 

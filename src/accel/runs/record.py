@@ -25,6 +25,7 @@ from accel.errors import UsageError
 from accel.layout import RUN_RECORD, Layout
 from accel.runs.live import held_unless_live, is_live
 from accel.runs.status import RunStatus, parse
+from accel.units import parse_time
 
 __all__ = [
     "RUN_FILE",
@@ -84,10 +85,10 @@ class RunRecord:
     @property
     def duration(self) -> float | None:
         """Seconds from start to end (to now while live); None when unknown."""
-        start = _parse_time(self.started_at)
+        start = parse_time(self.started_at)
         if start is None:
             return None
-        end = _parse_time(self.ended_at) or (datetime.now(timezone.utc) if self.live else None)
+        end = parse_time(self.ended_at) or (datetime.now(timezone.utc) if self.live else None)
         return None if end is None else max(0.0, (end - start).total_seconds())
 
     @classmethod
@@ -238,16 +239,6 @@ def _opt(data: Mapping[str, Any], key: str, kind: type) -> Any:
     if isinstance(value, bool) and kind is int:
         return None
     return value if isinstance(value, kind) else None
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 # -- self-healing ------------------------------------------------------------------------
