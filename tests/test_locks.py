@@ -120,3 +120,26 @@ def test_a_lock_is_refused_through_a_link(tmp_path: Path) -> None:
     with pytest.raises(OSError), _locks.locked(link, 0.1):
         pass
     assert not _locks.held(link)
+
+
+def test_one_scan_of_locks_finds_live_runs_and_series_in_use(tmp_path: Path) -> None:
+    """``accel clean``, ``accel env`` and ``sync`` ask the same question of ``locks/``."""
+    import fcntl
+
+    from accel._locks import held_names
+
+    held_fds = []
+    for name in ("run-a.lock", "run-b.lock", "series-x.lock", "run-.lock", "run-c.lock.tmp"):
+        fd = os.open(tmp_path / name, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held_fds.append(fd)
+    (tmp_path / "run-free.lock").touch()  # nobody holds it
+    os.symlink(tmp_path / "run-a.lock", tmp_path / "run-link.lock")  # never followed
+    try:
+        assert held_names(tmp_path, "run-", ".lock") == {"a", "b"}
+        assert held_names(tmp_path, "series-", ".lock") == {"x"}
+        assert held_names(tmp_path / "missing", "run-", ".lock") == frozenset()
+    finally:
+        for fd in held_fds:
+            os.close(fd)
+    assert held_names(tmp_path, "run-", ".lock") == frozenset()

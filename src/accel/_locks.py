@@ -116,6 +116,23 @@ def held(path: Path) -> bool:
         os.close(fd)
 
 
+def held_names(folder: Path, prefix: str, suffix: str) -> frozenset[str]:
+    """Names ``X`` of every ``<prefix>X<suffix>`` lock in ``folder`` held now (:func:`held`
+    each); an unreadable folder holds none. The one scan of ``locks/``: live runs
+    (``run-``) and series in use (``series-``) are both found by it."""
+    names: set[str] = set()
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                name = entry.name
+                wanted = name.startswith(prefix) and name.endswith(suffix)
+                if wanted and len(name) > len(prefix) + len(suffix) and held(Path(entry.path)):
+                    names.add(name[len(prefix) : -len(suffix)])
+    except OSError:
+        pass
+    return frozenset(names)
+
+
 @contextlib.contextmanager
 def try_hold(path: Path, *, create: bool) -> Iterator[bool]:
     """Hold the lock at ``path`` without waiting; yields False when someone else has it.

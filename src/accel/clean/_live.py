@@ -9,10 +9,9 @@ The probe itself is :func:`accel._locks.held`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from accel._locks import held as lock_held
+from accel import _locks
 from accel.layout import LOCK_SUFFIX
 from accel.layout import SERIES_LOCK_PREFIX as SERIES_PREFIX
 
@@ -21,17 +20,7 @@ __all__ = ["held_names", "held_series"]
 
 def held_names(locks_dir: Path, prefix: str) -> frozenset[str]:
     """Names ``X`` of every ``<prefix>X.lock`` in ``locks_dir`` that is held now."""
-    names: set[str] = set()
-    try:
-        with os.scandir(locks_dir) as it:
-            for entry in it:
-                name = entry.name
-                wanted = name.startswith(prefix) and name.endswith(LOCK_SUFFIX)
-                if wanted and lock_held(Path(entry.path)):
-                    names.add(name[len(prefix) : -len(LOCK_SUFFIX)])
-    except OSError:
-        pass
-    return frozenset(names)
+    return _locks.held_names(locks_dir, prefix, LOCK_SUFFIX)
 
 
 def held_series(locks_dir: Path) -> frozenset[str]:

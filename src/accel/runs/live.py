@@ -47,15 +47,7 @@ def is_live(layout: Layout, run_id: str) -> bool:
 
 def live_run_ids(layout: Layout) -> set[str]:
     """Ids of the runs whose launcher is alive now (from the lock files, not run.json)."""
-    ids = set()
-    with contextlib.suppress(OSError):
-        for entry in layout.locks_dir.iterdir():
-            name = entry.name
-            if name.startswith(RUN_LOCK_PREFIX) and name.endswith(LOCK_SUFFIX):
-                run_id = name[len(RUN_LOCK_PREFIX) : -len(LOCK_SUFFIX)]
-                if is_live(layout, run_id):
-                    ids.add(run_id)
-    return ids
+    return set(_locks.held_names(layout.locks_dir, RUN_LOCK_PREFIX, LOCK_SUFFIX))
 
 
 @contextlib.contextmanager
