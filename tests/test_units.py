@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from accel.errors import UsageError
@@ -165,3 +167,21 @@ def test_ago_reads_the_same_in_every_command() -> None:
     assert ago(now, now - 59, coarse=True) == "59s ago"
     assert ago(now, now + 5) == ago(now, now + 5, coarse=True) == "in the future"
     assert ago(now, None) == ""
+
+
+def test_one_translator_of_storage_errors() -> None:
+    """A save's WriteFailed and every command's StorageError give the same hint."""
+    import errno
+
+    from accel.errors import StorageError, storage_error, write_failed
+
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO):
+        exc = OSError(code, os.strerror(code))
+        saved, shown = write_failed("/ws/state.tensors", exc), storage_error(exc, "write", "/x")
+        assert isinstance(shown, StorageError)
+        assert str(saved).split("; ", 1)[1] == str(shown).split("; ", 1)[1]
+        assert str(saved).startswith(f"cannot write /ws/state.tensors: {os.strerror(code)}; ")
+    # a serializer's error with no errno, but saying what happened
+    assert "disk is full" in str(write_failed("f", RuntimeError("No space left on device")))
+    assert "file-size limit" in str(write_failed("f", RuntimeError("file size limit exceeded")))
+    assert "healthy" in str(write_failed("f", RuntimeError("unexpected")))

@@ -115,6 +115,9 @@ _HINTS = {
 }
 
 
+_HINT = "check that the disk is writable and healthy, then retry"
+
+
 def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
     """``exc`` as one actionable line (a :class:`StorageError`), unless it is not about the
     storage (a file that vanished stays a ``FileNotFoundError``: callers handle races)."""
@@ -122,8 +125,38 @@ def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
         return exc
     where = path if path is not None else exc.filename
     reason = exc.strerror or os.strerror(exc.errno)
-    hint = _HINTS.get(exc.errno, "check that the disk is writable and healthy, then retry")
-    return StorageError(f"cannot {action} {where}: {reason}; {hint}", exc.errno, str(where))
+    return StorageError(f"cannot {action} {where}: {reason}; {_hint(exc)}", exc.errno, str(where))
+
+
+class WriteFailed(AccelError):
+    """A checkpoint or cache payload could not be written (disk full, quota, file-size
+    limit, I/O error). Raised by saves instead of the ``OSError`` (or a serializer's error
+    that says so), with what to do; the save left nothing behind."""
+
+    exit_code = EXIT_FAILED
+
+
+def write_failed(target: object, exc: BaseException) -> WriteFailed:
+    """``exc``, met writing ``target``, as one line: what failed and how to fix it. The
+    same hints as :func:`storage_error`; a serializer's error that names no errno but
+    says it ran out of space or hit a size limit gets the full disk's."""
+    code = getattr(exc, "errno", None)
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError) and code is not None and exc.strerror:
+        text = exc.strerror
+    return WriteFailed(f"cannot write {target}: {text}; {_hint(exc)}")
+
+
+def _hint(exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    if code in _HINTS:
+        return _HINTS[code]
+    text = str(exc).lower()
+    if "file size" in text:
+        return _HINTS[_errno.EFBIG]
+    if "space" in text:
+        return _HINTS[_errno.ENOSPC]
+    return _HINT
 
 
 class CollectiveMismatch(UsageError):

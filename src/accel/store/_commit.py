@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from accel._fs import fsync_dir
+from accel.errors import write_failed
 from accel.store import _sharded
 from accel.store import series as series_mod
 from accel.store._checkpoint_info import STATE_FILE
 from accel.store._dist import DistContext
-from accel.store._serial import FileDigest, save_tensor_file, write_error
+from accel.store._serial import FileDigest, save_tensor_file
 from accel.store._trace import phase
 from accel.store.manifest import Manifest, write_manifest
 from accel.store.series import Reaper, step_dir_name
@@ -71,5 +72,5 @@ def commit(tmp: Path, manifest: Manifest, reaper: Reaper) -> Path:
                 os.rename(tmp, target)
                 fsync_dir(tmp.parent)
     except OSError as exc:
-        raise write_error(target, exc) from exc
+        raise write_failed(target, exc) from exc
     return target

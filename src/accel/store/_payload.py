@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from accel._fs import JSON_DEPTH, json_depth, open_regular
-from accel.errors import IntegrityError, UsageError
+from accel.errors import IntegrityError, UsageError, write_failed
 from accel.store._hashing import FileDigest, digest_bytes, hash_file
-from accel.store._serial import save_tensor_file, write_error
+from accel.store._serial import save_tensor_file
 from accel.store.entry import PAYLOAD_NAMES, CacheMeta, Stamp, file_name_ok
 
 RACY_SECONDS = 2.0
@@ -47,7 +47,7 @@ def write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
-        raise write_error(payload, exc) from exc
+        raise write_failed(payload, exc) from exc
     return FileDigest(len(data), digest_bytes(data))
 
 
@@ -62,7 +62,7 @@ def _copy_file(source: Path, payload: Path) -> FileDigest:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise write_error(payload, exc) from exc
+        raise write_failed(payload, exc) from exc
     checksum, size = hash_file(payload)
     return FileDigest(size, checksum)
 

@@ -6,13 +6,12 @@ fails its checksum or is not well formed becomes an :class:`~accel.errors.Integr
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Any
 
 from accel._fs import require_regular
-from accel.errors import AccelError, IntegrityError
+from accel.errors import IntegrityError, WriteFailed, write_failed
 from accel.store._hashing import FileDigest
 from accel.store._tensorfile import read_tree, write_tree
 
@@ -22,27 +21,7 @@ __all__ = [
     "WriteFailed",
     "load_tensor_file",
     "save_tensor_file",
-    "write_error",
 ]
-
-_SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
-
-
-class WriteFailed(AccelError):
-    """A payload could not be written (disk full, quota, file-size limit, I/O error)."""
-
-    exit_code = 1
-
-
-def write_error(target: Path, exc: BaseException) -> WriteFailed:
-    """One line saying what failed and how to fix it."""
-    code = getattr(exc, "errno", None)
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if code in _SPACE_ERRNOS or "file size" in text.lower() or "space" in text.lower():
-        hint = "the disk is full or a size limit was hit; free space and retry"
-    else:
-        hint = "check that the disk is writable and healthy, then retry"
-    return WriteFailed(f"writing {target} failed ({text}): {hint}")
 
 
 def save_tensor_file(obj: Any, path: Path) -> FileDigest:
@@ -50,7 +29,7 @@ def save_tensor_file(obj: Any, path: Path) -> FileDigest:
     try:
         size, checksum = write_tree(obj, path)
     except OSError as exc:
-        raise write_error(path, exc) from exc
+        raise write_failed(path, exc) from exc
     return FileDigest(size, checksum)
 
 

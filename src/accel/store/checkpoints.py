@@ -33,7 +33,7 @@ from typing import Any
 from accel import _locks
 from accel._fs import remove_tree
 from accel.config.views import CheckpointSettings
-from accel.errors import IntegrityError, UsageError
+from accel.errors import IntegrityError, UsageError, WriteFailed, write_failed
 from accel.identity import ensure
 from accel.layout import MANIFEST, Layout, make_owned_dir, series_readers_lock
 from accel.store import _sharded
@@ -53,11 +53,7 @@ from accel.store._checkpoint_info import (
 from accel.store._commit import commit, new_manifest, write_files
 from accel.store._crossrank import attempt, collect
 from accel.store._dist import DistContext, current_context
-from accel.store._serial import (
-    WriteFailed,
-    load_tensor_file,
-    write_error,
-)
+from accel.store._serial import load_tensor_file
 from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
@@ -347,7 +343,7 @@ class Checkpoints:
             series_mod.recover(folder, self._reaper)
             make_owned_dir(tmp, parents=True)
         except OSError as exc:
-            raise write_error(tmp, exc) from exc
+            raise write_failed(tmp, exc) from exc
         return tmp
 
     def _commit(
