@@ -169,7 +169,7 @@ def _file_problem(folder: Path, name: str, digest: FileDigest, progress: Progres
     if _through_link(folder, name):
         return "is reached through a symbolic link"
     try:
-        checksum, size = hash_file(folder / name, follow_links=False, progress=progress.advance)
+        checksum, size = hash_file(folder / name, progress=progress.advance)
     except FileNotFoundError:
         return "is missing"
     except DamagedFile as exc:  # a FIFO, a device, a folder: that file's problem alone

@@ -7,6 +7,7 @@ large buffers, so hashing overlaps with I/O in another thread.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from typing import Any
 import xxhash
 
 from accel._fs import open_regular
+from accel.errors import IntegrityError
 
 ALGORITHM = "xxh3_64"
-_CHUNK = 8 << 20
+CHUNK = 8 << 20  # bytes a read hashes at once
 
 
 @dataclass(frozen=True)
@@ -37,23 +39,53 @@ def digest_bytes(data: bytes | bytearray | memoryview) -> str:
 
 
 def hash_file(
-    path: Path, *, follow_links: bool = True, progress: Callable[[int], None] | None = None
+    path: Path,
+    *,
+    algorithm: str = ALGORITHM,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[str, int]:
-    """(checksum, size) of the file at ``path``; OSError for a link when not following.
+    """(``algorithm:hex``, size) of the regular file at ``path``: a FIFO, a device or a
+    link is :class:`accel._fs.DamagedFile`, never followed or waited on. The
+    one file hasher: checkpoints, the cache, ``verify`` and ``sync`` all use it.
 
     ``progress`` is told how many bytes each read added (``accel checkpoints verify``).
     """
-    hasher = xxhash.xxh3_64()
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
+    hasher = new_hasher(algorithm)
     size = 0
-    with os.fdopen(open_regular(path, follow=follow_links), "rb", buffering=0) as fh:
+    with os.fdopen(open_regular(path), "rb", buffering=0) as fh:
+        # A buffer the size of the file, up to a chunk: zeroing 8 MiB per small log
+        # costs more than hashing it.
+        buf = bytearray(max(1, min(CHUNK, os.fstat(fh.fileno()).st_size + 1)))
+        view = memoryview(buf)
         while n := fh.readinto(buf):
             hasher.update(view[:n])
             size += n
             if progress is not None:
                 progress(n)
-    return f"{ALGORITHM}:{hasher.hexdigest()}", size
+    return f"{algorithm}:{hasher.hexdigest()}", size
+
+
+# algorithm -> hex digits of its digest: what a checksum may name (a remote's included)
+DIGEST_HEX = {
+    "xxh3_64": 16,
+    "xxh3_128": 32,
+    "xxh64": 16,
+    "xxh32": 8,
+    "sha256": 64,
+    "sha512": 128,
+    "blake2b": 128,
+    "blake2s": 64,
+}
+_XXH = ("xxh3_64", "xxh3_128", "xxh64", "xxh32")
+
+
+def new_hasher(algorithm: str = ALGORITHM) -> Any:
+    """A fresh hasher; :class:`IntegrityError` for an algorithm accel cannot verify."""
+    if algorithm in _XXH:
+        return getattr(xxhash, algorithm)()
+    if algorithm in DIGEST_HEX:
+        return hashlib.new(algorithm)
+    raise IntegrityError(f"unknown checksum algorithm {algorithm!r}; upgrade accel")
 
 
 def fsync_file(path: Path) -> None:

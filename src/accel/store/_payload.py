@@ -93,7 +93,7 @@ def verify_file(payload: Path, meta: CacheMeta) -> Stamp | None:
     if meta.verified == stamp:
         return None
     try:
-        checksum, size = hash_file(payload, follow_links=False)
+        checksum, size = hash_file(payload)
     except FileNotFoundError:
         raise
     except OSError as exc:

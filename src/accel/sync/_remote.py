@@ -24,14 +24,12 @@ from typing import IO, Any
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
 from accel.errors import IntegrityError, JobFailed, UsageError
+from accel.store._hashing import CHUNK, hash_file, new_hasher
 from accel.sync._checksum import (
-    CHUNK,
     DEFAULT_ALGORITHM,
     algorithm_of,
     checksum_problem,
     format_checksum,
-    hash_file,
-    new_hasher,
 )
 from accel.sync._model import FileEntry
 
@@ -134,7 +132,9 @@ class Remote:
         if expected and not verify:
             got = (expected, local.stat().st_size)
         else:
-            got = hash_file(local, algorithm_of(expected) if expected else DEFAULT_ALGORITHM)
+            got = hash_file(
+                local, algorithm=algorithm_of(expected) if expected else DEFAULT_ALGORITHM
+            )
             if expected and got[0] != expected:
                 raise IntegrityError(f"{local} fails its manifest checksum; not pushed")
         callback = _Callback(progress)
