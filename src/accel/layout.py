@@ -109,6 +109,16 @@ STACKS_DIR = "stacks"  # rank-N.txt (dumped on SIGUSR1), rank-N.crash.txt (fatal
 HEARTBEATS_DIR = "heartbeats"  # rank-N, touched by each worker
 TB_DIR = "tensorboard"  # rank-N/events.out.tfevents.*
 _RANK = r"rank-[0-9]{1,6}"
+SHARDED_DIR = "sharded"  # a checkpoint's DCP shards (FSDP), beside its manifest
+
+
+def rank_name(rank: int, suffix: str = "") -> str:
+    """``rank-N`` and a suffix: the one spelling of every per-rank file and folder, of a
+    run (``rank-3.log``, ``stacks/rank-3.crash.txt``, ``heartbeats/rank-3``) and of a
+    checkpoint (``rank-3.tensors``)."""
+    return f"rank-{rank}{suffix}"
+
+
 RUN_FILE_RE = re.compile(  # the one list: sync pulls these and nothing else into a run
     "|".join(
         [

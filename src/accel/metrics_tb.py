@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accel.layout import TB_DIR
+from accel.layout import TB_DIR, rank_name
 
 _log = logging.getLogger("accel")
 
@@ -29,7 +29,7 @@ def tensorboard_available() -> bool:
 
 
 def tensorboard_dir(run_dir: Path, rank: int) -> Path:
-    return Path(run_dir) / TB_DIR / f"rank-{rank}"
+    return Path(run_dir) / TB_DIR / rank_name(rank)
 
 
 def scalars(metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -41,6 +41,7 @@ from accel.admin._writers import writer
 from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
 from accel.errors import IntegrityError, UsageError, storage_error
+from accel.layout import SHARDED_DIR
 from accel.store._hashing import fsync_file
 from accel.store._outline import TensorRef, read_outline
 from accel.store.checkpoints import STATE_FILE
@@ -53,7 +54,7 @@ __all__ = ["FORMATS", "ExportRequest", "ExportResult", "export"]
 
 FORMATS = ("safetensors", "pt")
 _SUFFIXES = {".safetensors": "safetensors", ".pt": "pt", ".pth": "pt", ".bin": "pt"}
-SHARDED = "sharded"
+SHARDED = SHARDED_DIR  # where a sharded (FSDP) checkpoint keeps its tensors
 
 
 @dataclass(frozen=True)

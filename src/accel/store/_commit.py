@@ -16,6 +16,7 @@ from typing import Any
 
 from accel._fs import fsync_dir
 from accel.errors import write_failed
+from accel.layout import rank_name
 from accel.store import _sharded
 from accel.store import series as series_mod
 from accel.store._checkpoint_info import STATE_FILE
@@ -38,7 +39,7 @@ def write_files(
     if ctx.rank == 0:
         files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
     if rank_state is not None:
-        name = f"rank-{ctx.rank}.tensors"
+        name = rank_name(ctx.rank, ".tensors")
         files[name] = save_tensor_file(rank_state, tmp / name).to_json()
     return files
 

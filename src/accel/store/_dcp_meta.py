@@ -32,11 +32,12 @@ from typing import Any, BinaryIO, TypeGuard
 
 from accel._fs import DamagedFile, open_regular
 from accel.errors import IntegrityError
+from accel.layout import SHARDED_DIR
 from accel.store._hashing import FileDigest, digest_bytes
 
 __all__ = ["FOLDER", "METADATA", "open_verified", "read_metadata"]
 
-FOLDER = "sharded"
+FOLDER = SHARDED_DIR
 METADATA = ".metadata"
 _MAX_DIMS = 64
 

@@ -35,7 +35,7 @@ from accel._fs import remove_tree
 from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError, WriteFailed, write_failed
 from accel.identity import ensure
-from accel.layout import MANIFEST, Layout, make_owned_dir, series_readers_lock
+from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_readers_lock
 from accel.store import _sharded
 from accel.store import series as series_mod
 from accel.store._async_save import AsyncSave
@@ -183,7 +183,7 @@ class Checkpoints:
     ) -> Any:
         """The per-rank state of ``rank`` saved at ``step``, None when it has none."""
         found = self._resolve(step, series)
-        name = f"rank-{rank}.tensors"
+        name = rank_name(rank, ".tensors")
         digest = found.manifest.files.get(name)
         return None if digest is None else load_tensor_file(found.path / name, digest, map_location)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from accel._fs import TMP_PREFIX
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
 from accel.errors import IntegrityError, JobFailed, UsageError
@@ -36,7 +37,7 @@ from accel.sync._model import FileEntry
 INDEX_NAME = "accel-sync.json"
 INDEX_FORMAT = "accel-sync"
 INDEX_VERSION = 1
-TMP_MARK = ".accel-tmp-"
+TMP_MARK = TMP_PREFIX  # a file being written, on the remote as on disk
 ENDPOINT_VARS = ("ACCEL_SYNC_ENDPOINT_URL", "AWS_ENDPOINT_URL")
 _ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
 _EXTRAS = {"s3": extra("s3"), "s3a": extra("s3"), "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
