@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -13,11 +14,16 @@ from accel.runs.failures import BY_HANG
 
 
 def _plan(tmp_path: Path, action: str = "kill", **env: str) -> Any:
-    config = {
-        "launch": {"hang_timeout": 5.0, "hang_action": action},
-        "logs": {"resource_interval": 10.0},
-    }
-    return types.SimpleNamespace(run_id="r1", run_dir=tmp_path, config=config, worker_env=env)
+    """A plan as the observer reads it: the typed settings (the defaults but these)."""
+    from accel.config.resolve import resolve
+
+    defaults = resolve(project=None, user=None, env={}).settings
+    settings = dataclasses.replace(
+        defaults,
+        launch=dataclasses.replace(defaults.launch, hang_timeout=5.0, hang_action=action),
+        logs=dataclasses.replace(defaults.logs, resource_interval=10.0),
+    )
+    return types.SimpleNamespace(run_id="r1", run_dir=tmp_path, settings=settings, worker_env=env)
 
 
 def _event() -> HangEvent:

@@ -19,7 +19,7 @@ from typing import Any
 
 from accel.hang import METRICS_FILE, HangEvent, HangWatch, write_workers
 from accel.launch.blame import HangClue, describe_stuck, stuck_ranks
-from accel.launch.divergence import STOP, WARN, MetricsTail, NonFinite, first_nonfinite
+from accel.launch.divergence import STOP, MetricsTail, NonFinite, first_nonfinite
 from accel.launch.plan import LaunchPlan
 from accel.runs.failures import BY_HANG, Stop
 from accel.runs.status import RunStatus
@@ -54,16 +54,13 @@ class RunObserver:
         self.plan = plan
         self.notify = notify
         self._pids = pids
-        launch = plan.config.get("launch", {})
-        logs = plan.config.get("logs", {})
-        self.action = str(launch.get("hang_action") or "warn")
+        assert plan.settings is not None, "a plan to run is made by plan_launch"
+        launch, logs = plan.settings.launch, plan.settings.logs
+        self.action = launch.hang_action
         self.sampler = ResourceSampler(
-            pids,
-            plan.run_dir / RESOURCES_FILE,
-            float(logs.get("resource_interval") or 10.0),
-            gpus=gpu_indices(plan),
+            pids, plan.run_dir / RESOURCES_FILE, logs.resource_interval, gpus=gpu_indices(plan)
         )
-        timeout = launch.get("hang_timeout")
+        timeout = launch.hang_timeout
         self.watch = (
             HangWatch(plan.run_dir, pids, float(timeout), self._queue, output=output)
             if timeout
@@ -74,7 +71,7 @@ class RunObserver:
         self.killed: dict[int, tuple[HangEvent, float]] = {}  # attempt -> hang, kill time
         self._attempt = 0
         self._hung = False
-        self.on_nonfinite = str(logs.get("on_nonfinite") or WARN)
+        self.on_nonfinite = logs.on_nonfinite
         self._metrics = MetricsTail(plan.run_dir / METRICS_FILE)
         self._metrics_seen: set[str] = set()
         self._metrics_due = 0.0

@@ -17,6 +17,7 @@ from typing import Any
 
 from accel._fsdp.settings import worker_env as fsdp_env
 from accel.config.resolve import ResolvedConfig
+from accel.config.views import Settings
 from accel.devices import gpu_mismatch, workers_for
 from accel.errors import ConfigError, UsageError
 from accel.launch.launcher_env import accel_env, launcher_set, refusal
@@ -56,6 +57,8 @@ class LaunchPlan:
     console_ranks: frozenset[int] | None
     config: Mapping[str, Any]
     role: str = "default"  # torchrun --role: the workers' ROLE_NAME
+    # The same configuration, typed (what the launcher reads; ``config`` is for show).
+    settings: Settings | None = None
     console_local_ranks: frozenset[int] | None = None  # torchrun --local-ranks-filter
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)  # torch's c10d rendezvous
     local_addr: str | None = None  # this node's address in the rendezvous
@@ -155,6 +158,7 @@ def plan_launch(
         rdzv_conf=dict(request.rdzv_conf),
         local_addr=request.local_addr,
         config=config.nested(),
+        settings=config.settings,
         preload=config.settings.launch.preload,
         preload_modules=tuple(config.settings.launch.preload_modules),
         notes=request.notes + _notes(env, workers_env, nproc, nodes.scheduler),
