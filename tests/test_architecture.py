@@ -257,3 +257,40 @@ def test_every_kind_of_import_is_an_edge(tmp_path: Path) -> None:
 
 def test_a_graph_without_circles_has_none() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# Exceptions that never leave their module: control flow (the launcher's signals, a
+# number the JSON reader turns into its own error).
+INTERNAL_EXCEPTIONS = {
+    "accel.launch._host.Signalled",
+    "accel.launch.runner._Diverged",
+    "accel._fs._BadNumber",
+}
+# Where exceptions were defined before errors.py held them all (issue 26): still importable.
+MOVED_EXCEPTIONS = {
+    "accel.identity": "NotAWorkspace",
+    "accel._fs": "DamagedFile",
+    "accel.store._serial": "PayloadMissing",
+    "accel.store.manifest": "ManifestMissing",
+    "accel.store.entry": "MetaMissing",
+    "accel.store.lease": "LeaseHeld",
+}
+
+
+def test_every_exception_lives_in_errors() -> None:
+    import importlib
+    import inspect
+
+    import accel.errors
+
+    outside = set()
+    for name in MODULES:
+        module = importlib.import_module(name)
+        for cls_name, cls in vars(module).items():
+            defined_here = inspect.isclass(cls) and cls.__module__ == name
+            if defined_here and issubclass(cls, BaseException):
+                outside.add(f"{name}.{cls_name}")
+    assert {o for o in outside if not o.startswith("accel.errors.")} == INTERNAL_EXCEPTIONS
+    for old_home, cls_name in MOVED_EXCEPTIONS.items():
+        moved = getattr(importlib.import_module(old_home), cls_name)
+        assert moved is getattr(accel.errors, cls_name)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from accel import _faults
-from accel.errors import IntegrityError, storage_error
+from accel.errors import DamagedFile, storage_error
 
 TMP_PREFIX = ".accel-tmp-"
 # Run records and logs may hold user data (commands, messages, what a script printed):
@@ -131,18 +131,6 @@ _KINDS = {
     stat.S_IFSOCK: "a socket",
     stat.S_IFLNK: "a symbolic link",
 }
-
-
-class DamagedFile(IntegrityError, ValueError):
-    """A file of accel's is not what accel writes: not a regular file, larger than any
-    such file, not the size its record says, not JSON, or nested or numbered beyond any
-    record. An :class:`IntegrityError` (one line, exit 1), and a ``ValueError`` for the
-    readers that already treat undecodable records as absent. ``why``: the reason alone
-    ("is a FIFO, not a regular file")."""
-
-    def __init__(self, path: object, why: str) -> None:
-        super().__init__(f"{path} {why}; move it aside")
-        self.why = why
 
 
 def open_regular(path: Path | str, *, follow: bool = False, size: int | None = None) -> int:

@@ -159,6 +159,40 @@ def _hint(exc: BaseException) -> str:
     return _HINT
 
 
+class NotAWorkspace(WorkspaceError):
+    """A folder (or a relocated data folder) that accel did not make: never written to."""
+
+
+class DamagedFile(IntegrityError, ValueError):
+    """A file of accel's is not what accel writes: not a regular file, larger than any
+    such file, not the size its record says, not JSON, or nested or numbered beyond any
+    record. An :class:`IntegrityError` (one line, exit 1), and a ``ValueError`` for the
+    readers that already treat undecodable records as absent. ``why``: the reason alone
+    ("is a FIFO, not a regular file")."""
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"{path} {why}; move it aside")
+        self.why = why
+
+
+class PayloadMissing(IntegrityError):
+    """A payload file is not there (damaged, or replaced since its record was read)."""
+
+
+class ManifestMissing(IntegrityError):
+    """The folder has no ``manifest.json``: a save in progress, or not a checkpoint."""
+
+
+class MetaMissing(IntegrityError):
+    """The entry folder has no ``meta.json``: a put in progress, or no entry at all."""
+
+
+class LeaseHeld(AccelError):
+    """Another live process holds the series."""
+
+    exit_code = EXIT_FAILED
+
+
 class CollectiveMismatch(UsageError):
     """A collective (``save_state``, ``load_state``) that not every rank called in time.
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from accel import _locks
 from accel._fs import atomic_write, atomic_write_json, read_json
-from accel.errors import WorkspaceError
+from accel.errors import NotAWorkspace, WorkspaceError
 from accel.layout import (
     CONFIG_DIR,
     CONFIG_NAME,
@@ -156,10 +156,6 @@ def data_state(layout: Layout, root_id: str | None) -> str:
         return OURS if root_id is None or marker.id in (None, root_id) else FOREIGN
     # a temporary of ours is the marker being written by another process
     return ABSENT if all(is_atomic_temp(name) for name in names) else FOREIGN
-
-
-class NotAWorkspace(WorkspaceError):
-    """A folder (or a relocated data folder) that accel did not make: never written to."""
 
 
 def not_a_workspace(root: Path) -> NotAWorkspace:

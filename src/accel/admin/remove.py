@@ -33,12 +33,12 @@ from accel.admin.catalog import find_checkpoint
 from accel.clean._foreign import kept_reason
 from accel.clean._items import Item
 from accel.clean._scan import checkpoint_item
-from accel.errors import AccelError, UsageError
+from accel.errors import AccelError, LeaseHeld, UsageError
 from accel.runs import is_live
 from accel.store import entry as entry_mod
 from accel.store import series as series_mod
 from accel.store._keys import check_key
-from accel.store.lease import LeaseHeld, read_holder
+from accel.store.lease import read_holder
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace

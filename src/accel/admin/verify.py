@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel._fs import DamagedFile
 from accel.admin._reading import reading
 from accel.admin.catalog import find_checkpoint, series_views
 from accel.admin.progress import SILENT, Progress
+from accel.errors import DamagedFile
 from accel.layout import MANIFEST, OWNER_MARKER
 from accel.store._hashing import FileDigest, hash_file
 from accel.store.series import Found, Unreadable

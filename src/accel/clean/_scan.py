@@ -38,12 +38,12 @@ from accel.clean._proof import provably_debris as _provably_debris
 from accel.clean._walk import children as _children
 from accel.clean._walk import read_json as _read_json
 from accel.clean._walk import walk as _walk
-from accel.errors import IntegrityError
+from accel.errors import IntegrityError, MetaMissing
 from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
 from accel.layout import ENTRY_SUFFIX, MANIFEST, RUN_RECORD, is_atomic_temp
 from accel.runs import live_run_ids, read_record, records_this_run
 from accel.store import series as series_mod
-from accel.store.entry import MetaMissing, parse_cache_meta
+from accel.store.entry import parse_cache_meta
 from accel.units import recorded_time as _time
 from accel.workspace import Workspace
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
-from accel._fs import JSON_DEPTH, DamagedFile, json_depth, open_regular, parse_json
+from accel._fs import JSON_DEPTH, json_depth, open_regular, parse_json
+from accel.errors import DamagedFile
 from accel.store.entry import META_MAX_BYTES
 
 __all__ = ["children", "read_json", "walk"]

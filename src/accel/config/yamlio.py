@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from accel._fs import DamagedFile, read_regular
-from accel.errors import ConfigError
+from accel._fs import read_regular
+from accel.errors import ConfigError, DamagedFile
 
 MAX_NODES = 10_000
 MAX_FILE_BYTES = 16 << 20  # a config of keys and values: a larger file is not one

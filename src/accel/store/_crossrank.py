@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accel.errors import AccelError, IntegrityError, UsageError, WriteFailed
+from accel.errors import AccelError, IntegrityError, LeaseHeld, UsageError, WriteFailed
 from accel.store._dist import DistContext
-from accel.store.lease import LeaseHeld
 
 __all__ = ["attempt", "collect"]
 

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
-from accel._fs import DamagedFile, open_regular
-from accel.errors import IntegrityError
+from accel._fs import open_regular
+from accel.errors import DamagedFile, IntegrityError
 from accel.layout import SHARDED_DIR
 from accel.store._hashing import FileDigest, digest_bytes
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accel._fs import require_regular
-from accel.errors import IntegrityError, WriteFailed, write_failed
+from accel.errors import IntegrityError, PayloadMissing, WriteFailed, write_failed
 from accel.store._hashing import FileDigest
 from accel.store._tensorfile import read_tree, write_tree
 
@@ -31,10 +31,6 @@ def save_tensor_file(obj: Any, path: Path) -> FileDigest:
     except OSError as exc:
         raise write_failed(path, exc) from exc
     return FileDigest(size, checksum)
-
-
-class PayloadMissing(IntegrityError):
-    """A payload file is not there (damaged, or replaced since its record was read)."""
 
 
 def verify_size(path: Path, expected: FileDigest) -> None:

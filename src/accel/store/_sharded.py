@@ -31,8 +31,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from accel._fs import DamagedFile
-from accel.errors import IntegrityError
+from accel.errors import DamagedFile, IntegrityError
 from accel.store._dcp_meta import FOLDER, METADATA, open_verified, read_metadata
 from accel.store._dist import DistContext
 from accel.store._hashing import FileDigest, hash_file

@@ -30,13 +30,13 @@ from accel import _faults
 from accel._fs import fsync_dir, parse_json, remove_tree
 from accel._locks import locked
 from accel.config.views import StoreSettings
-from accel.errors import IntegrityError, StorageError, UsageError, storage_error
+from accel.errors import IntegrityError, PayloadMissing, StorageError, UsageError, storage_error
 from accel.identity import ensure
 from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
 from accel.store._keys import check_key
 from accel.store._memoize import args_digest, safe_segment
 from accel.store._payload import file_name, read_plain, verify_file, write_payload
-from accel.store._serial import PayloadMissing, load_tensor_file
+from accel.store._serial import load_tensor_file
 from accel.store._values import json_problem, tensor_tree_problem
 from accel.store.entry import (
     PAYLOAD_NAMES,

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from accel import _faults
 from accel._fs import JSON_INT_MAX, atomic_write_json, read_json, remove_tree
-from accel.errors import IntegrityError
+from accel.errors import IntegrityError, MetaMissing
 from accel.layout import (
     CACHE_META,
     ENTRY_SUFFIX,
@@ -80,10 +80,6 @@ _NOT_A_NAME = frozenset({".", "..", CACHE_META, OWNER_MARKER})
 _NUMBERS = (int, float)
 # How long a replaced file payload stays, for paths handed out before it was replaced.
 SUPERSEDED_GRACE = 60.0
-
-
-class MetaMissing(IntegrityError):
-    """The entry folder has no ``meta.json``: a put in progress, or no entry at all."""
 
 
 Stamp = tuple[int, int, int, int, int]

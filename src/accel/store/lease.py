@@ -27,7 +27,7 @@ from typing import Any
 
 from accel import _locks
 from accel._fs import atomic_write_json, read_json
-from accel.errors import AccelError, LockTimeout
+from accel.errors import LeaseHeld, LockTimeout
 from accel.identity import ensure
 from accel.layout import (
     HOLDER_SUFFIX,
@@ -52,12 +52,6 @@ __all__ = [
 _ACQUIRE_WAIT = 0.5
 # What a run id read back from holder.json may look like before it names a lock file.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class LeaseHeld(AccelError):
-    """Another live process holds the series."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from accel._fs import read_json
-from accel.errors import IntegrityError
+from accel.errors import IntegrityError, ManifestMissing
 from accel.layout import ASIDE_RE, MANIFEST, STAGE_RE, STEP_RE
 from accel.store._hashing import FileDigest
 from accel.store._records import (
@@ -61,10 +61,6 @@ _N = "(?:0|[1-9][0-9]{0,8})"  # a rank or a file count, as accel and DCP write t
 FILE_NAME = re.compile(
     rf"state\.tensors|rank-{_N}\.tensors|sharded/\.metadata|sharded/__{_N}_{_N}\.distcp"
 )
-
-
-class ManifestMissing(IntegrityError):
-    """The folder has no ``manifest.json``: a save in progress, or not a checkpoint."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from accel import _faults
 from accel._fs import fsync_dir
-from accel.errors import IntegrityError
+from accel.errors import IntegrityError, ManifestMissing
 from accel.layout import (
     ASIDE_RE,
     DELETED_RE,
@@ -53,7 +53,7 @@ from accel.layout import (
     remove_own,
 )
 from accel.store._trace import phase
-from accel.store.manifest import Manifest, ManifestMissing, read_manifest
+from accel.store.manifest import Manifest, read_manifest
 
 __all__ = [
     "Found",

@@ -62,7 +62,8 @@ class PullUnit:
     # -- units ----------------------------------------------------------------------------
 
     def _checkpoint(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
-        from accel.store.lease import LeaseHeld, SeriesLease
+        from accel.errors import LeaseHeld
+        from accel.store.lease import SeriesLease
 
         series = unit.split("/")[1]
         final = self.ws.checkpoints_dir / series / unit.rsplit("/", 1)[-1]
