@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
 
 from accel.config import schema
 from tests_paths import ROOT
@@ -77,3 +81,47 @@ def test_the_keys_a_pull_may_carry_are_documented_exactly() -> None:
     kept = _pull_section().split("Every other key keeps its local value", 1)[1]
     kept = kept.split("A key new to the schema", 1)[0]
     assert set(re.findall(r"`([a-z_]+\.[a-z_]+)`", kept)) == set(CONFIG_KEPT)
+
+
+def test_every_documented_import_path_imports() -> None:
+    """The docs' ``from accel... import ...`` lines and the stable paths table: a moved
+    or renamed name fails here, not in a user's script."""
+    import importlib
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    lines = [
+        m.groups()
+        for path in docs
+        for m in re.finditer(r"^\s*from (accel[\w.]*) import ([\w, ]+)$", path.read_text(), re.M)
+    ]
+    table = (ROOT / "docs" / "worker-api.md").read_text().split("## Stable import paths")[1]
+    table = table.split("\n## ")[0]
+    rows = re.findall(r"^\| `(accel[\w.]*)` \| (.*) \|$", table, re.M)
+    for module, names in rows:
+        lines.append((module, ", ".join(n for n in re.findall(r"`(\w+)`", names))))
+    assert len(rows) >= 8 and len(lines) > len(rows)
+    for module, names in lines:
+        imported = importlib.import_module(module)
+        for name in (n.strip() for n in names.split(",") if n.strip()):
+            assert hasattr(imported, name), f"{module}.{name}"
+
+
+def test_the_runs_pages_python_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page showed ``runs.is_live(ws, ...)``, which raised: the functions take the
+    layout. Its snippet runs here against a workspace with one recorded run."""
+    from accel import Workspace
+    from accel.runs import new_run_id, run_dir, write_record
+
+    ws = Workspace(tmp_path / ".accelerate")
+    ws.ensure()
+    run_id = new_run_id(datetime.now(timezone.utc))
+    folder = run_dir(ws.layout, run_id)
+    folder.mkdir(parents=True)
+    write_record(folder, {"id": run_id, "status": "succeeded", "exit_code": 0, "version": 1})
+    page = (ROOT / "docs" / "commands" / "runs.md").read_text()
+    snippet = page.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    printed: list[str] = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
+    exec(compile(snippet, "runs.md", "exec"), {})
+    assert printed and printed[0].startswith(f"{run_id} succeeded")

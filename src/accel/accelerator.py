@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from accel._fsdp.settings import FsdpSettings
     from accel._fsdp.shard import Sharder
     from accel.store.cache import CacheEntryInfo
+    from accel.store.checkpoints import Checkpoints
 
 __all__ = ["Accelerator"]
 
@@ -99,7 +100,8 @@ class Accelerator:
         return self.local_rank == 0
 
     @property
-    def checkpoints(self) -> Any:
+    def checkpoints(self) -> Checkpoints:
+        """The workspace's checkpoint store (``save``, ``load``, ``list``, ``latest``)."""
         return self.workspace.checkpoints
 
     def end(self) -> None:
