@@ -46,7 +46,7 @@ from accel.runs.failures import (
 
 __all__ = ["HangClue", "blame", "describe_stuck", "in_collective", "stuck_ranks"]
 
-_STOP_REASONS = {
+_STOP_REASONS: dict[str, str] = {
     BY_FAILURE: "after rank {first} failed",
     BY_HANG: "after the hang",
     BY_SIGNAL: "on the launcher's signal",

@@ -11,21 +11,43 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from enum import Enum
 from typing import Any
 
 from accel._redact import scrub
 
-FAILED = "failed"
-ALSO_FAILED = "also failed"
-STOPPED = "stopped"
-STUCK = "stuck"
-EXITED = "exited"  # ended with code 0 before anything went wrong
 
-# Why accel stopped the workers of an attempt.
-BY_FAILURE = "failure"
-BY_HANG = "hang"
-BY_SIGNAL = "signal"
-BY_DIVERGENCE = "diverged"
+class _Word(str, Enum):
+    """A word run.json records: compares, hashes, prints and serializes as its text."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Fate(_Word):
+    """How one rank ended an attempt, once the blame decided."""
+
+    FAILED = "failed"
+    ALSO_FAILED = "also failed"
+    STOPPED = "stopped"
+    STUCK = "stuck"
+    EXITED = "exited"  # ended with code 0 before anything went wrong
+
+
+class StopReason(_Word):
+    """Why accel stopped the workers of an attempt."""
+
+    BY_FAILURE = "failure"
+    BY_HANG = "hang"
+    BY_SIGNAL = "signal"
+    BY_DIVERGENCE = "diverged"
+
+
+FAILED, ALSO_FAILED, STOPPED, STUCK, EXITED = Fate
+BY_FAILURE, BY_HANG, BY_SIGNAL, BY_DIVERGENCE = StopReason
 
 TRACEBACK_TAIL = 60  # lines of a rank's traceback kept in run.json
 
