@@ -357,3 +357,20 @@ def test_no_process_outlives_a_sigkill_of_the_launchers_whole_process_group(
         for pid in daemons:  # a failed run of this test leaves nothing sleeping either
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_script_with_torchs_record_is_reported_as_one_without(
+    accel: Accel, project: Path
+) -> None:
+    """torch's @record writes the error file itself ("ValueError: ..."): the summary
+    dropped the exception and the traceback printed twice (issue 29)."""
+    done = accel("launch", "-n", "2", str(SCRIPTS / "record_fails.py"))
+    assert done.returncode == 1
+    assert "rank 1 failed first: ValueError: bad learning rate 7" in done.stderr
+    assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
+    (run_json,) = (project / ".accelerate" / "logs" / "runs").glob("*/run.json")
+    failures = json.loads(run_json.read_text())["attempts"][0]["failures"]
+    (ours,) = [f for f in failures if f["rank"] == 1]
+    assert (ours["type"], ours["message"]) == ("ValueError", "bad learning rate 7")

@@ -3,6 +3,7 @@ and the crash dumps of faulthandler, merged into :class:`RankFailure` s for blam
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -84,8 +85,9 @@ def _rank_failure(rank: int, failure: Any, attempt: int, ended: Any) -> RankFail
     kind, message, trace = None, None, None
     if ours:
         kind, message, trace = ours.get("type"), ours.get("message"), ours.get("traceback")
-    elif theirs:  # written by torch's @record in the script
-        message, trace = theirs.get("message"), extra.get("py_callstack")
+    elif theirs:  # written by torch's @record in the script: "ValueError: the message"
+        kind, message = _type_and_message(theirs.get("message"))
+        trace = extra.get("py_callstack")
     stamp = ours.get("time") if ours else None
     raised = float(stamp) if isinstance(stamp, (int, float)) else None
     exitcode = int(failure.exitcode) if failure.exitcode is not None else None
@@ -102,6 +104,17 @@ def _rank_failure(rank: int, failure: Any, attempt: int, ended: Any) -> RankFail
         raised_at=raised,
         died_at=ended.at if ended is not None else None,
     )
+
+
+def _type_and_message(said: Any) -> tuple[str | None, str | None]:
+    """torch's ``f"{type(e).__name__}: {e}"`` split back, so a script with ``@record``
+    is summarized as one without (its type read as a signal's stack printed it twice)."""
+    if not isinstance(said, str):
+        return None, None
+    kind, sep, message = said.partition(": ")
+    if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,200}", kind):
+        return kind, message
+    return None, said
 
 
 def launch_error(exc: BaseException, log: Path) -> BaseException:
