@@ -346,3 +346,14 @@ def test_torchtitans_line(capsys: pytest.CaptureFixture[str]) -> None:
     )  # fmt: skip
     assert shape(got) == (2, 1, 0, "localhost:0") and got["role"] == "rank"
     assert got["worker_command"][-3:] == [SCRIPT, "--job.config_file", "x.toml"]
+
+
+def test_accelerates_cpu_threads_per_process_is_each_workers_omp_threads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``accelerate launch --num_cpu_threads_per_process N`` sets OMP_NUM_THREADS=N."""
+    env = plan(capsys, "-n", "2", "--num_cpu_threads_per_process", "4", SCRIPT)["worker_env"]
+    assert env["OMP_NUM_THREADS"] == "4"  # not torchrun's 1 for two workers
+    both = ["--num-cpu-threads-per-process", "4", "-e", "OMP_NUM_THREADS=2", SCRIPT]
+    assert plan(capsys, "-n", "2", *both)["worker_env"]["OMP_NUM_THREADS"] == "2"
+    assert "0 is not in the range" in refused(capsys, "--num_cpu_threads_per_process", "0")

@@ -332,6 +332,10 @@ def launch(
         help="Accepted for torchrun; accel checks the workers every 0.1 s.",
         rich_help_panel=_COMPAT,
     ),
+    # Accelerate's: each worker's OMP_NUM_THREADS (hidden: too long for the help table).
+    num_cpu_threads_per_process: int | None = typer.Option(
+        None, "--num-cpu-threads-per-process", min=1, hidden=True
+    ),
     use_fsdp: bool = typer.Option(
         False, "--use-fsdp", help="Accelerate: --fsdp.", rich_help_panel=_COMPAT
     ),
@@ -386,7 +390,7 @@ def launch(
         script=script,
         script_args=tuple(script_args or ()),
         module=params["module"],
-        extra_env={**given.file_env, **parse_env_pairs(env or [])},
+        extra_env={**given.file_env, **_threads(params), **parse_env_pairs(env or [])},
         console="quiet" if quiet else "tee",
         role=params["role"] if params["role"] is not None else "default",
         console_ranks=parse_ranks(ranks),
@@ -427,6 +431,13 @@ def launch(
     code = report(plan, outcome)
     _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
+
+
+def _threads(params: dict[str, Any]) -> dict[str, str]:
+    """Accelerate's --num_cpu_threads_per_process: each worker's OMP_NUM_THREADS, as
+    ``accelerate launch`` sets it (an ``--env OMP_NUM_THREADS=`` given too wins)."""
+    count = params.get("num_cpu_threads_per_process")
+    return {} if count is None else {"OMP_NUM_THREADS": str(count)}
 
 
 def _requeue_note(argv: tuple[str, ...]) -> str | None:
