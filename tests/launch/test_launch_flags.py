@@ -357,3 +357,21 @@ def test_accelerates_cpu_threads_per_process_is_each_workers_omp_threads(
     both = ["--num-cpu-threads-per-process", "4", "-e", "OMP_NUM_THREADS=2", SCRIPT]
     assert plan(capsys, "-n", "2", *both)["worker_env"]["OMP_NUM_THREADS"] == "2"
     assert "0 is not in the range" in refused(capsys, "--num_cpu_threads_per_process", "0")
+
+
+def test_accelerates_dynamo_and_debug_flags_reach_its_accelerator(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What ``accelerate launch`` exports for them, which HF's Accelerator reads."""
+    args = ["--dynamo_backend", "inductor", "--dynamo_mode", "max-autotune"]
+    env = plan(capsys, *args, "--dynamo_use_fullgraph", "--debug", SCRIPT)["worker_env"]
+    assert {k: v for k, v in env.items() if k.startswith("ACCELERATE_D")} == {
+        "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR",
+        "ACCELERATE_DYNAMO_MODE": "max-autotune",
+        "ACCELERATE_DYNAMO_USE_FULLGRAPH": "True",
+        "ACCELERATE_DYNAMO_USE_DYNAMIC": "False",
+        "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "False",
+        "ACCELERATE_DEBUG_MODE": "true",
+    }
+    assert "ACCELERATE_DEBUG_MODE" not in plan(capsys, SCRIPT)["worker_env"]
+    assert "invalid value for --dynamo-mode" in refused(capsys, "--dynamo-mode", "fast")

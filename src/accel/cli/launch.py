@@ -332,10 +332,18 @@ def launch(
         help="Accepted for torchrun; accel checks the workers every 0.1 s.",
         rich_help_panel=_COMPAT,
     ),
-    # Accelerate's: each worker's OMP_NUM_THREADS (hidden: too long for the help table).
+    # Accelerate's flags that it passes to its Accelerator as variables, passed the same
+    # way (hidden: too long for the help table; docs/commands/launch.md lists them).
     num_cpu_threads_per_process: int | None = typer.Option(
         None, "--num-cpu-threads-per-process", min=1, hidden=True
     ),
+    dynamo_mode: str | None = typer.Option(None, "--dynamo-mode", hidden=True),
+    dynamo_use_fullgraph: bool = typer.Option(False, "--dynamo-use-fullgraph", hidden=True),
+    dynamo_use_dynamic: bool = typer.Option(False, "--dynamo-use-dynamic", hidden=True),
+    dynamo_use_regional_compilation: bool = typer.Option(
+        False, "--dynamo-use-regional-compilation", hidden=True
+    ),
+    debug: bool = typer.Option(False, "--debug", hidden=True),
     use_fsdp: bool = typer.Option(
         False, "--use-fsdp", help="Accelerate: --fsdp.", rich_help_panel=_COMPAT
     ),
@@ -390,7 +398,7 @@ def launch(
         script=script,
         script_args=tuple(script_args or ()),
         module=params["module"],
-        extra_env={**given.file_env, **_threads(params), **parse_env_pairs(env or [])},
+        extra_env={**given.file_env, **_accelerate_env(params), **parse_env_pairs(env or [])},
         console="quiet" if quiet else "tee",
         role=params["role"] if params["role"] is not None else "default",
         console_ranks=parse_ranks(ranks),
@@ -433,11 +441,31 @@ def launch(
     return code
 
 
-def _threads(params: dict[str, Any]) -> dict[str, str]:
-    """Accelerate's --num_cpu_threads_per_process: each worker's OMP_NUM_THREADS, as
-    ``accelerate launch`` sets it (an ``--env OMP_NUM_THREADS=`` given too wins)."""
-    count = params.get("num_cpu_threads_per_process")
-    return {} if count is None else {"OMP_NUM_THREADS": str(count)}
+DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")  # Accelerate's choices
+
+
+def _accelerate_env(params: dict[str, Any]) -> dict[str, str]:
+    """The variables ``accelerate launch`` sets for these flags, for the workers (an
+    ``--env`` of the same name wins): ``--num_cpu_threads_per_process`` is each worker's
+    OMP_NUM_THREADS; the dynamo family and ``--debug`` are read by Accelerate's own
+    ``Accelerator`` in the script."""
+    out: dict[str, str] = {}
+    if params.get("num_cpu_threads_per_process") is not None:
+        out["OMP_NUM_THREADS"] = str(params["num_cpu_threads_per_process"])
+    mode = params.get("dynamo_mode")
+    if mode is not None and mode not in DYNAMO_MODES:
+        raise UsageError(
+            f"invalid value for --dynamo-mode: expected one of {', '.join(DYNAMO_MODES)}, "
+            f"got {mode!r}"
+        )
+    switches = ("dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation")
+    if mode is not None or any(params.get(s) for s in switches):
+        out["ACCELERATE_DYNAMO_MODE"] = mode or "default"
+        for name in switches:  # str(bool): the spelling Accelerate exports and reads
+            out[f"ACCELERATE_{name.upper()}"] = str(bool(params.get(name)))
+    if params.get("debug"):
+        out["ACCELERATE_DEBUG_MODE"] = "true"
+    return out
 
 
 def _requeue_note(argv: tuple[str, ...]) -> str | None:
