@@ -52,11 +52,11 @@ APPLIED = {
     "duplicate_stderr_filters": "duplicate_stderr_filters",
     "signals_to_handle": "signals_to_handle",
     "virtual_local_rank": "virtual_local_rank",
+    "log_line_prefix_template": "log_line_prefix_template",
 }
 
 # torchrun's dest -> why accel does without it (the variable is shown, never an error).
 NOT_USED = {
-    "log_line_prefix_template": "accel prefixes each line with its rank",
     # Typed, --log-dir and --redirects are refused with a pointer; set by a scheduler
     # (TorchX's local scheduler sets PET_LOG_DIR for every job) they must not fail the job.
     "log_dir": "accel keeps every rank's log in .accelerate/logs/runs/<run>/rank-N.log",

@@ -57,6 +57,7 @@ NOTED = {
     "signals_to_handle": "accel stops its workers on SIGTERM, SIGINT, SIGHUP and SIGQUIT "
     "(and SLURM's early-warning signal)",
     "virtual_local_rank": "each worker sees its own LOCAL_RANK and every GPU of --gpu-ids",
+    "log_line_prefix_template": "accel prefixes each console line with [rankN]",
 }
 
 

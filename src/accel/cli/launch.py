@@ -325,6 +325,16 @@ def launch(
     numa_binding: str | None = typer.Option(None, "--numa-binding", hidden=True),
     signals_to_handle: str | None = typer.Option(None, "--signals-to-handle", hidden=True),
     virtual_local_rank: bool = typer.Option(False, "--virtual-local-rank", hidden=True),
+    log_line_prefix_template: str | None = typer.Option(
+        None, "--log-line-prefix-template", hidden=True
+    ),
+    print_completion: str | None = typer.Option(
+        None,
+        "--print-completion",
+        hidden=True,
+        is_eager=True,
+        callback=lambda value: _print_completion(value),
+    ),
     monitor_interval: float | None = typer.Option(
         None,
         "--monitor-interval",
@@ -439,6 +449,21 @@ def launch(
     code = report(plan, outcome)
     _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
+
+
+def _print_completion(shell: str | None) -> None:
+    """torchrun's ``--print-completion SHELL``: the completion script, then exit; accel's,
+    which completes ``accel launch`` and every other command."""
+    if shell is None:
+        return
+    from accel.cli import _completion
+
+    if shell not in _completion.SHELLS:
+        raise UsageError(
+            f"--print-completion {shell}: accel completes {', '.join(_completion.SHELLS)}"
+        )
+    _output.raw(_completion.script(shell))
+    raise typer.Exit(0)
 
 
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")  # Accelerate's choices
