@@ -154,6 +154,33 @@ def _explicit(params: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in flags.items() if value is not None}
 
 
+DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")  # Accelerate's choices
+
+
+def accelerate_env(params: Mapping[str, Any]) -> dict[str, str]:
+    """The variables ``accelerate launch`` sets for its flags, for the workers (an
+    ``--env`` of the same name wins): ``--num_cpu_threads_per_process`` is each worker's
+    OMP_NUM_THREADS; the dynamo family and ``--debug`` are read by Accelerate's own
+    ``Accelerator`` in the script (:func:`accel.config.hf_import.worker_env`)."""
+    from accel.config.hf_import import DYNAMO_ENV, worker_env
+
+    out: dict[str, str] = {}
+    if params.get("num_cpu_threads_per_process") is not None:
+        out["OMP_NUM_THREADS"] = str(params["num_cpu_threads_per_process"])
+    mode = params.get("dynamo_mode")
+    if mode is not None and mode not in DYNAMO_MODES:
+        raise UsageError(
+            f"invalid value for --dynamo-mode: expected one of {', '.join(DYNAMO_MODES)}, "
+            f"got {mode!r}"
+        )
+    switches = [key for key in DYNAMO_ENV if key != "dynamo_mode"]
+    dynamo: dict[str, Any] = {}
+    if mode is not None or any(params.get(key) for key in switches):
+        # accelerate launch sets them all: the mode ("default" unless given) and each switch
+        dynamo = {"dynamo_mode": mode or "default", **{k: bool(params.get(k)) for k in switches}}
+    return {**out, **worker_env(debug=bool(params.get("debug")), dynamo=dynamo)}
+
+
 def _on_off(params: Mapping[str, Any], name: str) -> bool | None:
     """``--NAME`` on, ``--no-NAME`` off, else unset (the config decides)."""
     on, off = bool(params.get(name)), bool(params.get(f"no_{name}"))

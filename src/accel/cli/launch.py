@@ -381,7 +381,7 @@ def launch(
 
     torchrun's and Accelerate's flags keep their meaning; `_` works for `-` (--nproc_per_node).
     """
-    from accel.cli._launch_flags import translate
+    from accel.cli._launch_flags import accelerate_env, translate
     from accel.cli._launch_pet import from_environment
     from accel.cli._launch_torchrun import torchrun_flags
     from accel.launch.prepare import prepare
@@ -408,7 +408,7 @@ def launch(
         script=script,
         script_args=tuple(script_args or ()),
         module=params["module"],
-        extra_env={**given.file_env, **_accelerate_env(params), **parse_env_pairs(env or [])},
+        extra_env={**given.file_env, **accelerate_env(params), **parse_env_pairs(env or [])},
         console="quiet" if quiet else "tee",
         role=params["role"] if params["role"] is not None else "default",
         console_ranks=parse_ranks(ranks),
@@ -464,33 +464,6 @@ def _print_completion(shell: str | None) -> None:
         )
     _output.raw(_completion.script(shell))
     raise typer.Exit(0)
-
-
-DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")  # Accelerate's choices
-
-
-def _accelerate_env(params: dict[str, Any]) -> dict[str, str]:
-    """The variables ``accelerate launch`` sets for these flags, for the workers (an
-    ``--env`` of the same name wins): ``--num_cpu_threads_per_process`` is each worker's
-    OMP_NUM_THREADS; the dynamo family and ``--debug`` are read by Accelerate's own
-    ``Accelerator`` in the script."""
-    out: dict[str, str] = {}
-    if params.get("num_cpu_threads_per_process") is not None:
-        out["OMP_NUM_THREADS"] = str(params["num_cpu_threads_per_process"])
-    mode = params.get("dynamo_mode")
-    if mode is not None and mode not in DYNAMO_MODES:
-        raise UsageError(
-            f"invalid value for --dynamo-mode: expected one of {', '.join(DYNAMO_MODES)}, "
-            f"got {mode!r}"
-        )
-    switches = ("dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation")
-    if mode is not None or any(params.get(s) for s in switches):
-        out["ACCELERATE_DYNAMO_MODE"] = mode or "default"
-        for name in switches:  # str(bool): the spelling Accelerate exports and reads
-            out[f"ACCELERATE_{name.upper()}"] = str(bool(params.get(name)))
-    if params.get("debug"):
-        out["ACCELERATE_DEBUG_MODE"] = "true"
-    return out
 
 
 def _requeue_note(argv: tuple[str, ...]) -> str | None:

@@ -92,12 +92,24 @@ _HANDLED = frozenset(
         "parallelism_config",
     }
 )
-_DYNAMO_ENV = {
+# Accelerate's torch.compile settings -> the variable its launcher gives each worker.
+DYNAMO_ENV = {
     "dynamo_mode": "ACCELERATE_DYNAMO_MODE",
     "dynamo_use_fullgraph": "ACCELERATE_DYNAMO_USE_FULLGRAPH",
     "dynamo_use_dynamic": "ACCELERATE_DYNAMO_USE_DYNAMIC",
     "dynamo_use_regional_compilation": "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",
 }
+
+
+def worker_env(*, debug: bool, dynamo: Mapping[str, Any]) -> dict[str, str]:
+    """The variables Accelerate's launcher gives its workers for ``debug`` and the
+    torch.compile settings in ``dynamo`` (keys of :data:`DYNAMO_ENV`; others ignored),
+    as Accelerate's own ``Accelerator`` reads them. One rule for a config file being
+    imported and for ``accel launch``'s Accelerate flags."""
+    env = {DYNAMO_ENV[k]: str(v) for k, v in dynamo.items() if k in DYNAMO_ENV}
+    if debug:
+        env["ACCELERATE_DEBUG_MODE"] = "true"  # str(True) above: Accelerate's spelling
+    return env
 
 
 @dataclass(frozen=True)
@@ -249,9 +261,6 @@ def _accelerate_env(
     data: Mapping[str, Any], values: dict[str, Any], source: str, notes: list[str]
 ) -> dict[str, str]:
     """``debug`` and torch.compile settings: the variables Accelerate gives its workers."""
-    env: dict[str, str] = {}
-    if data.get("debug") is True:
-        env["ACCELERATE_DEBUG_MODE"] = "true"
     dynamo = data.get("dynamo_config") or {}
     if "dynamo_backend" in data:  # the format before Accelerate 0.18
         dynamo = {"dynamo_backend": data["dynamo_backend"]}
@@ -260,12 +269,10 @@ def _accelerate_env(
     backend = str(dynamo.get("dynamo_backend", "no")).lower()
     if "dynamo_backend" in dynamo:
         values["launch.dynamo_backend"] = _checked(backend, "launch.dynamo_backend", source)
-    for key, value in dynamo.items():
-        if key in _DYNAMO_ENV and backend != "no":
-            env[_DYNAMO_ENV[key]] = str(value)  # str(True): the spelling Accelerate exports
-        elif key not in _DYNAMO_ENV and key != "dynamo_backend":
+    for key in dynamo:
+        if key not in DYNAMO_ENV and key != "dynamo_backend":
             notes.append(f"dynamo_config.{key}: not used by accel")
-    return env
+    return worker_env(debug=data.get("debug") is True, dynamo=dynamo if backend != "no" else {})
 
 
 def _checked(value: Any, key: str, source: str, hf_key: str | None = None) -> Any:
