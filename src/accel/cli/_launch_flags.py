@@ -20,14 +20,15 @@ launch`` command line means under ``accel launch`` what it meant before:
   (``TRANSFORMER_BASED_WRAP``, ...) as well as accel's; ``--fsdp_version`` other than 2
   is refused (accel shards with FSDP2 only).
 - ``--log_dir`` and ``--redirects`` are refused with a pointer to where accel keeps
-  the logs; ``--tee`` is checked as torchrun checks it and changes nothing (without
-  ``--redirects`` torchrun's console shows every stream too, as accel's does).
+  the logs.
+
+torchrun's flags that are not accel's options under another name are in
+:mod:`accel.cli._launch_torchrun`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,6 @@ from typing import Any
 from accel.config import schema
 from accel.errors import UsageError
 
-# torchrun's --tee: one stream choice for every rank, or local rank -> choice pairs.
-_TEE = re.compile(r"[0-3]|(\d:[0-3],)*\d:[0-3]")
 DEFAULT_MASTER = ("127.0.0.1", 29500)  # torchrun's and Accelerate's defaults
 _FLAG_KEYS = {
     "nproc_per_node": "launch.num_processes",
@@ -101,12 +100,6 @@ def _refuse(params: Mapping[str, Any]) -> None:
                 "stderr apart, in .accelerate/logs/runs/<run-id>/rank-N.log and on the "
                 "console; read them with `accel logs`"
             )
-    tee = params.get("tee")
-    if tee is not None and not _TEE.fullmatch(str(tee)):
-        raise UsageError(
-            f"invalid value for --tee: expected 0 to 3 (none, stdout, stderr, both) or "
-            f"LOCAL_RANK:N pairs like 0:3,1:1, as torchrun takes, got {tee!r}"
-        )
     version = params.get("fsdp_version")
     if version is not None and str(version).strip() != "2":
         raise UsageError(

@@ -10,6 +10,8 @@ Each keeps torchrun's meaning, checked as torchrun checks it:
 - ``--shutdown-timeout SECONDS`` is ``--stop-grace-period``.
 - ``--run-path`` and ``--start-method``: a script's workers are new processes that run
   the file as ``__main__`` under torchrun and accel alike; the value is checked.
+- ``--tee`` is checked and changes nothing: without ``--redirects`` torchrun's console
+  shows every stream whatever its value, as accel's does (and each rank's log keeps it).
 
 The rest change what torchrun's own machinery does where accel has its own; they are
 accepted and said in one line each when the run starts (:data:`NOTED`). The table is
@@ -41,6 +43,8 @@ RDZV_CONF_KEYS = {
 }
 _BOOLS = ("1", "0", "true", "false", "yes", "no", "y", "n", "on", "off")
 START_METHODS = ("spawn", "fork", "forkserver")
+# --tee: one stream choice (0-3) for every rank, or local rank -> choice pairs
+_TEE = re.compile(r"[0-3]|(\d:[0-3],)*\d:[0-3]")
 DEFAULT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # torchrun's, and accel's
 NUMA_MODES = ("node", "socket", "exclusive", "core-complex")  # torch.numa.binding's
 
@@ -74,6 +78,12 @@ class TorchrunFlags:
 
 def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
     """The parsed options of ``accel launch`` -> :class:`TorchrunFlags`; UsageError if bad."""
+    tee = params.get("tee")
+    if tee is not None and not _TEE.fullmatch(str(tee)):
+        raise UsageError(
+            f"invalid value for --tee: expected 0 to 3 (none, stdout, stderr, both) or "
+            f"LOCAL_RANK:N pairs like 0:3,1:1, as torchrun takes, got {tee!r}"
+        )
     method = params.get("start_method")
     if method is not None and method not in START_METHODS:
         raise UsageError(f"invalid value for --start-method: expected one of spawn, fork, "
