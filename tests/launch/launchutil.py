@@ -37,6 +37,16 @@ def dry_run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, An
     return data
 
 
+def refused(capsys: pytest.CaptureFixture[str], *args: str, script: str = "") -> str:
+    """``accel launch ARGS SCRIPT`` in this process, refused: exit 2, one line, no
+    traceback; the line. ``SCRIPT``: scripts/env_dump.py unless given."""
+    code = main(["launch", *args, script or str(SCRIPTS / "env_dump.py")])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
 def assert_no_orphans(run_id: str, timeout: float = 5.0) -> None:
     """Every process that carries the run's ACCEL_RUN_ID is gone within ``timeout``."""
     wait_for(lambda: not run_processes(run_id), timeout, f"the processes of run {run_id} to die")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launchutil import SCRIPTS, dry_run_json
+from launchutil import SCRIPTS, dry_run_json, refused
 
 from accel.cli.main import main
 
@@ -17,14 +17,6 @@ HF_CONFIGS = Path(__file__).resolve().parent.parent / "config" / "hf_configs"
 
 
 plan = dry_run_json
-
-
-def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    code = main(["launch", *args, SCRIPT])
-    out, err = capsys.readouterr()
-    assert code == 2, out + err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    return err
 
 
 def shape(p: dict[str, Any]) -> tuple[int, int, int, str]:
