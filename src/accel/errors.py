@@ -115,7 +115,7 @@ _HINTS = {
 }
 
 
-_HINT = "check that the disk is writable and healthy, then retry"
+_DEFAULT_HINT = "check that the disk is writable and healthy, then retry"
 
 
 def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
@@ -156,7 +156,7 @@ def _hint(exc: BaseException) -> str:
         return _HINTS[_errno.EFBIG]
     if "space" in text:
         return _HINTS[_errno.ENOSPC]
-    return _HINT
+    return _DEFAULT_HINT
 
 
 class NotAWorkspace(WorkspaceError):

@@ -195,7 +195,7 @@ def ago(now: float, when: float | None, *, coarse: bool = False) -> str:
     future`` for a clock ahead of this one; ``""`` when unknown."""
     if when is None:
         return ""
-    return _ago(int(now - when)) if coarse else _ago_exact(now - when)
+    return _ago_coarse(int(now - when)) if coarse else _ago_exact(now - when)
 
 
 def _ago_exact(seconds: float) -> str:
@@ -203,7 +203,7 @@ def _ago_exact(seconds: float) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _ago(seconds: int) -> str:
+def _ago_coarse(seconds: int) -> str:
     """One unit is enough to judge a clean, and cheap for 100,000 rows."""
     if seconds < 0:
         return "in the future"
