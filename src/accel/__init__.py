@@ -13,14 +13,28 @@ from accel.errors import AccelError
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
-    from accel.accelerator import Accelerator
+    from accel.accelerator import (
+        Accelerator,
+        DataLoaderConfiguration,
+        DistributedType,
+        ProjectConfiguration,
+    )
 
-__all__ = ["AccelError", "Accelerator", "Workspace", "__version__"]
+__all__ = [
+    "AccelError",
+    "Accelerator",
+    "DataLoaderConfiguration",
+    "DistributedType",
+    "ProjectConfiguration",
+    "Workspace",
+    "__version__",
+]
+_FACADE = ("Accelerator", "DataLoaderConfiguration", "DistributedType", "ProjectConfiguration")
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Accelerator":
-        from accel.accelerator import Accelerator
+    if name in _FACADE:
+        import accel.accelerator
 
-        return Accelerator
+        return getattr(accel.accelerator, name)
     raise AttributeError(f"module 'accel' has no attribute {name!r}")

@@ -37,8 +37,18 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel._accel import setup
-from accel._accel.data import shard_loader
+from accel._accel import hfargs, setup
+from accel._accel.accumulate import (
+    GradientState,
+    PreparedScheduler,
+    accumulation_options,
+    gate_steps,
+)
+from accel._accel.data import PreparedDataLoader, shard_loader
+from accel._accel.hfapi import ProcessApi
+from accel._accel.hfargs import DataLoaderConfiguration, DistributedType, ProjectConfiguration
+from accel._accel.hfdata import HfData, HfLoader, shard_hf
+from accel._accel.hfstate import FolderApi
 from accel._accel.metrics import MetricsLog
 from accel._accel.rng import rng_state, set_rng_state
 from accel._accel.scaling import scale_steps
@@ -53,33 +63,100 @@ if TYPE_CHECKING:
     from accel.store.cache import CacheEntryInfo
     from accel.store.checkpoints import Checkpoints
 
-__all__ = ["Accelerator"]
+__all__ = ["Accelerator", "DataLoaderConfiguration", "DistributedType", "ProjectConfiguration"]
 
 
-class Accelerator:
-    """Rank, device, process group, ``prepare()``, precision, checkpoints, metrics."""
+class Accelerator(ProcessApi, FolderApi):
+    """Rank, device, process group, ``prepare()``, precision, checkpoints, metrics; and
+    Hugging Face Accelerate's common API (:mod:`accel._accel.hfapi`), its constructor
+    arguments included (:mod:`accel._accel.hfargs`)."""
 
     def __init__(
         self,
         *,
         mixed_precision: str | None = None,
         cpu: bool | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         workspace: Workspace | None = None,
         log_all_ranks: bool = False,
         fsdp: bool | None = None,
+        hf_compat: bool | None = None,
+        device_placement: bool | None = None,
+        split_batches: bool | None = None,
+        gradient_accumulation_steps: int | None = None,
+        dataloader_config: Any = None,
+        rng_types: Any = None,
+        log_with: Any = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: Any = None,
+        gradient_accumulation_plugin: Any = None,
+        step_scheduler_with_optimizer: bool | None = None,
+        kwargs_handlers: Any = None,
+        dynamo_backend: Any = None,
+        dynamo_plugin: Any = None,
+        deepspeed_plugin: Any = None,
+        deepspeed_plugins: Any = None,
+        fsdp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        parallelism_config: Any = None,
     ) -> None:
+        given = {k: v for k, v in locals().items() if k in hfargs.HF_ARGUMENTS}
+        hfargs.refuse_unsupported(given)
         env = dict(os.environ)
+        self._handlers = hfargs.handlers(kwargs_handlers)
+        self._gradient_state = GradientState(
+            accumulation_options(gradient_accumulation_steps, gradient_accumulation_plugin, env)
+        )
+        #: Accelerate's semantics for loaders and schedulers (:mod:`accel._accel.hfdata`),
+        #: unless ``seed`` asks for accel's seeded, epoch-ordered sampler (Accelerate has no
+        #: ``seed``: a ported script never passes it) and no argument only Accelerate has is
+        #: given. ``hf_compat`` decides outright.
+        self.hf_compat = (
+            seed is None or any(v is not None for v in given.values())
+            if hf_compat is None
+            else bool(hf_compat)
+        )
+        self.project_configuration = hfargs.project_options(project_dir, project_config)
+        options = hfargs.dataloader_options(dataloader_config)
+        self.dataloader_config = options
+        self.device_placement = device_placement is not False
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer is not False
+        from accel._accel.trackers import requested
+
+        self._trackers_wanted = requested(log_with, self.project_configuration.logging_dir)
+        self.trackers: list[Any] = []
         self.workspace = workspace or Workspace.discover()
         self.rank, self.local_rank, self.world_size = setup.where(env)
         self.run_id = env.get("ACCEL_RUN_ID") or None
-        self.seed = seed
+        self.seed = 0 if seed is None else seed
         self.log_all_ranks = log_all_ranks
         self.mixed_precision = setup.precision(mixed_precision, env, self.workspace)
         self.device = setup.device(cpu, env, self.workspace, self.local_rank)
         self.fsdp = resolve_fsdp(fsdp, env, self.workspace.settings.launch)
-        self.scaler = setup.grad_scaler(self.mixed_precision, self.device)
-        self._owns_group = setup.init_group(self.world_size, self.rank, self.device)
+        self.scaler = setup.grad_scaler(self.mixed_precision, self.device, self._handlers.scaler)
+        self._dynamo = (
+            hfargs.dynamo_backend(dynamo_backend, dynamo_plugin, env) if self.hf_compat else None
+        )
+        self._hf_data = HfData(
+            self.world_size,
+            self.rank,
+            split_batches=options.split_batches,
+            even_batches=options.even_batches,
+            seedable=options.use_seedable_sampler,
+            data_seed=options.data_seed,
+            rng_types=hfargs.rng_kinds(rng_types),
+            device=self.device if self.device_placement else None,
+            non_blocking=options.non_blocking,
+        )
+        self._owns_group = setup.init_group(
+            self.world_size, self.rank, self.device, self._handlers.process_group
+        )
+        self._custom_objects: list[Any] = []
+        self._save_hooks: dict[int, Any] = {}
+        self._load_hooks: dict[int, Any] = {}
+        self._stores: dict[str, Checkpoints] = {}
+        self._store: Checkpoints | None = None
         self._sharder: Sharder | None = None
         self._models: list[Any] = []
         self._optimizers: list[Any] = []
@@ -102,7 +179,7 @@ class Accelerator:
     @property
     def checkpoints(self) -> Checkpoints:
         """The workspace's checkpoint store (``save``, ``load``, ``list``, ``latest``)."""
-        return self.workspace.checkpoints
+        return self._store or self.workspace.checkpoints
 
     def end(self) -> None:
         """Finish pending saves, wait for every rank, tear down the process group."""
@@ -128,7 +205,7 @@ class Accelerator:
 
     # -- prepare ------------------------------------------------------------------------
 
-    def prepare(self, *objs: Any) -> Any:
+    def prepare(self, *objs: Any, device_placement: Any = None) -> Any:
         """Models to the device (+ DDP), loaders sharded; optimizers/schedulers tracked."""
         prepared = tuple(self._prepare_one(obj) for obj in objs)
         return prepared[0] if len(prepared) == 1 else prepared
@@ -143,13 +220,25 @@ class Accelerator:
                 self._sharder.adopt(obj)
             if self.scaler is not None:
                 scale_steps(obj, self.scaler)
+            if self.hf_compat or self.gradient_accumulation_steps > 1:
+                gate_steps(obj, self._gradient_state)
             self._optimizers.append(obj)
             return obj
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+            if self.hf_compat:
+                times = 1 if self._hf_data.split_batches else self.world_size
+                with_optimizer = self.step_scheduler_with_optimizer
+                obj = PreparedScheduler(obj, self._gradient_state, times, with_optimizer)
             self._schedulers.append(obj)
             return obj
+        if isinstance(obj, (PreparedDataLoader, HfLoader)):
+            return obj  # prepared already
         if isinstance(obj, torch.utils.data.DataLoader):
-            loader = shard_loader(obj, self.world_size, self.rank, self.seed)
+            loader: Any
+            if self.hf_compat:
+                loader = shard_hf(obj, self._hf_data, self._gradient_state)
+            else:
+                loader = shard_loader(obj, self.world_size, self.rank, self.seed)
             self._loaders.append(loader)
             return loader
         raise UsageError(
@@ -158,14 +247,21 @@ class Accelerator:
         )
 
     def _prepare_model(self, model: Any) -> Any:
-        model = model.to(self.device)
+        if self.device_placement:
+            model = model.to(self.device)
+        if self.hf_compat and self.mixed_precision != "no":
+            setup.autocast_forward(model, self.autocast)  # Accelerate autocasts forward itself
         if self.world_size > 1 and self.fsdp is not None:
             model = self._shard(model, self.fsdp)
         elif self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=ids)
+            model = DistributedDataParallel(model, device_ids=ids, **self._handlers.ddp)
+        if self._dynamo is not None:
+            import torch
+
+            model = torch.compile(model, backend=self._dynamo)
         self._models.append(model)
         return model
 
@@ -177,38 +273,53 @@ class Accelerator:
         return self._sharder.shard(model, self._optimizers)
 
     @staticmethod
-    def unwrap_model(model: Any) -> Any:
-        return getattr(model, "module", model)
+    def unwrap_model(
+        model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+    ) -> Any:
+        """The module inside DDP (and inside ``torch.compile`` unless ``keep_torch_compile``)."""
+        compiled = getattr(model, "_orig_mod", None)
+        inner = getattr(compiled if compiled is not None else model, "module", None)
+        if inner is None:
+            return model if keep_torch_compile or compiled is None else compiled
+        return inner
 
-    def get_state_dict(self, model: Any) -> dict[str, Any]:
-        """The full state dict of ``model`` on the main process, ``{}`` on the others.
+    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
+        """The full state dict of ``model``, on every rank as in Accelerate.
 
         Under FSDP a collective (every rank calls it; the shards are gathered to rank 0,
-        on the CPU); otherwise the unwrapped model's own ``state_dict()``.
+        on the CPU) that gives ``{}`` on the other ranks, as Accelerate's FSDP does;
+        otherwise the unwrapped model's own ``state_dict()``.
         """
-        model = self.unwrap_model(model)
+        model = self.unwrap_model(model) if unwrap else model
         if self._sharder is None:
-            return dict(model.state_dict()) if self.is_main_process else {}
+            return dict(model.state_dict())
         from accel._fsdp.state import full_state_dict
 
         return full_state_dict(model, self.rank)
 
     # -- training helpers ---------------------------------------------------------------
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """Autocast per the configured precision (a no-op for ``no``)."""
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager[Any]:
+        """Autocast per the configured precision (a no-op for ``no``); an ``AutocastKwargs``
+        (or the one in ``kwargs_handlers``) sets ``enabled`` and ``cache_enabled``."""
         if self.mixed_precision == "no":
             return contextlib.nullcontext()
         import torch
 
+        options = dict(self._handlers.autocast)
+        if autocast_handler is not None:
+            options = hfargs.handlers([autocast_handler]).autocast
         dtype = torch.bfloat16 if self.mixed_precision == "bf16" else torch.float16
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
+        return torch.autocast(device_type=self.device.type, dtype=dtype, **options)
 
-    def backward(self, loss: Any) -> None:
-        """``loss.backward()``; with fp16, of the loss times the scaler's scale."""
+    def backward(self, loss: Any, **kwargs: Any) -> None:
+        """``loss.backward()``; with fp16, of the loss times the scaler's scale; while
+        accumulating, of the loss over ``gradient_accumulation_steps`` (as Accelerate)."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
-        loss.backward()
+        loss.backward(**kwargs)
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> Any:
         """``torch.nn.utils.clip_grad_norm_`` of the true (unscaled) gradients."""
@@ -250,14 +361,27 @@ class Accelerator:
         """``logs/runs/<ACCEL_RUN_ID>/metrics.jsonl``, or ``logs/runs/local/`` outside a run."""
         return self._metrics.file
 
-    def log(self, metrics: dict[str, Any], step: int, *, all_ranks: bool | None = None) -> None:
-        """Append ``{"step", "time", "rank", **metrics}`` to the run's metrics file.
+    def log(
+        self,
+        metrics: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, Any] | None = None,
+        *,
+        all_ranks: bool | None = None,
+    ) -> None:
+        """Append ``{"step", "time", "rank", **metrics}`` to the run's metrics file, and
+        hand ``metrics`` to the ``log_with`` trackers (Accelerate's ``log``).
 
         Main process only unless ``all_ranks``. A write error is logged, never raised:
         metrics must not kill training.
         """
+        if self.is_main_process:
+            for tracker in self.trackers:
+                tracker.log(metrics, step=step, **(log_kwargs or {}).get(tracker.name, {}))
         if self.is_main_process or (self.log_all_ranks if all_ranks is None else all_ranks):
-            self._metrics.write(metrics, step)
+            from accel._accel.trackers import flat_metrics
+
+            self._metrics.write(flat_metrics(metrics), step)  # type: ignore[arg-type]
 
     def heartbeat(self) -> None:
         """Tell ``accel launch --hang-timeout`` this rank is alive (a long quiet phase)."""
@@ -269,13 +393,32 @@ class Accelerator:
 
     def save_state(
         self,
+        step: int | str | os.PathLike[str] | None = None,
+        *,
+        tag: str | None = None,
+        extra: Any = None,
+        async_save: bool | None = None,
+        safe_serialization: bool = True,
+    ) -> Any:
+        """Checkpoint every prepared object, the RNG states and ``step`` (a collective).
+
+        Given a folder instead of a step (Accelerate's ``save_state(output_dir)``), the
+        same commit goes into that folder's own series and the folder names it
+        (:mod:`accel._accel.hfstate`); returns the folder.
+        """
+        if isinstance(step, int) and not isinstance(step, bool):
+            return self._save(step, tag=tag, extra=extra, async_save=async_save)
+        return self._save_to_folder(step)
+
+    def _save(
+        self,
         step: int,
         *,
         tag: str | None = None,
         extra: Any = None,
         async_save: bool | None = None,
+        weights: list[Any] | None = None,
     ) -> Any:
-        """Checkpoint every prepared object, the RNG states and ``step`` (a collective)."""
         from accel.store._arrival import arrive, named
 
         if self._sharder is not None:
@@ -285,13 +428,15 @@ class Accelerator:
         models, optimizers, sharded = self._state_dicts()
         state = {
             "step": step,
-            "models": models,
+            "models": models if weights is None else weights,
             "optimizers": optimizers,
             "sharded": sorted(sharded or ()),
             "schedulers": [s.state_dict() for s in self._schedulers],
-            "loaders": [{"epoch": loader.epoch} for loader in self._loaders],
+            "loaders": [_loader_state(loader) for loader in self._loaders],
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "extra": extra,
+            "custom": [obj.state_dict() for obj in self._custom_objects],
+            "accumulation_step": self._gradient_state.step,
         }
         with named("save_state"):
             return self.checkpoints.save(
@@ -313,18 +458,24 @@ class Accelerator:
 
         return save_parts(models, self._optimizers)
 
-    def load_state(self, step: int | None = None) -> int | None:
+    def load_state(self, step: int | str | os.PathLike[str] | None = None, **_: Any) -> int | None:
         """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none.
 
         The latest is the newest checkpoint every rank can read (a bad one is warned
         about and skipped, see :mod:`accel._accel.resume`); ``step`` is that step or an error.
+        A folder ``save_state(folder)`` wrote restores the checkpoint it names.
         """
+        automatic = step is None and self.project_configuration.automatic_checkpoint_naming
+        if isinstance(step, (str, os.PathLike)) or automatic:
+            return self._load_from_folder(step)
+        return self._load(step, [self.unwrap_model(m) for m in self._models])
+
+    def _load(self, step: int | None, models: list[Any]) -> int | None:
         from accel._accel import resume
 
         found = resume.agreed_step(self, step)
         if found is None:
             return None
-        models = [self.unwrap_model(m) for m in self._models]
 
         def sharded(at: int, names: list[str]) -> frozenset[str]:
             return self._load_sharded(at, names, models)
@@ -343,7 +494,10 @@ class Accelerator:
         for loader, sd in zip(
             self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
         ):
-            loader.set_epoch(int(sd["epoch"]))
+            _load_loader(loader, sd)
+        for obj, sd in zip(self._custom_objects, state.get("custom") or [], strict=False):
+            obj.load_state_dict(sd)
+        self._gradient_state.step = int(state.get("accumulation_step") or 0)
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.extra_state = state.get("extra")
@@ -377,6 +531,17 @@ def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> l
             "prepared; prepare() the same objects as the run that saved it"
         )
     return saved
+
+
+def _loader_state(loader: Any) -> dict[str, Any]:
+    return loader.state_dict() if isinstance(loader, HfLoader) else {"epoch": loader.epoch}
+
+
+def _load_loader(loader: Any, state: dict[str, Any]) -> None:
+    if isinstance(loader, HfLoader):
+        loader.load_state_dict(state)
+    else:
+        loader.set_epoch(int(state["epoch"]))
 
 
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:

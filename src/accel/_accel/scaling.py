@@ -24,11 +24,16 @@ def scale_steps(optimizer: Any, scaler: Any) -> None:
             return inner(*args, **kwargs)
         inside = True
         try:
+            before = scaler.get_scale()
             result = scaler.step(self, *args, **kwargs)
             scaler.update()
+            # Accelerate's step_was_skipped: the scale shrinks only when the step was skipped
+            self.accel_step_was_skipped = scaler.get_scale() < before
             return result
         finally:
             inside = False
 
     step.accel_scaler = scaler  # type: ignore[attr-defined]
+    if hasattr(inner, "_wrapped_by_lr_sched"):  # a scheduler made before prepare(): no warning
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
     optimizer.step = types.MethodType(step, optimizer)

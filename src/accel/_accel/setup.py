@@ -92,25 +92,60 @@ def device(
     return torch.device("cuda", local_rank)
 
 
-def grad_scaler(mixed_precision: str, on: torch.device) -> Any:
-    """A ``GradScaler`` for fp16 (bf16 has fp32's range: it needs none); else None."""
+def grad_scaler(mixed_precision: str, on: torch.device, options: Any = None) -> Any:
+    """A ``GradScaler`` for fp16 (bf16 has fp32's range: it needs none); else None.
+    ``options``: a ``GradScalerKwargs``' (``init_scale``, ``growth_factor``, ...)."""
     if mixed_precision != "fp16":
         return None
     import torch
 
-    return torch.amp.GradScaler(on.type)
+    return torch.amp.GradScaler(on.type, **(options or {}))
 
 
-def init_group(world_size: int, rank: int, on: torch.device) -> bool:
-    """Start the process group (nccl on GPU, gloo on CPU); whether this call started it."""
+def autocast_forward(model: Any, autocast: Any) -> None:
+    """``model.forward`` under ``autocast()``, its float outputs back in fp32, as
+    Hugging Face Accelerate's prepared models run (its scripts never call autocast)."""
+    import functools
+
+    import torch
+
+    inner = model.forward
+
+    @functools.wraps(inner)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with autocast():
+            out = inner(*args, **kwargs)
+        return _to_fp32(out, torch)
+
+    model.forward = forward
+
+
+def _to_fp32(data: Any, torch: Any) -> Any:
+    if isinstance(data, torch.Tensor):
+        return data.float() if data.dtype in (torch.float16, torch.bfloat16) else data
+    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        return type(data)(_to_fp32(item, torch) for item in data)
+    if isinstance(data, dict):
+        for key in list(data):  # in place: model outputs (ModelOutput) are dicts with extras
+            data[key] = _to_fp32(data[key], torch)
+    return data
+
+
+def init_group(
+    world_size: int, rank: int, on: torch.device, options: Mapping[str, Any] | None = None
+) -> bool:
+    """Start the process group (nccl on GPU, gloo on CPU); whether this call started it.
+    ``options``: an ``InitProcessGroupKwargs``' (``backend``, ``timeout``)."""
     if world_size <= 1:
         return False
     import torch.distributed as dist
 
     if dist.is_initialized():
         return False
-    backend = "nccl" if on.type == "cuda" else "gloo"
+    options = dict(options or {})
+    backend = options.pop("backend", None) or ("nccl" if on.type == "cuda" else "gloo")
     kwargs: dict[str, Any] = {"device_id": on} if backend == "nccl" else {}
+    kwargs.update({k: v for k, v in options.items() if k in ("timeout", "init_method")})
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
     atexit.register(_end_group_at_exit)
     return True

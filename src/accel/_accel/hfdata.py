@@ -1,0 +1,462 @@
+"""Hugging Face Accelerate's data sharding, for scripts ported from it.
+
+Accelerate gives each rank whole batches in turn: with 2 ranks and batches
+``[0..3], [4..7], ...`` rank 0 takes ``[0..3]`` and rank 1 ``[4..7]``
+(``accelerate.data_loader.BatchSamplerShard``); ``split_batches`` instead cuts every
+batch into one slice per rank. With ``even_batches`` (the default) the ranks that run
+short at the end are topped up from the first samples, so all ranks see as many
+batches; ``remainder`` says how many of the last global batch were real, so
+``gather_for_metrics`` can drop the rest. A shuffled loader's sampler gets a generator
+seeded from the global torch RNG at ``prepare()`` (one draw, as Accelerate makes), and
+every epoch starts from rank 0's generator state, so all ranks shuffle alike.
+
+Unlike Accelerate's loader, an epoch's order can be replayed: the generator's state at
+the start of the epoch is kept and goes into ``save_state``, so a run resumed mid-epoch
+(``skip_batches`` / ``skip_first_batches``) sees the same batches as the run that saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from accel._accel.accumulate import GradientState
+from accel.errors import UsageError
+
+
+@dataclass
+class HfData:
+    """How Accelerate would shard: its ``DataLoaderConfiguration`` and ``rng_types``."""
+
+    world_size: int
+    rank: int
+    split_batches: bool = False
+    even_batches: bool = True
+    seedable: bool = False
+    data_seed: int | None = None
+    rng_types: tuple[str, ...] = ("generator",)
+    device: Any = None  # batches go there (``device_placement``); None: left where they are
+    non_blocking: bool = False
+
+
+class BatchShard:
+    """``accelerate.data_loader.BatchSamplerShard``: this rank's batches of a batch sampler."""
+
+    def __init__(self, batches: Any, data: HfData) -> None:
+        self.batch_sampler = batches
+        self.num_processes, self.process_index = data.world_size, data.rank
+        self.split_batches, self.even_batches = data.split_batches, data.even_batches
+        self.batch_size = getattr(batches, "batch_size", None)
+        self.drop_last = getattr(batches, "drop_last", False)
+        if self.split_batches and (self.batch_size is None or self.batch_size % self.num_processes):
+            raise UsageError(
+                f"split_batches needs a batch size ({self.batch_size}) that is a multiple of "
+                f"the number of processes ({self.num_processes})"
+            )
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.batch_sampler, "sampler", None)
+
+    def __len__(self) -> int:
+        total, n = len(self.batch_sampler), self.num_processes
+        if self.split_batches or total % n == 0:
+            return total if self.split_batches else total // n
+        if self.drop_last:
+            return total // n
+        if self.even_batches or self.process_index < total % n:
+            return total // n + 1
+        return total // n
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self._split() if self.split_batches else self._whole()
+
+    def _split(self) -> Iterator[list[int]]:
+        first: list[int] = []
+        batch: list[int] = []
+        width = self.batch_size // self.num_processes  # type: ignore[operator]
+        lo, hi = width * self.process_index, width * (self.process_index + 1)
+        for index, batch in enumerate(self.batch_sampler):
+            if index == 0:
+                first = list(batch)
+            if len(batch) == self.batch_size:
+                yield batch[lo:hi]
+        if self.drop_last or not first or len(batch) >= self.batch_size:  # type: ignore[operator]
+            return
+        if not self.even_batches:
+            if len(batch) > lo:
+                yield batch[lo:hi]
+            return
+        while len(first) < self.batch_size:  # type: ignore[operator]
+            first += first
+        yield (list(batch) + first)[lo:hi]
+
+    def _whole(self) -> Iterator[list[int]]:
+        n, me, size = self.num_processes, self.process_index, self.batch_size
+        first: list[Any] = []
+        mine: list[int] | None = None
+        index, batch = -1, list[int]()
+        for index, batch in enumerate(self.batch_sampler):
+            if not self.drop_last and index < n:
+                first.extend([batch] if size is None else batch)
+            if index % n == me:
+                mine = batch
+            if index % n == n - 1 and (size is None or len(batch) == size):
+                yield mine  # type: ignore[misc]
+                mine = None
+        if self.drop_last or not first:
+            return
+        if not self.even_batches:
+            if mine:
+                yield mine
+            return
+        yield from self._top_up(first, mine, index, list(batch))
+
+    def _top_up(
+        self, first: list[Any], mine: list[int] | None, index: int, batch: list[int]
+    ) -> Iterator[list[int]]:
+        """The last round, completed from the first samples so every rank has a batch."""
+        n, me, size = self.num_processes, self.process_index, self.batch_size
+        if mine and (size is None or len(mine) == size):
+            yield mine
+        needed = n * size if size is not None else n
+        while len(first) < needed:
+            first += first
+        if size is None or len(batch) == size:
+            batch = []
+            index += 1
+        cycle = 0
+        while index % n != 0 or batch:
+            if size is None:
+                batch = first[cycle]
+                cycle += 1
+            else:
+                end = cycle + size - len(batch)
+                batch = batch + first[cycle:end]
+                cycle = end
+            if index % n == me:
+                yield batch
+            batch = []
+            index += 1
+
+
+def shard_hf(loader: Any, data: HfData, state: GradientState) -> HfLoader:
+    """``loader`` sharded as ``accelerate.data_loader.prepare_data_loader`` would."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+
+    if isinstance(loader.dataset, IterableDataset):
+        raise UsageError(
+            "prepare() shards map-style datasets; an IterableDataset must shard itself "
+            "(by torch.utils.data.get_worker_info and the rank)"
+        )
+    batches = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
+    sampler: Any = getattr(batches, "sampler", None)
+    generator = None
+    if isinstance(sampler, RandomSampler) and data.seedable:
+        seed = data.data_seed if data.data_seed is not None else torch.random.initial_seed()
+        sampler.generator = sampler.generator or torch.Generator()
+        generator, sampler = sampler.generator, _Seedable(sampler, seed)
+        batches.sampler = sampler
+    elif data.world_size > 1 and hasattr(sampler, "generator"):
+        if sampler.generator is None:  # the one draw from the global RNG Accelerate makes
+            sampler.generator = torch.Generator()
+            sampler.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        generator = sampler.generator
+    drawing = None
+    if generator is None and isinstance(sampler, RandomSampler) and sampler.generator is None:
+        drawing = batches.sampler = _Drawing(sampler)
+    if data.world_size > 1:
+        batches = BatchShard(batches, data)
+    rebuilt = DataLoader(
+        loader.dataset,
+        batch_sampler=batches,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,
+        **(
+            {
+                "prefetch_factor": loader.prefetch_factor,
+                "persistent_workers": loader.persistent_workers,
+            }
+            if loader.num_workers > 0
+            else {}
+        ),
+    )
+    hf = HfLoader(rebuilt, data, state, generator, loader.drop_last)
+    if drawing is not None:
+        drawing.owner = hf
+        hf.draws_from = drawing
+    return hf
+
+
+class _Drawing:
+    """A shuffling sampler without a generator, as torch runs it: at each epoch it seeds
+    a generator with one draw from the global RNG, when the epoch's first index is
+    asked for (after the DataLoader's own draw). Here the loader makes that draw, so
+    it knows the epoch's generator (and a resumed run replays it without a draw)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.owner: Any = None
+
+    def __iter__(self) -> Iterator[int]:
+        generator = self.owner._epoch_generator()
+        self.owner.generator = self.inner.generator = generator
+        self.owner._epoch_start = generator.get_state()
+        try:
+            yield from self.inner
+        finally:
+            self.inner.generator = None
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+class _Seedable:
+    """``accelerate.data_loader.SeedableRandomSampler``: the order of epoch ``e`` is
+    the permutation of seed ``data_seed + e``."""
+
+    def __init__(self, sampler: Any, seed: int) -> None:
+        self.inner, self.initial_seed, self.epoch = sampler, int(seed), 0
+
+    def __iter__(self) -> Iterator[int]:
+        self.inner.generator.manual_seed(self.initial_seed + self.epoch)
+        yield from self.inner
+        self.epoch += 1
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+
+class HfLoader:
+    """A prepared loader with Accelerate's sharding (``DataLoaderShard``'s behaviour).
+
+    ``end_of_dataloader`` is True while the last batch is out (one batch is read ahead,
+    as Accelerate does), which ends a gradient-accumulation cycle. ``set_epoch``,
+    ``skip_batches`` and ``epoch`` are accel's resume helpers, as on accel's own loaders.
+    """
+
+    def __init__(
+        self, loader: Any, data: HfData, state: GradientState, generator: Any, drop_last: bool
+    ) -> None:
+        self.loader, self.data, self.state = loader, data, state
+        self.generator = generator
+        self.epoch = 0
+        self.end_of_dataloader = False
+        self.remainder = -1
+        self._drop_last = drop_last
+        self._skip = 0
+        self._epoch_start: Any = None  # the generator's state when this epoch began
+        self._restored: Any = None  # a checkpoint's epoch-start state, for the next epoch
+        self._in_epoch = False
+        self._epoch_rng: Any = None  # the global torch RNG as this epoch began
+        self._resume_rng: Any = None  # the same, from a checkpoint taken mid-epoch
+        #: a shuffling sampler without a generator: it seeds one from the global RNG at
+        #: each epoch (torch's RandomSampler); the loader makes that draw itself, the
+        #: same draw, so the epoch's generator is known and a resume replays it
+        self.draws_from: Any = None
+
+    @property
+    def total_batch_size(self) -> int:
+        size = int(getattr(self.loader.batch_sampler, "batch_size", None) or 1)
+        return size if self.data.split_batches else size * self.data.world_size
+
+    @property
+    def total_dataset_length(self) -> int:
+        return len(self.loader.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        sampler = getattr(self.loader.batch_sampler, "sampler", None)
+        inner = getattr(getattr(self.loader.batch_sampler, "batch_sampler", None), "sampler", None)
+        for each in (sampler, inner):
+            set_epoch = getattr(each, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
+
+    def skip_batches(self, count: int) -> None:
+        """Skip the first ``count`` batches of the next iteration (mid-epoch resume)."""
+        self._skip = int(count)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch; mid-epoch, the generator's and the global RNG's states at its start
+        (they replay the epoch's order and the draws its start made)."""
+        start = self._epoch_start if self._epoch_start is not None else self._generator_state()
+        torch_rng = self._epoch_rng if self._in_epoch else None
+        return {"epoch": self.epoch, "generator": start, "torch_rng": torch_rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_epoch(int(state["epoch"]))
+        self._resume_rng = state.get("torch_rng")
+        saved, self._epoch_start, self._restored = state.get("generator"), None, None
+        if saved is None:
+            return
+        if self.draws_from is not None:
+            self._restored = saved  # this epoch's generator: no new draw from the global RNG
+        elif self.generator is not None:
+            self.generator.set_state(saved)
+
+    def _generator_state(self) -> Any:
+        return None if self.generator is None else self.generator.get_state()
+
+    def __iter__(self) -> Iterator[Any]:
+        import torch
+
+        resumed, self._resume_rng = self._resume_rng, None
+        self._synchronize(resumed=resumed is not None)
+        self._epoch_start = None if self.draws_from is not None else self._generator_state()
+        self._in_epoch = True
+        self._epoch_rng = resumed if resumed is not None else torch.get_rng_state()
+        skip, self._skip = self._skip, 0
+        self._begin()
+        self.set_epoch(self.epoch)
+        try:
+            yield from self._batches(skip, resumed)
+        finally:
+            self.state.active.remove(self)
+        self._in_epoch = False
+        self.epoch += 1
+        self._epoch_start = None  # the next epoch starts from the generator as it is now
+        if self.draws_from is not None:
+            self.generator = None
+
+    def _epoch_generator(self) -> Any:
+        """The generator torch's RandomSampler would seed for this epoch (or the one a
+        checkpoint restored)."""
+        import torch
+
+        generator = torch.Generator()
+        if self._restored is not None:
+            generator.set_state(self._restored)
+            self._restored = None
+        else:
+            generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        return generator
+
+    def _batches(self, skip: int, resumed: Any) -> Iterator[Any]:
+        iterator = self._start(resumed)
+        try:
+            current = next(iterator)
+        except StopIteration:
+            return
+        index = 0
+        while True:
+            current = self._place(current)
+            try:
+                upcoming = next(iterator)
+            except StopIteration:
+                self.end_of_dataloader = True
+                if index >= skip:
+                    yield current
+                return
+            if index >= skip:
+                yield current
+            index += 1
+            current = upcoming
+
+    def _start(self, resumed: Any) -> Iterator[Any]:
+        """The DataLoader's iterator. Making one draws from the global RNG (the workers'
+        base seed): resumed mid-epoch, that draw is the one the epoch's start made, from
+        the RNG as it was then; the RNG a checkpoint restored is then put back."""
+        if resumed is None:
+            return iter(self.loader)
+        import torch
+
+        now = torch.get_rng_state()
+        torch.set_rng_state(resumed)
+        try:
+            return iter(self.loader)
+        finally:
+            torch.set_rng_state(now)
+
+    def _begin(self) -> None:
+        self.end_of_dataloader = False
+        self.remainder = -1
+        if not self._drop_last:
+            self.remainder = self.total_dataset_length % self.total_batch_size
+        self.state.active.append(self)
+
+    def _synchronize(self, *, resumed: bool) -> None:
+        """Every rank starts the epoch with rank 0's RNG states (Accelerate's rng_types);
+        resumed mid-epoch, the global RNGs are each rank's own from the checkpoint."""
+        from accel._accel import ops
+
+        if self.data.world_size == 1:
+            return
+        import torch
+
+        for kind in self.data.rng_types:
+            if kind == "generator" and self.generator is not None:
+                state = ops.broadcast(self.generator.get_state())
+                self.generator.set_state(state)
+            elif resumed:
+                continue
+            elif kind == "torch":
+                torch.set_rng_state(ops.broadcast(torch.get_rng_state()))
+            elif kind == "cuda" and torch.cuda.is_available():
+                device = torch.device("cuda", torch.cuda.current_device())
+                state = ops.broadcast(torch.cuda.get_rng_state().to(device)).cpu()
+                torch.cuda.set_rng_state(state)
+
+    def _place(self, batch: Any) -> Any:
+        if self.data.device is None:
+            return batch
+        return _to_device(batch, self.data.device, self.data.non_blocking)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+def _to_device(data: Any, device: Any, non_blocking: bool) -> Any:
+    if hasattr(data, "to") and not isinstance(data, type):
+        try:
+            return data.to(device, non_blocking=non_blocking)
+        except TypeError:
+            return data.to(device)
+    if isinstance(data, (list, tuple)):
+        items = [_to_device(d, device, non_blocking) for d in data]
+        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)
+    if isinstance(data, dict):
+        return type(data)({k: _to_device(v, device, non_blocking) for k, v in data.items()})
+    return data
+
+
+def skip_first(loader: Any, count: int) -> Any:
+    """``loader`` whose next iteration starts at batch ``count`` (Accelerate's
+    ``skip_first_batches``): a prepared loader skips in place; a plain one is wrapped."""
+    if isinstance(loader, HfLoader) or hasattr(loader, "skip_batches"):
+        loader.skip_batches(count)
+        return loader
+    return _Skipping(loader, count)
+
+
+class _Skipping:
+    def __init__(self, loader: Any, count: int) -> None:
+        self.loader, self.count = loader, int(count)
+
+    def __iter__(self) -> Iterator[Any]:
+        for index, batch in enumerate(self.loader):
+            if index >= self.count:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(len(self.loader) - self.count, 0)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)

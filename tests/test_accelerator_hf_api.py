@@ -1,0 +1,186 @@
+"""accel.Accelerator as Hugging Face Accelerate's Accelerator, without Accelerate installed.
+
+The probe's calls (tests/clients/scripts/hf_probe.py) give what Accelerate 1.15 gave in
+one process (hf_probe_golden.json, kept current by tests/clients/test_hf_api_probe.py,
+which also compares 2 ranks live); rank-by-rank batches are Accelerate's
+``BatchSamplerShard``'s (recorded from it); what accel does not run is refused in one
+line at construction; a ported script resumes mid-epoch exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+
+import accel
+from accel._accel.hfdata import BatchShard, HfData
+from accel.errors import UsageError
+
+SCRIPTS = Path(__file__).parent / "clients" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import hf_probe  # noqa: E402
+
+#: Rows whose client library may be missing here (then not compared).
+NEEDS = {"trackers_tensorboard": "tensorboard", "save_model_and_save": "safetensors"}
+
+
+def test_the_probe_gives_accelerates_results_in_one_process(project: Path) -> None:
+    golden = json.loads((SCRIPTS / "hf_probe_golden.json").read_text())
+    make, types = hf_probe.accel_factory()
+    ours = hf_probe.probe(make, project / "probe", types)
+    for row, module in NEEDS.items():
+        if importlib.util.find_spec(module) is None:
+            golden.pop(row), ours.pop(row)
+    assert {row: ours.get(row) for row in golden if ours.get(row) != golden[row]} == {}
+
+
+# Accelerate's BatchSamplerShard, rank by rank (recorded from accelerate 1.15):
+# (samples, batch size, ranks, split_batches, even_batches, drop_last) -> per rank
+SHARDS: list[tuple[tuple[int, int, int, bool, bool, bool], list[Any]]] = [
+    ((10, 2, 2, False, True, False), [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [0, 1]]]),
+    ((7, 2, 2, False, True, False), [[[0, 1], [4, 5]], [[2, 3], [6, 0]]]),
+    ((7, 2, 2, False, False, False), [[[0, 1], [4, 5]], [[2, 3], [6]]]),
+    ((10, 3, 2, False, True, True), [[[0, 1, 2]], [[3, 4, 5]]]),
+    ((10, 4, 2, True, True, False), [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [0, 1]]]),
+    ((7, 3, 3, False, True, False), [[[0, 1, 2]], [[3, 4, 5]], [[6, 0, 1]]]),
+    ((11, 4, 2, True, True, False), [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [10, 0]]]),
+]
+
+
+@pytest.mark.parametrize(("case", "expected"), SHARDS)
+def test_each_rank_takes_whole_batches_in_turn_as_accelerate(
+    case: tuple[int, int, int, bool, bool, bool], expected: list[Any]
+) -> None:
+    samples, size, ranks, split, even, drop = case
+    for rank in range(ranks):
+        batches = BatchSampler(SequentialSampler(range(samples)), size, drop)
+        data = HfData(ranks, rank, split_batches=split, even_batches=even)
+        shard = BatchShard(batches, data)
+        assert list(shard) == expected[rank]
+        assert len(shard) == len(expected[rank])
+
+
+def test_a_ported_script_gets_accelerates_sharding_and_seed_keeps_accels(
+    project: Path,
+) -> None:
+    assert accel.Accelerator().hf_compat  # a ported script: no seed, Accelerate's way
+    assert accel.Accelerator(gradient_accumulation_steps=2, seed=1).hf_compat
+    assert not accel.Accelerator(seed=0).hf_compat  # accel's seeded, epoch-ordered sampler
+    assert not accel.Accelerator(hf_compat=False).hf_compat
+    data = TensorDataset(torch.arange(8.0))
+    hf_loader = accel.Accelerator().prepare(DataLoader(data, batch_size=2))
+    ours = accel.Accelerator(seed=0).prepare(DataLoader(data, batch_size=2))
+    assert type(hf_loader).__name__ == "HfLoader" and hasattr(ours, "skip_batches")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"deepspeed_plugin": object()}, "does not run DeepSpeed"),
+        ({"deepspeed_plugins": {"a": object()}}, "does not run DeepSpeed"),
+        ({"megatron_lm_plugin": object()}, "does not run Megatron-LM"),
+        ({"torch_tp_plugin": object()}, "tensor parallelism"),
+        ({"parallelism_config": object()}, "composable parallelism"),
+        ({"fsdp_plugin": object()}, "pass fsdp=True"),
+        ({"log_with": "wandb"}, "pass the tracker object"),
+        ({"log_with": "tensorboard"}, "needs a folder"),
+        ({"log_with": "nonsense"}, "not a tracker accel knows"),
+        ({"rng_types": ["xla"]}, "xla is not one of"),
+        ({"gradient_accumulation_steps": 0}, "1 or more"),
+        (
+            {"dataloader_config": accel.DataLoaderConfiguration(dispatch_batches=True)},
+            "dispatch_batches",
+        ),
+        (
+            {"dataloader_config": accel.DataLoaderConfiguration(use_stateful_dataloader=True)},
+            "use_stateful_dataloader",
+        ),
+    ],
+)
+def test_what_accel_does_not_run_is_refused_in_one_line(
+    project: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message) as caught:
+        accel.Accelerator(**kwargs)
+    assert "\n" not in str(caught.value)
+
+
+class DistributedDataParallelKwargs:  # the names Accelerate's handlers have
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return self.options
+
+
+class FP8RecipeKwargs(DistributedDataParallelKwargs):
+    pass
+
+
+class SomethingKwargs(DistributedDataParallelKwargs):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("handlers", "message"),
+    [
+        ([FP8RecipeKwargs()], "fp8 training, which accel does not run"),
+        ([SomethingKwargs()], "SomethingKwargs is not one accel knows"),
+        ([DistributedDataParallelKwargs(comm_hook="fp16")], "communication hooks"),
+        ([DistributedDataParallelKwargs(), DistributedDataParallelKwargs()], "passed twice"),
+    ],
+)
+def test_unknown_kwargs_handlers_are_refused(project: Path, handlers: Any, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        accel.Accelerator(kwargs_handlers=handlers)
+
+
+def test_load_state_of_a_folder_that_is_not_a_checkpoint_says_so(project: Path) -> None:
+    acc = accel.Accelerator()
+    with pytest.raises(UsageError, match="the folder does not exist; pass a folder"):
+        acc.load_state("nowhere")
+    hf = project / "hf_ckpt"
+    hf.mkdir()
+    (hf / "random_states_0.pkl").write_bytes(b"\x80")
+    with pytest.raises(UsageError, match="Hugging Face Accelerate checkpoint"):
+        acc.load_state(str(hf))
+
+
+def _run(acc: Any, until: int | None, skip: int = 0) -> tuple[list[Any], Any]:
+    """Epochs 0 and 1 of a shuffled loader; stop (saving) after ``until`` batches."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(12, 2), torch.randn(12))
+    model, opt, loader = acc.prepare(model, opt, DataLoader(data, batch_size=2, shuffle=True))
+    seen = []
+    if skip:
+        acc.load_state()
+    for epoch in range(2):
+        batches = acc.skip_first_batches(loader, skip) if epoch == 0 and skip else loader
+        for index, (x, y) in enumerate(batches, start=skip if epoch == 0 else 0):
+            loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y + torch.rand(1))
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            seen.append(y.tolist())
+            if until is not None and epoch == 0 and index + 1 == until:
+                acc.save_state(until)
+                return seen, None
+    return seen, acc.get_state_dict(model)
+
+
+def test_a_ported_script_resumes_mid_epoch_bit_for_bit(project: Path) -> None:
+    whole, weights = _run(accel.Accelerator(), until=None)
+    first, _ = _run(accel.Accelerator(), until=2)
+    rest, resumed = _run(accel.Accelerator(), until=None, skip=2)
+    assert first + rest == whole
+    assert all(torch.equal(weights[k], resumed[k]) for k in weights)
