@@ -204,7 +204,7 @@ def skip_first_batches(make: Make, folder: Path) -> Any:
 
 def accumulate(make: Make, folder: Path) -> Any:
     acc = make(gradient_accumulation_steps=2)
-    model, opt = model_opt()
+    model, opt = model_opt(lr=0.001)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     loader = DataLoader(dataset(12), batch_size=2)
     model, opt, sched, loader = acc.prepare(model, opt, sched, loader)
@@ -220,6 +220,51 @@ def accumulate(make: Make, folder: Path) -> Any:
             lrs.append(sched.get_last_lr()[0])
     weights = acc.unwrap_model(model).state_dict()
     return {"syncs": syncs, "lrs": lrs, "weights": weights, "step": acc.step}
+
+
+def accumulate_uneven(make: Make, folder: Path) -> Any:
+    """The loader's end closes a cycle: 5 batches, 2 steps a cycle."""
+    acc = make(gradient_accumulation_steps=2)
+    model, opt = model_opt(lr=0.001)
+    model, opt, loader = acc.prepare(model, opt, DataLoader(dataset(10), batch_size=2))
+    syncs = []
+    for _ in range(2):
+        for x, y in loader:
+            with acc.accumulate(model):
+                acc.backward(torch.nn.functional.mse_loss(model(x).squeeze(-1), y))
+                syncs.append(acc.sync_gradients)
+                opt.step()
+                opt.zero_grad()
+    return {"syncs": syncs, "weights": acc.get_state_dict(model)}
+
+
+def mixed_precision(make: Make, folder: Path) -> Any:
+    acc = make(mixed_precision="bf16")
+    model, opt = model_opt()
+    model, opt = acc.prepare(model, opt)
+    x = torch.arange(4.0).reshape(2, 2) / 3 + rank()
+    out = model(x)  # Accelerate autocasts a prepared model's forward itself
+    acc.backward(out.pow(2).sum())
+    opt.step()
+    with acc.autocast():
+        inner = torch.nn.functional.linear(x, torch.ones(1, 2))
+    return {"out": out, "inner_dtype": str(inner.dtype), "weights": acc.get_state_dict(model)}
+
+
+def handlers(make: Make, folder: Path, types: dict[str, Any]) -> Any:
+    ddp = types["DistributedDataParallelKwargs"](find_unused_parameters=True)
+    acc = make(kwargs_handlers=[ddp])
+    model, opt = model_opt()
+    model, opt = acc.prepare(model, opt)
+    acc.backward(model(torch.ones(2, 2) * (rank() + 1)).sum())
+    opt.step()
+    found = getattr(model, "find_unused_parameters", None)
+    return {"find_unused": found, "weights": acc.get_state_dict(model)}
+
+
+def log_without_trackers(make: Make, folder: Path) -> Any:
+    acc = make()
+    return [acc.log({"loss": 1.0}), acc.log({"loss": 2.0}, step=3), acc.trackers]
 
 
 def scheduler(make: Make, folder: Path) -> Any:
@@ -386,6 +431,10 @@ def rows(config_types: dict[str, Any]) -> dict[str, Callable[[Make, Path], Any]]
         "even_batches_off": lambda m, f: even_batches_off(m, f, dl_config),
         "skip_first_batches": skip_first_batches,
         "accumulate": accumulate,
+        "accumulate_uneven": accumulate_uneven,
+        "mixed_precision_bf16": mixed_precision,
+        "kwargs_handlers_ddp": lambda m, f: handlers(m, f, config_types),
+        "log_without_trackers": log_without_trackers,
         "scheduler": scheduler,
         "training_step": training_step,
         "save_model_and_save": save_model,
@@ -421,22 +470,44 @@ def hf_factory() -> tuple[Make, dict[str, Any]]:
         GradientState._reset_state()
         return Accelerator(cpu=True, **kwargs)
 
+    from accelerate.utils import DistributedDataParallelKwargs
+
     return make, {
         "DataLoaderConfiguration": DataLoaderConfiguration,
         "ProjectConfiguration": ProjectConfiguration,
+        "DistributedDataParallelKwargs": DistributedDataParallelKwargs,
     }
 
 
+class DistributedDataParallelKwargs:
+    """Accelerate's handler as accel reads it (by name and ``to_kwargs()``), for
+    machines without Accelerate; a ported script passes Accelerate's own."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return self.options
+
+
 def accel_factory() -> tuple[Make, dict[str, Any]]:
+    """accel's Accelerator, given what a ported script imports from accelerate.utils
+    (when Accelerate is installed; accel's own stand-ins otherwise)."""
     from accel import Accelerator, DataLoaderConfiguration, ProjectConfiguration
 
     def make(**kwargs: Any) -> Any:
         return Accelerator(cpu=True, **kwargs)
 
-    return make, {
+    types: dict[str, Any] = {
         "DataLoaderConfiguration": DataLoaderConfiguration,
         "ProjectConfiguration": ProjectConfiguration,
+        "DistributedDataParallelKwargs": DistributedDataParallelKwargs,
     }
+    try:
+        import accelerate.utils as hf_utils
+    except ImportError:
+        return make, types
+    return make, {name: getattr(hf_utils, name) for name in types}
 
 
 def main() -> None:
