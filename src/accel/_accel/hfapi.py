@@ -143,6 +143,37 @@ class ProcessApi:
     def even_batches(self) -> bool:
         return bool(self._hf_data.even_batches)
 
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:  # for loaders prepared from now on
+        self._hf_data.even_batches = bool(value)
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return bool(self._hf_data.seedable)
+
+    @property
+    def non_blocking(self) -> bool:
+        return bool(self._hf_data.non_blocking)
+
+    def set_trigger(self) -> None:
+        """Raise this rank's flag; ``check_trigger()`` on every rank then says True."""
+        import torch
+
+        self._trigger = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """Whether any rank called ``set_trigger()`` since the last True (a collective)."""
+        import torch
+
+        flag = getattr(self, "_trigger", None)
+        if flag is None:
+            flag = torch.tensor(0, device=self.device)
+        if int(ops.reduce(flag).item()) >= 1:
+            self._trigger = torch.tensor(0, device=self.device)
+            return True
+        self._trigger = flag
+        return False
+
     def prepare_model(self, model: Any, device_placement: Any = None, **kwargs: Any) -> Any:
         return self._prepare_one(model)
 

@@ -262,6 +262,22 @@ def handlers(make: Make, folder: Path, types: dict[str, Any]) -> Any:
     return {"find_unused": found, "weights": acc.get_state_dict(model)}
 
 
+def triggers_and_options(make: Make, folder: Path, config: Any) -> Any:
+    acc = make(dataloader_config=config(use_seedable_sampler=True, data_seed=3))
+    before = acc.check_trigger()
+    if acc.is_last_process:
+        acc.set_trigger()
+    after, again = acc.check_trigger(), acc.check_trigger()
+    options = [acc.use_seedable_sampler, acc.non_blocking, acc.even_batches]
+    acc.even_batches = False
+    loader = acc.prepare(DataLoader(dataset(7), batch_size=2, shuffle=True))
+    return {
+        "triggers": [before, after, again],
+        "options": [*options, acc.even_batches],
+        "seedable_epochs": [first_rows(loader), first_rows(loader)],
+    }
+
+
 def log_without_trackers(make: Make, folder: Path) -> Any:
     acc = make()
     return [acc.log({"loss": 1.0}), acc.log({"loss": 2.0}, step=3), acc.trackers]
@@ -435,6 +451,7 @@ def rows(config_types: dict[str, Any]) -> dict[str, Callable[[Make, Path], Any]]
         "mixed_precision_bf16": mixed_precision,
         "kwargs_handlers_ddp": lambda m, f: handlers(m, f, config_types),
         "log_without_trackers": log_without_trackers,
+        "triggers_seedable_sampler": lambda m, f: triggers_and_options(m, f, dl_config),
         "scheduler": scheduler,
         "training_step": training_step,
         "save_model_and_save": save_model,
