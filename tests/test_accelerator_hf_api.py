@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,26 @@ def test_the_probe_gives_accelerates_results_in_one_process(project: Path) -> No
         if importlib.util.find_spec(module) is None:
             golden.pop(row), ours.pop(row)
     assert {row: ours.get(row) for row in golden if ours.get(row) != golden[row]} == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_probe_gives_accelerates_results_on_two_ranks(
+    project: Path, accel_exe: list[str]
+) -> None:
+    golden = json.loads((SCRIPTS / "hf_probe_golden_2ranks.json").read_text())
+    script = str(SCRIPTS / "hf_probe.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [*accel_exe, "launch", "--cpu", "-n", "2", script, "accel", str(project)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=200, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank in (0, 1):
+        theirs = golden[f"rank{rank}"]
+        ours = json.loads((project / f"accel-rank{rank}.json").read_text())
+        for row, module in NEEDS.items():
+            if importlib.util.find_spec(module) is None:
+                theirs.pop(row), ours.pop(row)
+        assert {row: ours.get(row) for row in theirs if ours.get(row) != theirs[row]} == {}
 
 
 # Accelerate's BatchSamplerShard, rank by rank (recorded from accelerate 1.15):

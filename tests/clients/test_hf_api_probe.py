@@ -5,9 +5,9 @@ the calls).
 In one process for the quick check; on 2 CPU ranks (gloo) under ``torchrun`` with
 Accelerate and under ``accel launch --cpu -n 2`` with accel, for the collectives, the
 data sharding and gradient accumulation. Needs ``accelerate`` (``pytest -m clients``).
-The single-process results are also kept in hf_probe_golden.json, which the fast lane
-(tests/test_accelerator_hf_api.py) checks accel against without Accelerate installed;
-the first test here keeps that file true to Accelerate.
+Accelerate's results are also kept in hf_probe_golden.json (one process) and
+hf_probe_golden_2ranks.json, which tests/test_accelerator_hf_api.py checks accel
+against without Accelerate installed; the tests here keep those files true to it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 GOLDEN = SCRIPTS / "hf_probe_golden.json"
+GOLDEN_2 = SCRIPTS / "hf_probe_golden_2ranks.json"
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent))
 
 pytestmark = pytest.mark.clients
@@ -78,6 +79,7 @@ def test_probe_matches_accelerate_on_two_ranks(project: Path, accel_exe: list[st
         ours = json.loads((out / f"accel-rank{rank}.json").read_text())
         assert not [row for row, value in theirs.items() if str(value).startswith("error")]
         assert differences(theirs, ours) == {}, f"rank {rank}"
+        assert json.loads(GOLDEN_2.read_text())[f"rank{rank}"] == theirs  # the slow lane's copy
     # the rows that tell 2 ranks from 1: rank 0 takes whole batches in turn (HF's sharding)
     first = json.loads((out / "accel-rank0.json").read_text())
     assert first["sharding"]["plain"][0] == [0.0, 1.0]

@@ -363,6 +363,7 @@ def save_load_state(make: Make, folder: Path) -> Any:
     counter.count = 7
     target = folder / "state" / "epoch_1"
     acc.save_state(str(target))
+    acc.wait_for_everyone()  # Accelerate's save has no barrier: rank 1 could read a torn file
     handle.remove()
     saved = {k: v.clone() for k, v in acc.get_state_dict(model).items()}
     with torch.no_grad():
@@ -403,8 +404,9 @@ def trackers(make: Make, folder: Path) -> Any:
     tracker.log({"direct": 1.0}, step=2)  # off the main process: a blank tracker
     names = [t.name for t in acc.trackers]
     acc.end_training()  # Accelerate ends the process group here: the last row
-    run = folder / "tb" / "probe"
+    run = folder / "tb" / "probe"  # written by the main process, read there (no barrier)
     events = sorted(p.name.split(".")[0] for p in run.glob("events.out.tfevents.*"))
+    events = events if rank() == 0 else None
     return {"names": names, "tracker": getattr(tracker, "name", None), "events": events}
 
 
