@@ -213,8 +213,8 @@ def test_a_recorded_verdict_reads_back_the_same() -> None:
 
 ARRIVAL = (
     "Current thread 0x4 (most recent call first):\n"
-    '  File "/site/accel/store/_arrival.py", line 79 in _wait\n'
-    '  File "/site/accel/store/_arrival.py", line 61 in arrive\n'
+    '  File "/site/accel/store/collectives.py", line 79 in _wait\n'
+    '  File "/site/accel/store/collectives.py", line 61 in arrive\n'
     '  File "/site/accel/store/checkpoints.py", line 120 in save\n'
     '  File "/site/accel/accelerator.py", line 190 in save_state\n'
     '  File "train.py", line 15 in <module>\n' + MAIN
@@ -226,7 +226,12 @@ WAIT_FOR_EVERYONE = (
 )
 IMPORTING_ACCEL = (
     "Current thread 0x6 (most recent call first):\n"
-    '  File "/site/accel/store/_arrival.py", line 1 in <module>\n' + MAIN
+    '  File "/site/accel/store/collectives.py", line 1 in <module>\n' + MAIN
+)
+WRITING_UNDER_ATTEMPT = (  # a rank writing its files: the error map is no wait
+    "Current thread 0x7 (most recent call first):\n"
+    '  File "/site/accel/store/_stream.py", line 80 in write\n'
+    '  File "/site/accel/store/collectives.py", line 180 in attempt\n' + MAIN
 )
 
 
@@ -234,6 +239,7 @@ def test_accels_own_collectives_are_waits_in_a_collective() -> None:
     assert in_collective(ARRIVAL)  # save_state's arrival wait polls the store
     assert in_collective(WAIT_FOR_EVERYONE)
     assert not in_collective(IMPORTING_ACCEL)
+    assert not in_collective(WRITING_UNDER_ATTEMPT)
     clue = HangClue(stacks={0: ARRIVAL, 1: SLEEP}, quiet={0: 30.0, 1: 12.0})
     assert stuck_ranks(clue) == {1}
     assert describe_stuck(clue) == (

@@ -286,9 +286,9 @@ def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
 def test_a_fifo_among_the_shards_is_this_ranks_problem_not_an_exception(tmp_path: Path) -> None:
     """verify_share reports a special file as its problem, so every rank hears of it
     (an exception on one rank would leave the others waiting in the next collective)."""
-    from accel.store._dist import DistContext
     from accel.store._hashing import FileDigest
     from accel.store._sharded import verify_share
+    from accel.store.collectives import DistContext
 
     (tmp_path / "sharded").mkdir()
     os.mkfifo(tmp_path / "sharded" / "__0_0.distcp")

@@ -85,7 +85,7 @@ def load(sharded: Sharded, names: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from accel.store import _sharded
-    from accel.store._dist import SINGLE
+    from accel.store.collectives import SINGLE
 
     target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
     _sharded.load(target, sharded.folder, sharded.metadata, sharded.files, SINGLE)

@@ -33,8 +33,8 @@ from typing import Any
 
 from accel.errors import DamagedFile, IntegrityError
 from accel.store._dcp_meta import FOLDER, METADATA, open_verified, read_metadata
-from accel.store._dist import DistContext
 from accel.store._hashing import FileDigest, hash_file
+from accel.store.collectives import DistContext
 
 __all__ = ["FOLDER", "load", "read_metadata", "save", "verify_share"]
 

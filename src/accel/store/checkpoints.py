@@ -51,12 +51,11 @@ from accel.store._checkpoint_info import (
     series_from_env,
 )
 from accel.store._commit import commit, new_manifest, write_files
-from accel.store._crossrank import attempt, collect
-from accel.store._dist import DistContext, current_context
 from accel.store._serial import load_tensor_file
 from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
+from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import read_manifest
 from accel.store.series import Found, Reaper, Unreadable, step_dir_name
@@ -282,8 +281,6 @@ class Checkpoints:
 
     def _arrive(self, name: str) -> None:
         """Every rank must reach a checkpoint collective; a bounded wait says who did not."""
-        from accel.store._arrival import arrive
-
         arrive(name, self.settings.arrival_timeout)
 
     def _collective_timeout(self) -> float:

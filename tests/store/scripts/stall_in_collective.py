@@ -5,7 +5,7 @@ import time
 
 import torch.distributed as dist
 
-from accel.store._dist import current_context
+from accel.store.collectives import current_context
 
 dist.init_process_group("gloo")
 ctx = current_context(None, timeout=1.0)
