@@ -1,4 +1,4 @@
-"""CUDA state written through the pinned ring (accel.store._staging): the very bytes of
+"""CUDA state written through the pinned ring (accel.store._stream): the very bytes of
 its host copy, buffers reused across saves, and the save's throughput against the disk.
 
 The throughput is reported (stdout and the JUnit record), never asserted: timing
@@ -19,9 +19,8 @@ import pytest
 import torch
 from gpuutil import GPU
 
-from accel.store import _staging
+from accel.store import _stream
 from accel.store._serial import save_tensor_file
-from accel.store._writer import CHUNK
 from accel.workspace import Workspace
 
 pytestmark = GPU
@@ -32,7 +31,7 @@ MiB = 1 << 20
 def _state(device: str) -> dict[str, Any]:
     gen = torch.Generator(device=device).manual_seed(0)
     return {
-        "big": torch.randn(3 * CHUNK // 4 + 12345, device=device, generator=gen),  # ragged
+        "big": torch.randn(3 * _stream.CHUNK // 4 + 12345, device=device, generator=gen),  # ragged
         "half": torch.randn(1000, 999, device=device, generator=gen).to(torch.bfloat16),
         "strided": torch.randn(2048, 1024, device=device, generator=gen).t(),
         "small": [torch.randn(7, device=device, generator=gen) for _ in range(50)],
@@ -61,7 +60,7 @@ def test_a_cuda_state_is_written_as_its_host_copy_through_reused_pinned_buffers(
         assert first == host == second
         data = (tmp_path / f"host-{device}").read_bytes()
         assert (tmp_path / f"cuda-{device}").read_bytes() == data
-    pinned = [ring for ring in _staging._idle if ring.pinned]
+    pinned = [ring for ring in _stream._idle if ring.pinned]
     assert len(pinned) == 1  # one ring, leased by every save in turn
     assert all(slot.is_pinned() for slot in pinned[0].slots)
 

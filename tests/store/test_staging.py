@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel.store._staging import SLOTS, Ring, lease
+from accel.store._stream import SLOTS, Ring, lease
 
 CHUNK = 4096
 

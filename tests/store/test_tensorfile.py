@@ -108,7 +108,7 @@ def _assorted() -> dict[str, Any]:
 def test_the_device_pipeline_writes_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Device tensors go through the host ring (accel.store._staging); CPU tensors sent
+    """Device tensors go through the host ring (accel.store._stream); CPU tensors sent
     the same way must give the very same bytes and checksum."""
     tree = _assorted()
     direct = write_tree(tree, tmp_path / "direct", chunk=4 << 10)

@@ -7,7 +7,7 @@ import os
 import random
 from pathlib import Path
 
-from accel.store._writer import StreamWriter
+from accel.store._stream import StreamWriter
 
 from .pagecache import needs_page_cache_control, resident_bytes
 

@@ -14,8 +14,8 @@ and null stand for themselves. Reading builds tensors from raw bytes and contain
 from tags: nothing in the file can name code to run.
 
 Writing, tensor bytes go straight from tensor memory to the file, hashed (xxh3-64)
-piece by piece as they go, with bounded write-behind (:mod:`accel.store._writer`);
-device tensors pass through reused host buffers (:mod:`accel.store._staging`).
+piece by piece as they go, with bounded write-behind; device tensors pass through
+reused host buffers (both: :mod:`accel.store._stream`).
 Reading maps the file copy-on-write, hashes it in one pass and returns tensors that
 are views of the mapping: no copy, and the checksum is the only pass over the data.
 """
@@ -37,10 +37,9 @@ import xxhash
 
 from accel._fs import open_regular
 from accel.errors import IntegrityError, UsageError
-from accel.store import _staging
+from accel.store import _stream
 from accel.store._hashing import ALGORITHM
 from accel.store._trace import phase
-from accel.store._writer import CHUNK, StreamWriter
 
 MAGIC = b"ACCELTNS"
 FORMAT = 1
@@ -113,7 +112,7 @@ def _raw(tensor: Any) -> Any:
 SMALL = 64 << 10  # pieces smaller than this are gathered into one write
 
 
-def write_tree(tree: Any, path: Path, *, chunk: int = CHUNK) -> tuple[int, str]:
+def write_tree(tree: Any, path: Path, *, chunk: int = _stream.CHUNK) -> tuple[int, str]:
     """Write ``tree`` to a new file at ``path``, fsynced; (size, checksum).
 
     Each piece is hashed right before it is written, in this thread, while the disk
@@ -125,7 +124,7 @@ def write_tree(tree: Any, path: Path, *, chunk: int = CHUNK) -> tuple[int, str]:
     tensors, prefix = _layout(tree)
     hasher = xxhash.xxh3_64()
     with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
-        out = StreamWriter(fh.fileno(), chunk=chunk)
+        out = _stream.StreamWriter(fh.fileno(), chunk=chunk)
         source = _pieces(prefix, tensors, chunk, rings)
         try:
             for piece in _gathered(source):
@@ -165,11 +164,11 @@ def _pieces(
     """The file's bytes in order, in pieces of at most ``chunk`` bytes.
 
     Contiguous CPU tensors are read in place; device tensors stay where they are and
-    pass through a reused host ring (:mod:`accel.store._staging`), leased on the first
+    pass through a reused host ring (:mod:`accel.store._stream`), leased on the first
     one met: no host copy of the whole state is ever made.
     """
     yield memoryview(prefix)
-    ring: _staging.Ring | None = None
+    ring: _stream.Ring | None = None
     for tensor in tensors:
         t = tensor.contiguous()  # one at a time: a strided device tensor costs one copy
         nbytes = t.numel() * t.element_size()
@@ -177,7 +176,7 @@ def _pieces(
             yield from _split(memoryview(_raw(t)), chunk)
         elif nbytes:
             if ring is None:
-                ring = rings.enter_context(_staging.lease(chunk, pinned=t.device.type == "cuda"))
+                ring = rings.enter_context(_stream.lease(chunk, pinned=t.device.type == "cuda"))
             yield from ring.pieces(t)
         if _pad(nbytes):
             yield memoryview(_ZEROS)[: _pad(nbytes)]
