@@ -24,8 +24,10 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, Tensor
 import accel
 from accel._accel.hfdata import BatchShard, HfData
 from accel.errors import UsageError
+from run_helpers import Accel
 
 SCRIPTS = Path(__file__).parent / "clients" / "scripts"
+RESUME = Path(__file__).parent / "scripts" / "hf_style_resume.py"
 sys.path.insert(0, str(SCRIPTS))
 
 import hf_probe  # noqa: E402
@@ -176,33 +178,54 @@ def test_load_state_of_a_folder_that_is_not_a_checkpoint_says_so(project: Path) 
         acc.load_state(str(hf))
 
 
-def _run(acc: Any, until: int | None, skip: int = 0) -> tuple[list[Any], Any]:
-    """Epochs 0 and 1 of a shuffled loader; stop (saving) after ``until`` batches."""
+def _run(acc: Any, stop: int = 0, resume: bool = False) -> tuple[list[Any], Any]:
+    """Two epochs of a shuffled loader, as a ported script runs them: with ``stop``,
+    save at that step and return; with ``resume``, start from the latest checkpoint."""
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = TensorDataset(torch.randn(12, 2), torch.randn(12))
     model, opt, loader = acc.prepare(model, opt, DataLoader(data, batch_size=2, shuffle=True))
+    step = (acc.load_state() or 0) if resume else 0
     seen = []
-    if skip:
-        acc.load_state()
-    for epoch in range(2):
-        batches = acc.skip_first_batches(loader, skip) if epoch == 0 and skip else loader
-        for index, (x, y) in enumerate(batches, start=skip if epoch == 0 else 0):
+    for epoch in range(step // len(loader), 2):
+        skip = step % len(loader) if epoch == step // len(loader) else 0
+        for x, y in acc.skip_first_batches(loader, skip) if skip else loader:
             loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y + torch.rand(1))
             acc.backward(loss)
             opt.step()
             opt.zero_grad()
             seen.append(y.tolist())
-            if until is not None and epoch == 0 and index + 1 == until:
-                acc.save_state(until)
+            step += 1
+            if step == stop:
+                acc.save_state(step)
                 return seen, None
     return seen, acc.get_state_dict(model)
 
 
-def test_a_ported_script_resumes_mid_epoch_bit_for_bit(project: Path) -> None:
-    whole, weights = _run(accel.Accelerator(), until=None)
-    first, _ = _run(accel.Accelerator(), until=2)
-    rest, resumed = _run(accel.Accelerator(), until=None, skip=2)
+@pytest.mark.parametrize("stop", [2, 6, 9], ids=["mid-epoch", "epoch-end", "second-epoch"])
+def test_a_ported_script_resumes_bit_for_bit(project: Path, stop: int) -> None:
+    whole, weights = _run(accel.Accelerator())
+    first, _ = _run(accel.Accelerator(), stop=stop)
+    rest, resumed = _run(accel.Accelerator(), resume=True)
     assert first + rest == whole
     assert all(torch.equal(weights[k], resumed[k]) for k in weights)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stop", ["7", "10"], ids=["mid-epoch", "epoch-end"])
+def test_a_ported_script_resumes_on_two_ranks_bit_for_bit(
+    accel: Accel, project: Path, stop: str
+) -> None:
+    """save_state(folder)/load_state(folder), accumulation, a scheduler stepped per rank,
+    a shuffled loader and dropout: stopped and resumed, the weights are the whole run's."""
+    runs = {"whole": ["0"], "part": [stop, "0"]}
+    for name, stops in runs.items():
+        (project / name).mkdir()
+        for at in stops:
+            done = accel("launch", "--cpu", "-n", "2", str(RESUME), name, at, timeout=120)
+            assert done.returncode == 0, done.stdout + done.stderr
+    assert f"resumed at step {stop}" in done.stdout
+    whole = json.loads((project / "whole" / "final.json").read_text())
+    assert json.loads((project / "part" / "final.json").read_text()) == whole

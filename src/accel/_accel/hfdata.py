@@ -290,6 +290,11 @@ class HfLoader:
     def state_dict(self) -> dict[str, Any]:
         """The epoch; mid-epoch, the generator's and the global RNG's states at its start
         (they replay the epoch's order and the draws its start made)."""
+        if self._in_epoch and self.end_of_dataloader:
+            # the last batch is out: nothing of this epoch is left to draw, and a resumed
+            # run goes on with the next one, as this run does once the batch is done
+            after = None if self.draws_from is not None else self._generator_state()
+            return {"epoch": self.epoch + 1, "generator": after, "torch_rng": None}
         start = self._epoch_start if self._epoch_start is not None else self._generator_state()
         torch_rng = self._epoch_rng if self._in_epoch else None
         return {"epoch": self.epoch, "generator": start, "torch_rng": torch_rng}
