@@ -270,7 +270,7 @@ INTERNAL_EXCEPTIONS = {
 MOVED_EXCEPTIONS = {
     "accel.identity": "NotAWorkspace",
     "accel._fs": "DamagedFile",
-    "accel.store._serial": "PayloadMissing",
+    "accel.store.tensorfile": "PayloadMissing",
     "accel.store.manifest": "ManifestMissing",
     "accel.store.entry": "MetaMissing",
     "accel.store.lease": "LeaseHeld",

@@ -20,7 +20,7 @@ import torch
 from gpuutil import GPU
 
 from accel.store import _stream
-from accel.store._serial import save_tensor_file
+from accel.store.tensorfile import save_tensor_file
 from accel.workspace import Workspace
 
 pytestmark = GPU

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from accel.errors import IntegrityError
-from accel.store._outline import TensorRef, read_outline
-from accel.store._tensorfile import write_tree
+from accel.store.tensorfile import TensorRef, read_outline, write_tree
 
 
 def test_the_outline_mirrors_the_tree(tmp_path: Path) -> None:
@@ -41,7 +40,7 @@ def test_reading_an_outline_does_not_import_torch(tmp_path: Path) -> None:
     write_tree({"w": torch.ones(3)}, tmp_path / "s.tensors")
     code = (
         "import sys; from pathlib import Path\n"
-        "from accel.store._outline import read_outline\n"
+        "from accel.store.tensorfile import read_outline\n"
         f"print(read_outline(Path({str(tmp_path / 's.tensors')!r})))\n"
         "assert 'torch' not in sys.modules\n"
     )

@@ -12,9 +12,14 @@ import pytest
 import torch
 
 from accel.errors import IntegrityError, UsageError
-from accel.store import _tensorfile
-from accel.store._serial import FileDigest, load_tensor_file, save_tensor_file
-from accel.store._tensorfile import read_tree, write_tree
+from accel.store import tensorfile
+from accel.store.tensorfile import (
+    FileDigest,
+    load_tensor_file,
+    read_tree,
+    save_tensor_file,
+    write_tree,
+)
 
 from .pagecache import needs_page_cache_control, resident_bytes
 
@@ -112,7 +117,7 @@ def test_the_device_pipeline_writes_the_same_file(
     the same way must give the very same bytes and checksum."""
     tree = _assorted()
     direct = write_tree(tree, tmp_path / "direct", chunk=4 << 10)
-    monkeypatch.setattr(_tensorfile, "_staged", lambda tensor: True)
+    monkeypatch.setattr(tensorfile, "_staged", lambda tensor: True)
     staged = write_tree(tree, tmp_path / "staged", chunk=4 << 10)
     assert staged == direct
     assert (tmp_path / "staged").read_bytes() == (tmp_path / "direct").read_bytes()

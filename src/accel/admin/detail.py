@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from accel.admin._reading import gone, read_checkpoint
 from accel.errors import IntegrityError
-from accel.store._outline import read_outline
 from accel.store.checkpoints import STATE_FILE
 from accel.store.manifest import Manifest
 from accel.store.series import Found
+from accel.store.tensorfile import read_outline
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace

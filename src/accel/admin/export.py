@@ -43,9 +43,9 @@ from accel.admin.verify import VerifyTargets, verify
 from accel.errors import IntegrityError, UsageError, storage_error
 from accel.layout import SHARDED_DIR
 from accel.store._hashing import fsync_file
-from accel.store._outline import TensorRef, read_outline
 from accel.store.checkpoints import STATE_FILE
 from accel.store.series import Found
+from accel.store.tensorfile import TensorRef, read_outline
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -241,7 +241,7 @@ def _load(found: Found, source: _Source) -> dict[str, Any]:
         return _dcp.load(source.sharded, source.names)
     import torch
 
-    from accel.store._serial import load_tensor_file
+    from accel.store.tensorfile import load_tensor_file
 
     state = load_tensor_file(found.path / STATE_FILE, found.manifest.files[STATE_FILE])
     tensors, _ = _model.flatten(_model.subtree(state, source.path), torch.is_tensor)

@@ -20,11 +20,11 @@ from accel.layout import rank_name
 from accel.store import _sharded
 from accel.store import series as series_mod
 from accel.store._checkpoint_info import STATE_FILE
-from accel.store._serial import FileDigest, save_tensor_file
 from accel.store._trace import phase
 from accel.store.collectives import DistContext
 from accel.store.manifest import Manifest, write_manifest
 from accel.store.series import Reaper, step_dir_name
+from accel.store.tensorfile import FileDigest, save_tensor_file
 
 __all__ = ["commit", "new_manifest", "write_files"]
 

@@ -36,7 +36,6 @@ from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, 
 from accel.store._keys import check_key
 from accel.store._memoize import args_digest, safe_segment
 from accel.store._payload import file_name, read_plain, verify_file, write_payload
-from accel.store._serial import load_tensor_file
 from accel.store._values import json_problem, tensor_tree_problem
 from accel.store.entry import (
     PAYLOAD_NAMES,
@@ -51,6 +50,7 @@ from accel.store.entry import (
     strip_entry,
     write_cache_meta,
 )
+from accel.store.tensorfile import load_tensor_file
 
 __all__ = ["Cache", "CacheEntryInfo"]
 

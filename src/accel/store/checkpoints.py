@@ -18,7 +18,7 @@ instant leaves the previous checkpoints whole and the new one committed or invis
 
 Deleting (retention, ``delete``, ``accel clean``) renames the folder to ``.del-*`` and
 fsyncs that before a single file goes, the manifest last. Loading verifies sizes and
-checksums and unpickles nothing (see ``accel.store._tensorfile``). A folder whose
+checksums and unpickles nothing (see ``accel.store.tensorfile``). A folder whose
 manifest is damaged is no checkpoint: listing skips it, loading it raises
 :class:`~accel.errors.IntegrityError`, and the rest of the series is unaffected.
 """
@@ -51,7 +51,6 @@ from accel.store._checkpoint_info import (
     series_from_env,
 )
 from accel.store._commit import commit, new_manifest, write_files
-from accel.store._serial import load_tensor_file
 from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
@@ -59,6 +58,7 @@ from accel.store.collectives import DistContext, arrive, attempt, collect, curre
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import read_manifest
 from accel.store.series import Found, Reaper, Unreadable, step_dir_name
+from accel.store.tensorfile import load_tensor_file
 
 __all__ = [
     "MANIFEST",

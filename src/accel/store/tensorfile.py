@@ -1,5 +1,10 @@
 """accel's tensor file: a tree of tensors and plain values, with no pickle anywhere.
 
+The one owner of the format: writing (:func:`save_tensor_file`), reading back only
+verified (:func:`load_tensor_file`), and the outline of a file read from its header
+alone (:func:`read_outline`). A payload that fails its checksum or is not well formed
+becomes an :class:`~accel.errors.IntegrityError`.
+
 Layout (little-endian)::
 
     b"ACCELTNS"  u64 header length  header (JSON)  zero padding to 64
@@ -18,6 +23,12 @@ piece by piece as they go, with bounded write-behind; device tensors pass throug
 reused host buffers (both: :mod:`accel.store._stream`).
 Reading maps the file copy-on-write, hashes it in one pass and returns tensors that
 are views of the mapping: no copy, and the checksum is the only pass over the data.
+
+The outline (the tree with every tensor as a :class:`TensorRef`) needs no torch:
+``accel checkpoints show`` names what a checkpoint holds (its top-level keys, the keys
+of ``extra``) and ``accel checkpoints export`` finds the model in it before loading a
+byte of tensor data. Nothing is verified there: the header of a file that fails its
+checksum may still be read; loading is what verifies.
 """
 
 from __future__ import annotations
@@ -30,16 +41,27 @@ import os
 import struct
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import xxhash
 
-from accel._fs import open_regular
-from accel.errors import IntegrityError, UsageError
+from accel._fs import open_regular, require_regular
+from accel.errors import IntegrityError, PayloadMissing, UsageError, write_failed
 from accel.store import _stream
-from accel.store._hashing import ALGORITHM
+from accel.store._hashing import ALGORITHM, FileDigest
 from accel.store._trace import phase
+
+__all__ = [
+    "FileDigest",
+    "TensorRef",
+    "load_tensor_file",
+    "read_outline",
+    "read_tree",
+    "save_tensor_file",
+    "write_tree",
+]
 
 MAGIC = b"ACCELTNS"
 FORMAT = 1
@@ -55,7 +77,7 @@ def _pad(n: int) -> int:
     return -n % ALIGN
 
 
-# -- encoding the tree ---------------------------------------------------------------
+# -- encoding the tree ------------------------------------------------------------------
 
 
 class _Encoder:
@@ -110,6 +132,15 @@ def _raw(tensor: Any) -> Any:
 # -- writing ----------------------------------------------------------------------------
 
 SMALL = 64 << 10  # pieces smaller than this are gathered into one write
+
+
+def save_tensor_file(obj: Any, path: Path) -> FileDigest:
+    """Write ``obj`` (a tree of tensors and plain values) to a new file, fsynced."""
+    try:
+        size, checksum = write_tree(obj, path)
+    except OSError as exc:
+        raise write_failed(path, exc) from exc
+    return FileDigest(size, checksum)
 
 
 def write_tree(tree: Any, path: Path, *, chunk: int = _stream.CHUNK) -> tuple[int, str]:
@@ -212,6 +243,35 @@ def _gathered(pieces: Iterator[memoryview], size: int = 1 << 20) -> Iterator[mem
 
 
 # -- reading ----------------------------------------------------------------------------
+
+
+def load_tensor_file(path: Path, expected: FileDigest, map_location: Any = "cpu") -> Any:
+    """The tree in ``path``, verified against ``expected`` before it is returned."""
+    verify_size(path, expected)
+    try:
+        tree, checksum = read_tree(path, expected.size, map_location)
+    except FileNotFoundError:
+        raise PayloadMissing(f"{path} is missing; the checkpoint or entry is damaged") from None
+    if checksum != expected.checksum:
+        raise IntegrityError(
+            f"{path} fails its checksum ({checksum} != {expected.checksum}); it is corrupt: "
+            "load another checkpoint or delete this one"
+        )
+    return tree
+
+
+def verify_size(path: Path, expected: FileDigest) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise PayloadMissing(f"{path} is missing; the checkpoint or entry is damaged") from None
+    require_regular(st, path)  # a FIFO or device: refused before its size says anything
+    size = st.st_size
+    if size != expected.size:
+        raise IntegrityError(
+            f"{path} has {size} bytes, its manifest says {expected.size}; it is damaged "
+            "(load another one, or delete it)"
+        )
 
 
 def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, str]:
@@ -354,16 +414,73 @@ class _Decoder:
     def _scalar(self, tag: str, body: Any) -> Any:
         import torch
 
-        if tag == "F" and body in ("nan", "inf", "-inf"):
-            return float(body)
-        if tag == "B":
-            return bytes.fromhex(body)
-        if tag == "C":
-            return complex(float(body[0]), float(body[1]))
         if tag == "S":
             return torch.Size(int(n) for n in body)
         if tag == "Y" and isinstance(getattr(torch, str(body), None), torch.dtype):
             return getattr(torch, body)
         if tag == "V":
             return torch.device(str(body))
+        return self._plain(tag, body)
+
+    def _plain(self, tag: str, body: Any) -> Any:
+        """The scalars that need no torch to build."""
+        if tag == "F" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag == "B":
+            return bytes.fromhex(body)
+        if tag == "C":
+            return complex(float(body[0]), float(body[1]))
         raise _bad(self.path, f"its tree has the unknown tag {tag!r}")
+
+
+# -- the outline ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor of the file, as its header describes it."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def read_outline(path: Path) -> Any:
+    """The tree of the tensor file at ``path``, tensors as :class:`TensorRef`.
+
+    :class:`IntegrityError` when it is no well-formed tensor file (a link included).
+    """
+    with os.fdopen(open_regular(path), "rb") as fh:  # never a link, FIFO or device
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(16)
+        length = struct.unpack("<Q", head[8:16])[0] if len(head) == 16 else 0
+        head += fh.read(min(length, _MAX_HEADER, max(size - 16, 0)))
+    if size < 16 or len(head) < 16:
+        raise _bad(path, "it is too short to be a tensor file")
+    specs, tree, _ = _parse_header(memoryview(head), path, size)
+    refs = [_ref(spec, path) for spec in specs]
+    try:
+        return _Outline(refs, path).decode(tree)
+    except RecursionError:
+        raise _bad(path, "its tree is nested too deeply") from None
+
+
+def _ref(spec: Any, path: Path) -> TensorRef:
+    try:
+        return TensorRef(str(spec["dtype"]), tuple(int(n) for n in spec["shape"]))
+    except (KeyError, TypeError, ValueError):
+        raise _bad(path, "a tensor entry of its header is not valid") from None
+
+
+class _Outline(_Decoder):
+    """The file format's own decoder, with tensors left as :class:`TensorRef` and torch's
+    scalar types (``torch.Size``, dtypes, devices) as plain values, so torch is not needed."""
+
+    def __init__(self, refs: list[TensorRef], path: Path) -> None:
+        super().__init__(refs, path, None)
+
+    def _scalar(self, tag: str, body: Any) -> Any:
+        if tag == "S":
+            return tuple(int(n) for n in body)
+        if tag in ("Y", "V"):
+            return str(body)
+        return self._plain(tag, body)
