@@ -266,8 +266,11 @@ class HfLoader:
         self.draws_from: Any = None
 
     @property
-    def total_batch_size(self) -> int:
-        size = int(getattr(self.loader.batch_sampler, "batch_size", None) or 1)
+    def total_batch_size(self) -> int | None:
+        """Samples per step over all ranks; None for a batch sampler without a size."""
+        size = getattr(self.loader.batch_sampler, "batch_size", None)
+        if not isinstance(size, int):
+            return None
         return size if self.data.split_batches else size * self.data.world_size
 
     @property
@@ -386,8 +389,9 @@ class HfLoader:
     def _begin(self) -> None:
         self.end_of_dataloader = False
         self.remainder = -1
-        if not self._drop_last:
-            self.remainder = self.total_dataset_length % self.total_batch_size
+        total = self.total_batch_size
+        if not self._drop_last and total:  # unknown (a custom batch sampler): -1, as there
+            self.remainder = self.total_dataset_length % total
         self.state.active.append(self)
 
     def _synchronize(self, *, resumed: bool) -> None:
