@@ -12,9 +12,9 @@
 Commit protocol: every file is written under ``.tmp-<step>-<id>/``, hashed while it
 is written (xxh3-64) and fsynced; then ``manifest.json`` (:mod:`accel.store.manifest`)
 is written into that folder, the folder is renamed to ``step-<step>`` and the series
-folder is fsynced. Re-saving an existing step swaps the folders so that one whole copy
-of the step is visible at every instant (:mod:`accel.store.series`). A kill at any
-instant leaves the previous checkpoints whole and the new one committed or invisible.
+folder is fsynced (:func:`accel.store.series.commit`). Re-saving an existing step
+swaps the folders so that one whole copy of the step is visible at every instant. A
+kill at any instant leaves the previous checkpoints whole and the new one committed or invisible.
 
 Deleting (retention, ``delete``, ``accel clean``) renames the folder to ``.del-*`` and
 fsyncs that before a single file goes, the manifest last. Loading verifies sizes and
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,26 +40,26 @@ from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_rea
 from accel.store import _sharded
 from accel.store import series as series_mod
 from accel.store._async_save import AsyncSave
-from accel.store._checkpoint_info import (
-    STATE_FILE,
-    CheckpointInfo,
-    check_series,
-    check_step,
-    info_from_json,
-    info_of,
-    is_series_name,
-    refuse_links,
-    series_from_env,
-)
-from accel.store._commit import commit, new_manifest, write_files
 from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
 from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
-from accel.store.manifest import read_manifest
-from accel.store.series import Found, Reaper, Unreadable, step_dir_name
-from accel.store.tensorfile import load_tensor_file
+from accel.store.manifest import parse_manifest, read_manifest
+from accel.store.series import (
+    Found,
+    Reaper,
+    Unreadable,
+    check_series,
+    check_step,
+    commit,
+    is_series_name,
+    new_manifest,
+    refuse_links,
+    series_from_env,
+    step_dir_name,
+)
+from accel.store.tensorfile import load_tensor_file, save_tensor_file
 
 __all__ = [
     "MANIFEST",
@@ -70,6 +71,43 @@ __all__ = [
     "read_manifest",
     "series_from_env",
 ]
+
+STATE_FILE = "state.tensors"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    series: str
+    step: int
+    path: Path
+    created: float
+    size: int
+    tag: str | None
+    run_id: str | None
+    world_size: int
+    files: tuple[str, ...]
+
+
+def info_of(found: Found) -> CheckpointInfo:
+    m = found.manifest
+    return CheckpointInfo(
+        series=m.series,
+        step=m.step,
+        path=found.path,
+        created=m.created,
+        size=m.size,
+        tag=m.tag,
+        run_id=m.run_id,
+        world_size=m.world_size,
+        files=tuple(sorted(m.files)),
+    )
+
+
+def info_from_json(data: dict[str, Any]) -> CheckpointInfo:
+    """The info rank 0 broadcast (``{"path", "manifest"}``) back as a CheckpointInfo."""
+    path = Path(data["path"])
+    return info_of(Found(path, parse_manifest(data["manifest"], str(path / MANIFEST))))
+
 
 Infos = list[CheckpointInfo]
 Unreadables = list[Unreadable]
@@ -390,3 +428,18 @@ class Checkpoints:
         if kept:
             series_mod.warn_kept(self.layout, found.path, kept, "checkpoints.delete")
         return gone and kept is not None
+
+
+def write_files(
+    tmp: Path, state: Any, rank_state: Any, ctx: DistContext, sharded: Any
+) -> dict[str, Any]:
+    """This rank's files of the checkpoint, written into ``tmp``: ``{name: digest}``."""
+    files = {}
+    if sharded is not None:  # first: a collective that every rank must reach
+        files.update(_sharded.save(sharded, tmp / _sharded.FOLDER, ctx))
+    if ctx.rank == 0:
+        files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
+    if rank_state is not None:
+        name = rank_name(ctx.rank, ".tensors")
+        files[name] = save_tensor_file(rank_state, tmp / name).to_json()
+    return files

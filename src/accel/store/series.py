@@ -1,4 +1,4 @@
-"""The folder of a checkpoint series: what is in it, re-saving a step, deleting one.
+"""The folder of a checkpoint series: what is in it, committing a step, deleting one.
 
 ::
 
@@ -16,6 +16,15 @@ new copy in ``.tmp-N-<id>`` (or, without it, the old one) as step N: at every in
 one whole copy of step N is visible. The next save or clean of the series (holding its
 lease) finishes the swap (:func:`recover`).
 
+The commit of a new step (:func:`commit`), in the order a kill must find it: every
+file was written under ``.tmp-<step>-<id>/`` and hashed while written; then
+``manifest.json`` goes in last, the folder is fsynced and renamed to ``step-<step>``
+(or swapped with the old copy of the step), and the series folder is fsynced. A kill
+before the rename leaves an invisible temp folder; after it, a whole checkpoint.
+
+The names a caller gives (a series, a step) are checked here before any path is built
+from them (:func:`check_series`, :func:`check_step`).
+
 Only what this module can prove is accel's is ever listed as debris; everything else in
 a series folder is ``unknown`` and left alone. Inside a checkpoint, what its manifest
 does not list (a user's note) is never deleted with it: :func:`retire_checkpoint`
@@ -26,19 +35,22 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from accel import _faults
 from accel._fs import fsync_dir
-from accel.errors import IntegrityError, ManifestMissing
+from accel.errors import IntegrityError, ManifestMissing, UsageError, WorkspaceError, write_failed
 from accel.layout import (
     ASIDE_RE,
     DELETED_RE,
     MANIFEST,
     OWNER_MARKER,
+    SERIES_RE,
     STAGE_RE,
     STEP_RE,
     SYNC_STAGE_RE,
@@ -52,17 +64,25 @@ from accel.layout import (
     mark,
     remove_own,
 )
+from accel.store._hashing import FileDigest
 from accel.store._trace import phase
-from accel.store.manifest import Manifest, read_manifest
+from accel.store.manifest import MAX_STEP, Manifest, read_manifest, write_manifest
 
 __all__ = [
     "Found",
     "SeriesView",
     "Unreadable",
+    "check_series",
+    "check_step",
+    "commit",
     "foreign_in",
+    "is_series_name",
+    "new_manifest",
     "recover",
+    "refuse_links",
     "retire",
     "retire_checkpoint",
+    "series_from_env",
     "step_dir_name",
     "view",
     "warn_kept",
@@ -71,6 +91,31 @@ __all__ = [
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:012d}"
+
+
+def check_step(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise UsageError(f"invalid checkpoint step {step!r}: use an integer from 0 to {MAX_STEP}")
+    return step
+
+
+def check_series(name: Any) -> str:
+    if not isinstance(name, str) or not SERIES_RE.fullmatch(name):
+        raise UsageError(
+            f"invalid run name {name!r} for a checkpoint series: use letters, digits, "
+            "'.', '_' or '-' (not starting with '.')"
+        )
+    return name
+
+
+def is_series_name(name: str) -> bool:
+    return SERIES_RE.fullmatch(name) is not None
+
+
+def series_from_env(run_name: str, env: Mapping[str, str] | None = None) -> str:
+    """``ACCEL_RUN_NAME`` when set, else ``run_name`` (``launch.run_name`` of the config)."""
+    env = os.environ if env is None else env
+    return check_series(env.get("ACCEL_RUN_NAME") or run_name)
 
 
 @dataclass(frozen=True)
@@ -201,6 +246,49 @@ def _resolve(folder: Path, found: _Sorting) -> SeriesView:
 
 
 # -- changing the folder (the caller holds the series lease) ------------------------------
+
+
+def new_manifest(
+    series: str, step: int, tag: str | None, files: dict[str, Any], world_size: int
+) -> Manifest:
+    return Manifest(
+        series=series,
+        step=step,
+        created=time.time(),
+        tag=tag,
+        run_id=os.environ.get("ACCEL_RUN_ID"),
+        world_size=world_size,
+        files={n: FileDigest(int(f["size"]), str(f["checksum"])) for n, f in files.items()},
+    )
+
+
+def commit(tmp: Path, manifest: Manifest, reaper: Reaper) -> Path:
+    """Rank 0: the manifest last, then rename ``tmp`` into place (or swap); the folder."""
+    target = tmp.parent / step_dir_name(manifest.step)
+    try:
+        with phase("manifest"):
+            write_manifest(tmp, manifest)
+        with phase("fsync-dir"):
+            fsync_dir(tmp)
+        with phase("rename"):
+            if os.path.lexists(target):
+                swap_in(tmp, target, reaper)
+            else:
+                os.rename(tmp, target)
+                fsync_dir(tmp.parent)
+    except OSError as exc:
+        raise write_failed(target, exc) from exc
+    return target
+
+
+def refuse_links(root: Path, folder: Path) -> None:
+    """accel writes and deletes through real folders only: a link could lead anywhere."""
+    for path in (root, folder):
+        if os.path.islink(path):
+            raise WorkspaceError(
+                f"{path} is a symbolic link; accel does not save or delete through links "
+                "(move the data with workspace.path instead)"
+            )
 
 
 def swap_in(staged: Path, target: Path, reaper: Reaper) -> None:
