@@ -118,7 +118,8 @@ class ProcessApi:
 
     @property
     def multi_device(self) -> bool:
-        return self.world_size > 1
+        """Several GPUs, one a rank (Accelerate's meaning: not CPU ranks, not FSDP)."""
+        return self.distributed_type == DistributedType.MULTI_GPU
 
     @property
     def state(self) -> State:
@@ -391,6 +392,91 @@ class ProcessApi:
         for tracker in self.trackers:
             tracker.finish()
         self.end()
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: Any, even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """torch's ``Join`` over ``joinables`` when batches are uneven across ranks;
+        ``even_batches`` overrides the prepared loaders' setting inside the block. Only
+        on GPU ranks (``multi_device``), as in Accelerate: elsewhere it has no effect."""
+        if not self.multi_device:
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        found: list[Any] = [getattr(dl.loader, "batch_sampler", None) for dl in self._loaders]
+        shards = [s for s in found if hasattr(s, "even_batches")]
+        before = [s.even_batches for s in shards]
+        if even_batches is None:
+            even_batches = self.even_batches
+        for shard in shards:
+            shard.even_batches = even_batches
+        try:
+            with Join(joinables, enable=not even_batches, throw_on_early_termination=False):
+                yield
+        finally:
+            for shard, value in zip(shards, before, strict=True):
+                shard.even_batches = value
+
+    # -- what accel does not run (Accelerate's answers when it is not configured) -------
+
+    deepspeed_plugin = None
+    parallelism_config = None
+    torch_device_mesh = None
+
+    @property
+    def is_fsdp2(self) -> bool:
+        return self.fsdp is not None and self.world_size > 1
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return self.is_fsdp2
+
+    @property
+    def should_save_model(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return None  # dispatch_batches=True is refused at construction
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return False  # refused at construction
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        raise UsageError("accel does not run tensor parallelism: there is no tensor_parallel_rank")
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        raise UsageError("accel does not run pipeline parallelism: no pipeline_parallel_rank")
+
+    @property
+    def context_parallel_rank(self) -> int:
+        raise UsageError("accel does not run context parallelism: no context_parallel_rank")
+
+    @property
+    def data_parallel_rank(self) -> int:
+        raise UsageError("data_parallel_rank belongs to a parallelism_config; use process_index")
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        raise UsageError("data_parallel_shard_rank needs a parallelism_config; use process_index")
+
+    @contextlib.contextmanager
+    def maybe_context_parallel(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        """No effect: context parallelism is not enabled (as in Accelerate without it)."""
+        yield
+
+    @staticmethod
+    def verify_device_map(model: Any) -> bool:
+        """Whether ``model`` was loaded spread over devices (``hf_device_map``)."""
+        return any(len(getattr(m, "hf_device_map", {})) > 1 for m in model.modules())
+
+    def lomo_backward(self, loss: Any, learning_rate: float) -> None:
+        raise UsageError("lomo_backward: accel does not run LOMO optimizers; use backward()")
 
     # -- profiling and memory ---------------------------------------------------------
 

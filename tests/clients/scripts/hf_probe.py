@@ -278,6 +278,43 @@ def triggers_and_options(make: Make, folder: Path, config: Any) -> Any:
     }
 
 
+def uneven_and_parallelism(make: Make, folder: Path) -> Any:
+    acc = make()
+    model, opt = model_opt(lr=0.01)
+    model, opt, loader = acc.prepare(model, opt, DataLoader(dataset(9), batch_size=2))
+    batches = 0
+    with acc.join_uneven_inputs([model], even_batches=False):
+        for x, _ in loader:  # Accelerate overrides even_batches on GPU ranks only
+            acc.backward(model(x).sum())
+            opt.step()
+            opt.zero_grad()
+            batches += 1
+    raises = {}
+    for name in (
+        "tensor_parallel_rank", "pipeline_parallel_rank", "context_parallel_rank",
+        "data_parallel_rank", "data_parallel_shard_rank",
+    ):  # fmt: skip
+        try:
+            getattr(acc, name)
+            raises[name] = False
+        except Exception:  # noqa: BLE001 - Accelerate raises RuntimeError or NotImplementedError
+            raises[name] = True
+    with acc.maybe_context_parallel():
+        pass
+    names = (
+        "is_fsdp2", "is_composable_parallelism_enabled", "should_save_model", "dispatch_batches",
+        "use_stateful_dataloader", "deepspeed_plugin", "parallelism_config", "torch_device_mesh",
+        "multi_device",
+    )  # fmt: skip
+    return {
+        "batches": batches,
+        "after": first_rows(loader),
+        "weights": acc.get_state_dict(model),
+        "raises": raises,
+        "values": [getattr(acc, name) for name in names] + [acc.verify_device_map(model)],
+    }
+
+
 def log_without_trackers(make: Make, folder: Path) -> Any:
     acc = make()
     return [acc.log({"loss": 1.0}), acc.log({"loss": 2.0}, step=3), acc.trackers]
@@ -453,6 +490,7 @@ def rows(config_types: dict[str, Any]) -> dict[str, Callable[[Make, Path], Any]]
         "mixed_precision_bf16": mixed_precision,
         "kwargs_handlers_ddp": lambda m, f: handlers(m, f, config_types),
         "log_without_trackers": log_without_trackers,
+        "join_uneven_inputs_parallelism": uneven_and_parallelism,
         "triggers_seedable_sampler": lambda m, f: triggers_and_options(m, f, dl_config),
         "scheduler": scheduler,
         "training_step": training_step,
