@@ -478,6 +478,14 @@ class ProcessApi:
     def lomo_backward(self, loss: Any, learning_rate: float) -> None:
         raise UsageError("lomo_backward: accel does not run LOMO optimizers; use backward()")
 
+    @property
+    def fp8_backend(self) -> str:
+        """``"NO"``: accel trains in fp32, fp16 or bf16 (fp8 recipes are refused)."""
+        return "NO"
+
+    def deepspeed_ulysses_dl_adapter(self, dl: Any, model: Any) -> Any:
+        raise UsageError("deepspeed_ulysses_dl_adapter: accel does not run DeepSpeed")
+
     # -- profiling and memory ---------------------------------------------------------
 
     @contextlib.contextmanager
