@@ -25,6 +25,12 @@ commits every prepared model, optimizer, scheduler and data loader plus each ran
 RNG states; ``load_state`` restores the latest committed one, so a restarted run
 continues exactly where the checkpoint left it (bit for bit on CPU). Sharded models
 and their optimizers go through ``torch.distributed.checkpoint`` inside the same commit.
+
+It is also Hugging Face Accelerate's ``Accelerator`` for scripts ported by changing one
+import: its constructor arguments (:mod:`accel._accel.hfargs`), calls
+(:mod:`accel._accel.hfapi`, :mod:`accel._accel.hfstate`) and data sharding
+(:mod:`accel._accel.hfdata`), which is the default unless ``seed`` asks for accel's
+seeded sampler; docs/worker-api.md has the table.
 """
 
 from __future__ import annotations
