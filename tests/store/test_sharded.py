@@ -217,7 +217,7 @@ def test_metadata_that_names_other_files_or_bytes_is_refused_as_damaged(
 
 @pytest.mark.timeout(30)
 def test_a_fifo_in_place_of_the_metadata_is_refused_without_blocking(ws: Workspace) -> None:
-    from accel.store import _sharded
+    from accel.store import sharded as sharded_mod
     from accel.store.manifest import read_manifest
 
     info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.ones(2)})
@@ -226,7 +226,7 @@ def test_a_fifo_in_place_of_the_metadata_is_refused_without_blocking(ws: Workspa
     metadata.unlink()
     os.mkfifo(metadata)
     with pytest.raises(IntegrityError, match="not a regular file"):
-        _sharded.read_metadata(metadata.parent, read_manifest(info.path).files)
+        sharded_mod.read_metadata(metadata.parent, read_manifest(info.path).files)
 
 
 def test_a_failure_inside_dcp_is_one_accel_line_not_a_checkpoint_exception(
@@ -257,14 +257,14 @@ def _longer(path: Path, other: Path) -> None:
 def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch, swap: Any
 ) -> None:
-    from accel.store import _sharded
+    from accel.store import sharded as sharded_mod
 
     info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.arange(4.0)})
     other = ws.checkpoints.save({"step": 2}, 2, sharded={"w": torch.full((4,), 7.0)})
     assert info is not None and other is not None
     shard, theirs = info.path / "sharded" / "__0_0.distcp", other.path / "sharded" / "__0_0.distcp"
     assert shard.stat().st_size == theirs.stat().st_size
-    checked = _sharded.read_metadata
+    checked = sharded_mod.read_metadata
 
     def read_then_swap(folder: Path, files: Any) -> Any:
         metadata = checked(folder, files)  # after the verification: what DCP opens next
@@ -272,7 +272,7 @@ def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
         swap(shard, theirs)
         return metadata
 
-    monkeypatch.setattr(_sharded, "read_metadata", read_then_swap)
+    monkeypatch.setattr(sharded_mod, "read_metadata", read_then_swap)
     target = {"w": torch.zeros(4)}
     with pytest.raises(
         IntegrityError,
@@ -287,8 +287,8 @@ def test_a_fifo_among_the_shards_is_this_ranks_problem_not_an_exception(tmp_path
     """verify_share reports a special file as its problem, so every rank hears of it
     (an exception on one rank would leave the others waiting in the next collective)."""
     from accel.store._hashing import FileDigest
-    from accel.store._sharded import verify_share
     from accel.store.collectives import DistContext
+    from accel.store.sharded import verify_share
 
     (tmp_path / "sharded").mkdir()
     os.mkfifo(tmp_path / "sharded" / "__0_0.distcp")

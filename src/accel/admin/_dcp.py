@@ -2,9 +2,9 @@
 for ``accel checkpoints export``: its tree rebuilt from DCP's metadata, and the chosen
 entries consolidated into full tensors in this process.
 
-The metadata is read once and checked (:func:`accel.store._sharded.read_metadata`:
+The metadata is read once and checked (:func:`accel.store.sharded.read_metadata`:
 accel's restricted unpickler, then every entry); that one object gives the tree and is
-what DCP's loader gets (:func:`accel.store._sharded.load`, which never reopens
+what DCP's loader gets (:func:`accel.store.sharded.load`, which never reopens
 ``.metadata`` and refuses any value that is not plain data). No process group is
 needed: one process reads every rank's shard files.
 """
@@ -41,9 +41,9 @@ class Sharded:
 
 def read(folder: Path, files: Mapping[str, FileDigest]) -> Sharded:
     """``folder``'s metadata, checked against the manifest's ``files``."""
-    from accel.store import _sharded
+    from accel.store import sharded as sharded_mod
 
-    return Sharded(folder, _sharded.read_metadata(folder, files), files)
+    return Sharded(folder, sharded_mod.read_metadata(folder, files), files)
 
 
 def outline(sharded: Sharded) -> Any:
@@ -84,9 +84,9 @@ def load(sharded: Sharded, names: dict[str, Any]) -> dict[str, Any]:
     """The tensors ``names`` maps to :class:`ShardRef`, full size, by those names."""
     import torch
 
-    from accel.store import _sharded
+    from accel.store import sharded as sharded_mod
     from accel.store.collectives import SINGLE
 
     target = {ref.fqn: torch.empty(ref.shape, dtype=ref.dtype) for ref in names.values()}
-    _sharded.load(target, sharded.folder, sharded.metadata, sharded.files, SINGLE)
+    sharded_mod.load(target, sharded.folder, sharded.metadata, sharded.files, SINGLE)
     return {name: target[ref.fqn] for name, ref in names.items()}

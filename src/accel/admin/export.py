@@ -12,7 +12,7 @@ Sharded checkpoints (``sharded/``, written by ``torch.distributed.checkpoint``) 
 consolidated in this process: the DCP metadata is read once and checked (accel's
 restricted unpickler, then every entry), and that object is what DCP gets; full-size
 tensors are allocated for the model's entries and DCP's own loader fills them (through
-:mod:`accel.store._sharded`, which refuses unsafe pickles). The model is looked for in
+:mod:`accel.store.sharded`, which refuses unsafe pickles). The model is looked for in
 the sharded state first, then in ``state.tensors``.
 
 Tensors that share memory (tied weights) are written as separate copies: every name

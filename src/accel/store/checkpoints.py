@@ -37,8 +37,8 @@ from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError, WriteFailed, write_failed
 from accel.identity import ensure
 from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_readers_lock
-from accel.store import _sharded
 from accel.store import series as series_mod
+from accel.store import sharded as sharded_mod
 from accel.store._async_save import AsyncSave
 from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
@@ -237,17 +237,17 @@ class Checkpoints:
         wanted = attempt(ctx, lambda: self._resolve(step, series).manifest.step)
         found = self._resolve(collect(ctx.broadcast(wanted)), series)
         files = found.manifest.files
-        problems = ctx.all_gather(_sharded.verify_share(found.path, files, ctx))
+        problems = ctx.all_gather(sharded_mod.verify_share(found.path, files, ctx))
         problem = next((p for p in problems if p), None)
         if problem:
             raise IntegrityError(f"{problem}: load another checkpoint or delete this one")
-        if not any(name.startswith(f"{_sharded.FOLDER}/") for name in files):
+        if not any(name.startswith(f"{sharded_mod.FOLDER}/") for name in files):
             raise UsageError(f"{found.path} holds no sharded state")
-        folder = found.path / _sharded.FOLDER
+        folder = found.path / sharded_mod.FOLDER
         # Every rank reads and checks the metadata; one rank's refusal is every rank's.
-        metadata, error = attempt(ctx, lambda: _sharded.read_metadata(folder, files))
+        metadata, error = attempt(ctx, lambda: sharded_mod.read_metadata(folder, files))
         collect((metadata, next((e for e in ctx.all_gather(error) if e), None)))
-        _sharded.load(target, folder, metadata, files, ctx)
+        sharded_mod.load(target, folder, metadata, files, ctx)
         return found.manifest.step
 
     def _resolve(self, step: int | None, series: str | None) -> Found:
@@ -436,7 +436,7 @@ def write_files(
     """This rank's files of the checkpoint, written into ``tmp``: ``{name: digest}``."""
     files = {}
     if sharded is not None:  # first: a collective that every rank must reach
-        files.update(_sharded.save(sharded, tmp / _sharded.FOLDER, ctx))
+        files.update(sharded_mod.save(sharded, tmp / sharded_mod.FOLDER, ctx))
     if ctx.rank == 0:
         files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
     if rank_state is not None:

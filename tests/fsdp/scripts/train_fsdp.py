@@ -84,14 +84,14 @@ def arm(crash: str, rank: int) -> int:
         return -1
     if kind == "step":
         return int(at) if rank == 1 else -1
-    from accel.store import _sharded
+    from accel.store import sharded as sharded_mod
     from accel.store.checkpoints import Checkpoints
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     if kind == "shards" and rank == 1:
-        dcp_save = _sharded.save
+        dcp_save = sharded_mod.save
 
         def save(sharded: Any, folder: Path, ctx: Any) -> Any:
             written = dcp_save(sharded, folder, ctx)
@@ -99,7 +99,7 @@ def arm(crash: str, rank: int) -> int:
                 die()
             return written
 
-        _sharded.save = save
+        sharded_mod.save = save
     if kind == "commit" and rank == 0:
         commit = Checkpoints._commit
 
