@@ -15,8 +15,8 @@ import pytest
 from accel.cli import _output
 from accel.cli.main import main
 from accel.runs import run_lock
-from accel.store._hashing import FileDigest, digest_bytes
 from accel.store.entry import CacheMeta, write_cache_meta
+from accel.store.hashing import FileDigest, digest_bytes
 from accel.store.manifest import Manifest, write_manifest
 from accel.workspace import Workspace
 

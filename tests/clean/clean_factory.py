@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from accel.layout import make_owned_dir
-from accel.store._hashing import FileDigest, digest_bytes
 from accel.store.entry import CacheMeta, write_cache_meta
+from accel.store.hashing import FileDigest, digest_bytes
 from accel.store.manifest import Manifest, write_manifest
 from accel.workspace import Workspace
 

@@ -327,7 +327,7 @@ def test_resuming_takes_the_newest_readable_checkpoint(ws: Workspace, damage: st
 
 def test_a_pulled_json_payload_nested_past_any_value_is_refused(ws: Workspace) -> None:
     """Checksums are no proof against a remote: the payload's depth is bounded on read."""
-    from accel.store._hashing import digest_bytes
+    from accel.store.hashing import digest_bytes
 
     ws.cache.put("deep", {"a": 1})
     record = meta(ws, "deep")

@@ -14,8 +14,8 @@ import torch
 
 from accel import Workspace
 from accel.errors import IntegrityError, UsageError
-from accel.store._hashing import hash_file
 from accel.store._keys import key_problem
+from accel.store.hashing import hash_file
 
 
 def test_kinds_round_trip(ws: Workspace, tmp_path: Path) -> None:

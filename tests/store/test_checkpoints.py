@@ -19,9 +19,9 @@ from accel import Workspace
 from accel.clean._live import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.layout import OWNER_MARKER, make_owned_dir
-from accel.store._hashing import hash_file
 from accel.store._trace import recording
 from accel.store.checkpoints import MANIFEST, Checkpoints
+from accel.store.hashing import hash_file
 from accel.store.lease import LeaseHeld, SeriesLease, holder_of
 
 from . import workers

@@ -16,7 +16,7 @@ import torch
 
 from accel import Workspace
 from accel.errors import IntegrityError, UsageError
-from accel.store._hashing import hash_file
+from accel.store.hashing import hash_file
 
 # On the oldest supported torch too (.ci/run): this leans on torch's internals.
 pytestmark = pytest.mark.edge
@@ -286,8 +286,8 @@ def test_a_shard_swapped_after_verification_is_refused_not_read_or_waited_on(
 def test_a_fifo_among_the_shards_is_this_ranks_problem_not_an_exception(tmp_path: Path) -> None:
     """verify_share reports a special file as its problem, so every rank hears of it
     (an exception on one rank would leave the others waiting in the next collective)."""
-    from accel.store._hashing import FileDigest
     from accel.store.collectives import DistContext
+    from accel.store.hashing import FileDigest
     from accel.store.sharded import verify_share
 
     (tmp_path / "sharded").mkdir()

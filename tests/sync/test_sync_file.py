@@ -491,7 +491,7 @@ def test_the_cache_moves_only_with_include_cache_and_only_committed_entries(
 @pytest.mark.timeout(20)
 def test_sync_hashes_only_regular_files_and_never_waits_on_a_fifo(tmp_path: Path) -> None:
     """A FIFO swapped in for a file push or pull is about to hash is refused at once."""
-    from accel.store._hashing import hash_file
+    from accel.store.hashing import hash_file
 
     fifo = tmp_path / "rank-0.log"
     os.mkfifo(fifo)

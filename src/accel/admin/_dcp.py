@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accel.store._hashing import FileDigest
+from accel.store.hashing import FileDigest
 
 __all__ = ["ShardRef", "Sharded", "load", "outline", "read"]
 

@@ -42,8 +42,8 @@ from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
 from accel.errors import IntegrityError, UsageError, storage_error
 from accel.layout import SHARDED_DIR
-from accel.store._hashing import fsync_file
 from accel.store.checkpoints import STATE_FILE
+from accel.store.hashing import fsync_file
 from accel.store.series import Found
 from accel.store.tensorfile import TensorRef, read_outline
 

@@ -22,7 +22,7 @@ from accel.admin.catalog import find_checkpoint, series_views
 from accel.admin.progress import SILENT, Progress
 from accel.errors import DamagedFile
 from accel.layout import MANIFEST, OWNER_MARKER
-from accel.store._hashing import FileDigest, hash_file
+from accel.store.hashing import FileDigest, hash_file
 from accel.store.series import Found, Unreadable
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from accel.errors import UsageError
-from accel.store._hashing import digest_bytes
+from accel.store.hashing import digest_bytes
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

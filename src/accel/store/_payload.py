@@ -20,8 +20,8 @@ from typing import Any
 
 from accel._fs import JSON_DEPTH, json_depth, open_regular
 from accel.errors import IntegrityError, UsageError, write_failed
-from accel.store._hashing import FileDigest, digest_bytes, hash_file
 from accel.store.entry import PAYLOAD_NAMES, CacheMeta, Stamp, file_name_ok
+from accel.store.hashing import FileDigest, digest_bytes, hash_file
 from accel.store.tensorfile import save_tensor_file
 
 RACY_SECONDS = 2.0

@@ -45,7 +45,6 @@ from accel.layout import (
     is_owned,
     remove_own,
 )
-from accel.store._hashing import FileDigest
 from accel.store._records import (
     MAX_SECONDS,
     Invalid,
@@ -55,6 +54,7 @@ from accel.store._records import (
     seconds,
     versioned_object,
 )
+from accel.store.hashing import FileDigest
 
 __all__ = [
     "FORMAT",

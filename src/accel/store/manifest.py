@@ -28,7 +28,6 @@ from typing import Any
 from accel._fs import read_json
 from accel.errors import IntegrityError, ManifestMissing
 from accel.layout import ASIDE_RE, MANIFEST, STAGE_RE, STEP_RE
-from accel.store._hashing import FileDigest
 from accel.store._records import (
     Invalid,
     digest_fields,
@@ -37,6 +36,7 @@ from accel.store._records import (
     seconds,
     versioned_object,
 )
+from accel.store.hashing import FileDigest
 
 __all__ = [
     "FILE_NAME",

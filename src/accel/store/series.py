@@ -64,8 +64,8 @@ from accel.layout import (
     mark,
     remove_own,
 )
-from accel.store._hashing import FileDigest
 from accel.store._trace import phase
+from accel.store.hashing import FileDigest
 from accel.store.manifest import MAX_STEP, Manifest, read_manifest, write_manifest
 
 __all__ = [

@@ -57,8 +57,8 @@ from typing import Any, BinaryIO, TypeGuard
 from accel._fs import open_regular
 from accel.errors import DamagedFile, IntegrityError
 from accel.layout import SHARDED_DIR
-from accel.store._hashing import FileDigest, digest_bytes, hash_file
 from accel.store.collectives import DistContext
+from accel.store.hashing import FileDigest, digest_bytes, hash_file
 
 __all__ = ["FOLDER", "METADATA", "load", "open_verified", "read_metadata", "save", "verify_share"]
 

@@ -50,8 +50,8 @@ import xxhash
 from accel._fs import open_regular, require_regular
 from accel.errors import IntegrityError, PayloadMissing, UsageError, write_failed
 from accel.store import _stream
-from accel.store._hashing import ALGORITHM, FileDigest
 from accel.store._trace import phase
+from accel.store.hashing import ALGORITHM, FileDigest
 
 __all__ = [
     "FileDigest",

@@ -13,7 +13,7 @@ import re
 from typing import Any, Protocol
 
 from accel.errors import IntegrityError
-from accel.store._hashing import ALGORITHM, DIGEST_HEX
+from accel.store.hashing import ALGORITHM, DIGEST_HEX
 
 DEFAULT_ALGORITHM = ALGORITHM
 _HEX = re.compile(r"[0-9a-f]+")

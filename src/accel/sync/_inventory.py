@@ -124,7 +124,7 @@ def checkpoint_files(step_dir: Path, unit: str) -> Iterator[LocalFile | Skipped]
     """A committed checkpoint's files (manifest last), or why it is not sent: blocking
     when it is there but cannot be sent whole; not when it was removed while read."""
     from accel.errors import IntegrityError
-    from accel.store._hashing import hash_file
+    from accel.store.hashing import hash_file
     from accel.store.manifest import read_manifest
 
     def skip(reason: str) -> Skipped:

@@ -25,7 +25,7 @@ from accel._fs import TMP_PREFIX
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
 from accel.errors import IntegrityError, JobFailed, UsageError
-from accel.store._hashing import CHUNK, hash_file, new_hasher
+from accel.store.hashing import CHUNK, hash_file, new_hasher
 from accel.sync._checksum import (
     DEFAULT_ALGORITHM,
     algorithm_of,

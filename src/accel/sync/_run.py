@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from accel._locks import locked
 from accel.errors import AccelError, UsageError
 from accel.layout import SYNC_LOCK
-from accel.store._hashing import hash_file
+from accel.store.hashing import hash_file
 from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
     CHECKPOINT,
