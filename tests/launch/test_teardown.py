@@ -145,7 +145,7 @@ def test_a_worker_is_never_ended_while_a_background_save_runs_in_it(
 ) -> None:
     import threading
 
-    from accel.store._async_save import AsyncSave, saving_note
+    from accel.store.async_save import AsyncSave, saving_note
 
     fake = Fake(tmp_path)
     fake.returned(0, at=100.0)  # the interpreter waits for the save's thread

@@ -12,7 +12,7 @@ exit handlers have run. From then on:
   ``handlers_grace``, the launch's stop grace period, more after the script returned
   while a handler still runs) is killed, with the processes of its group; never while
   a background checkpoint save runs in it (the interpreter, or ``Accelerator`` at exit,
-  waits for it; it says so: :func:`accel.store._async_save.saving_note`): that is the
+  waits for it; it says so: :func:`accel.store.async_save.saving_note`): that is the
   script's own work;
 - either is reported once, as a :class:`Teardown` (run.json, ``accel runs show``).
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.launch._bootstrap import returned_path
-from accel.store._async_save import saving_note
+from accel.store.async_save import saving_note
 
 __all__ = ["TEARDOWN_GRACE", "Returned", "Teardown", "TeardownJudge", "read_returned"]
 

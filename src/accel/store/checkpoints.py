@@ -39,10 +39,9 @@ from accel.identity import ensure
 from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_readers_lock
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
-from accel.store._async_save import AsyncSave
-from accel.store._snapshot import SnapshotPool
 from accel.store._trace import phase
 from accel.store._values import require_tensor_tree
+from accel.store.async_save import AsyncSave, SnapshotPool
 from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import parse_manifest, read_manifest
