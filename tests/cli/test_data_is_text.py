@@ -160,7 +160,7 @@ def test_a_checkpoint_tag_is_shown_as_text(ws: Workspace, screen: None) -> None:
 
 
 def test_a_cache_key_is_shown_as_text(ws: Workspace, screen: None) -> None:
-    # keys refuse C0 and DEL (accel.store._keys), but brackets, C1 and bidi are names
+    # keys refuse C0 and DEL (accel.store.entry), but brackets, C1 and bidi are names
     key = "data/[bold]x[/]\x9b2J\u202egnp"
     ws.cache.put(key, b"payload")
     result = cli("cache", "list")

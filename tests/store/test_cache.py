@@ -14,7 +14,7 @@ import torch
 
 from accel import Workspace
 from accel.errors import IntegrityError, UsageError
-from accel.store._keys import key_problem
+from accel.store.entry import key_problem
 from accel.store.hashing import hash_file
 
 
@@ -262,23 +262,23 @@ def test_a_flipped_byte_in_a_cached_file_is_refused(ws: Workspace, tmp_path: Pat
 def test_a_verified_file_is_rehashed_only_when_it_may_have_changed(
     ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accel.store import _payload
+    from accel.store import cache
 
     source = tmp_path / "shard.idx"
     source.write_bytes(b"x" * 100_000)
     ws.cache.put("idx", source)
     hashed: list[Path] = []
-    real_hash = _payload.hash_file
+    real_hash = cache.hash_file
 
     def counting(path: Path, **kwargs: Any) -> Any:
         hashed.append(path)
         return real_hash(path, **kwargs)
 
-    monkeypatch.setattr(_payload, "hash_file", counting)
+    monkeypatch.setattr(cache, "hash_file", counting)
     ws.cache.path("idx")  # just written: too recent to trust its timestamps
     assert len(hashed) == 1 and "verified" not in _meta(ws, "idx")
     real_time = time.time
-    monkeypatch.setattr(_payload.time, "time", lambda: real_time() + 10)
+    monkeypatch.setattr(cache.time, "time", lambda: real_time() + 10)
     ws.cache.path("idx")  # settled: hashed and stamped
     assert len(hashed) == 2 and "verified" in _meta(ws, "idx")
     path = ws.cache.path("idx")  # unchanged since: not read again

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import IntegrityError, MetaMissing, UsageError
-from accel.store._keys import key_problem
-from accel.store.entry import CacheMeta, key_of, read_cache_meta
+from accel.store.entry import CacheMeta, key_of, key_problem, read_cache_meta
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace

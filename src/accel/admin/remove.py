@@ -37,7 +37,7 @@ from accel.errors import AccelError, LeaseHeld, UsageError
 from accel.runs import is_live
 from accel.store import entry as entry_mod
 from accel.store import series as series_mod
-from accel.store._keys import check_key
+from accel.store.entry import check_key
 from accel.store.lease import read_holder
 
 if TYPE_CHECKING:

@@ -12,14 +12,27 @@ changed since it was last verified (see :meth:`Cache.path`).
 
 Deleting takes the lock, renames the entry to a ``.del-*`` sibling (fsynced), then
 removes it, ``meta.json`` and the owner marker last. Nothing here follows a link.
+
+Payload files are written with a checksum and fsync and read back only verified. A
+JSON, bytes or tensor payload is read whole and checked against its checksum every
+time. A file payload is handed out as a path, so it is checked before: hashed in full
+unless it is provably unchanged since it last matched (same device, inode, size, mtime
+and ctime, recorded at least ``RACY_SECONDS`` after its last change: filesystem
+timestamps are coarse, and a write within the same tick could keep them).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
 import os
+import re
 import secrets
+import shutil
+import stat
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,22 +40,28 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from accel import _faults
-from accel._fs import fsync_dir, parse_json, remove_tree
+from accel._fs import JSON_DEPTH, fsync_dir, json_depth, open_regular, parse_json, remove_tree
 from accel._locks import locked
 from accel.config.views import StoreSettings
-from accel.errors import IntegrityError, PayloadMissing, StorageError, UsageError, storage_error
+from accel.errors import (
+    IntegrityError,
+    PayloadMissing,
+    StorageError,
+    UsageError,
+    storage_error,
+    write_failed,
+)
 from accel.identity import ensure
 from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
-from accel.store._keys import check_key
-from accel.store._memoize import args_digest, safe_segment
-from accel.store._payload import file_name, read_plain, verify_file, write_payload
 from accel.store._values import json_problem, tensor_tree_problem
 from accel.store.entry import (
     PAYLOAD_NAMES,
     CacheMeta,
     MetaMissing,
     Stamp,
+    check_key,
     detach_entry,
+    file_name_ok,
     key_of,
     made_by_accel,
     prune,
@@ -50,7 +69,8 @@ from accel.store.entry import (
     strip_entry,
     write_cache_meta,
 )
-from accel.store.tensorfile import load_tensor_file
+from accel.store.hashing import FileDigest, digest_bytes, hash_file
+from accel.store.tensorfile import load_tensor_file, save_tensor_file
 
 __all__ = ["Cache", "CacheEntryInfo"]
 
@@ -374,3 +394,116 @@ class Cache:
             return wrapper  # type: ignore[return-value]
 
         return decorate(fn) if fn is not None else decorate
+
+
+# -- payload files -----------------------------------------------------------------------
+
+RACY_SECONDS = 2.0
+
+
+def file_name(obj: Any) -> str:
+    name = Path(os.fspath(obj)).name
+    ok = file_name_ok(name) and not name.startswith(".") and name not in PAYLOAD_NAMES.values()
+    return name if ok else "file"
+
+
+def write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
+    if kind == "tensors":
+        return save_tensor_file(obj, payload)
+    if kind == "file":
+        return _copy_file(Path(os.fspath(obj)), payload)
+    data = json.dumps(obj, sort_keys=True).encode("utf-8") if kind == "json" else bytes(obj)
+    if kind == "json" and json_depth(data) > JSON_DEPTH:  # what get would refuse: never put
+        raise UsageError(f"the cache holds JSON values nested at most {JSON_DEPTH} levels deep")
+    try:
+        with open(payload, "xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_failed(payload, exc) from exc
+    return FileDigest(len(data), digest_bytes(data))
+
+
+def _copy_file(source: Path, payload: Path) -> FileDigest:
+    if not source.is_file():
+        raise UsageError(f"cannot cache {source}: it is not a file")
+    try:
+        shutil.copyfile(source, payload)
+        fd = os.open(payload, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise write_failed(payload, exc) from exc
+    checksum, size = hash_file(payload)
+    return FileDigest(size, checksum)
+
+
+def read_plain(payload: Path, digest: FileDigest) -> bytes:
+    """The bytes of a JSON or bytes payload, verified; never through a link."""
+    with os.fdopen(open_regular(payload), "rb") as fh:  # never a link, FIFO or device
+        data = fh.read(digest.size + 1)
+    if len(data) != digest.size or digest_bytes(data) != digest.checksum:
+        raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
+    return data
+
+
+def _unreadable(payload: Path, exc: OSError) -> IntegrityError:
+    return IntegrityError(f"{payload} cannot be read ({exc.strerror}); delete the entry")
+
+
+def verify_file(payload: Path, meta: CacheMeta) -> Stamp | None:
+    """Check a file payload against its checksum unless provably unchanged since the
+    last check; its new stamp when it was hashed (None when it may still change)."""
+    try:
+        st = os.lstat(payload)
+    except FileNotFoundError:
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise IntegrityError(f"{payload} is not a regular file; delete the entry")
+    stamp: Stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if meta.verified == stamp:
+        return None
+    try:
+        checksum, size = hash_file(payload)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _unreadable(payload, exc) from None
+    if (size, checksum) != (meta.size, meta.checksum):
+        raise IntegrityError(f"{payload} fails its checksum; delete the entry and recompute")
+    settled = time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 >= RACY_SECONDS
+    return stamp if settled else None
+
+
+# -- memoize: a function's identity and a digest of its arguments ------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_segment(text: str) -> str:
+    return _UNSAFE.sub("_", text).lstrip(".")[:100] or "_"
+
+
+def args_digest(arguments: dict[str, Any]) -> str:
+    text = json.dumps(arguments, sort_keys=True, default=_canonical)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, (tuple, set, frozenset)):
+        return sorted(value, key=repr) if not isinstance(value, tuple) else list(value)
+    if isinstance(value, os.PathLike):
+        return {"path": os.fspath(value)}
+    if isinstance(value, (bytes, bytearray)):
+        return {"bytes": digest_bytes(bytes(value))}
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return {"tensor": [str(value.dtype), list(value.shape), digest_bytes(data)]}
+    raise UsageError(
+        f"memoize cannot key on an argument of type {type(value).__name__}; pass JSON "
+        "values, tensors, bytes or paths (or give the function a `name` and hash it yourself)"
+    )

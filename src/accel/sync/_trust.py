@@ -86,8 +86,8 @@ def _run_file(parts: list[str]) -> str | None:
 
 
 def _cache_file(parts: list[str]) -> str | None:
-    from accel.layout import VERSION_RE
-    from accel.store._keys import ENTRY_SUFFIX, key_problem
+    from accel.layout import ENTRY_SUFFIX, VERSION_RE
+    from accel.store.entry import key_problem
 
     entry = next((i for i, p in enumerate(parts) if p.endswith(ENTRY_SUFFIX)), None)
     # <key>.entry/<name>, or <key>.entry/v<16 hex>/<name>: a payload version (store.entry)
