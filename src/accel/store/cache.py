@@ -53,7 +53,6 @@ from accel.errors import (
 )
 from accel.identity import ensure
 from accel.layout import CACHE_LOCK, CACHE_META, ENTRY_SUFFIX, Layout, dispose, make_owned_dir
-from accel.store._values import json_problem, tensor_tree_problem
 from accel.store.entry import (
     PAYLOAD_NAMES,
     CacheMeta,
@@ -70,7 +69,8 @@ from accel.store.entry import (
     write_cache_meta,
 )
 from accel.store.hashing import FileDigest, digest_bytes, hash_file
-from accel.store.tensorfile import load_tensor_file, save_tensor_file
+from accel.store.kv import json_problem
+from accel.store.tensorfile import load_tensor_file, save_tensor_file, tensor_tree_problem
 
 __all__ = ["Cache", "CacheEntryInfo"]
 

@@ -40,7 +40,6 @@ from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_rea
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
 from accel.store._trace import phase
-from accel.store._values import require_tensor_tree
 from accel.store.async_save import AsyncSave, SnapshotPool
 from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
@@ -58,7 +57,7 @@ from accel.store.series import (
     series_from_env,
     step_dir_name,
 )
-from accel.store.tensorfile import load_tensor_file, save_tensor_file
+from accel.store.tensorfile import load_tensor_file, require_tensor_tree, save_tensor_file
 
 __all__ = [
     "MANIFEST",

@@ -15,6 +15,7 @@ update is lost. A holder killed mid-update releases the lock with its death (flo
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,9 +27,8 @@ from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
 from accel.identity import ensure
 from accel.layout import STATE_LOCK, Layout
-from accel.store._values import require_json
 
-__all__ = ["Store", "decode_state", "encode_state"]
+__all__ = ["Store", "decode_state", "encode_state", "json_problem", "require_json"]
 
 MAGIC = b"accel-state"
 FORMAT = 1
@@ -157,3 +157,40 @@ class Store:
             after = encode_state(data)
             if after != before:
                 atomic_write(self.path, after)
+
+
+# -- what the store holds: JSON values --------------------------------------------------
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_problem(value: Any, where: str = "value") -> str | None:
+    """Why ``value`` is not a JSON value (dict/list/str/int/float/bool/None), or None."""
+    if isinstance(value, _JSON_SCALARS):
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{where} is {value!r}, which JSON cannot represent"
+        return None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has the non-string key {key!r}"
+            problem = json_problem(item, f"{where}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    return f"{where} is a {type(value).__name__}"
+
+
+def require_json(value: Any, what: str) -> None:
+    problem = json_problem(value)
+    if problem:
+        raise UsageError(
+            f"{what}: {problem}; only JSON values (dict with str keys, list, str, int, "
+            "finite float, bool, None) can be stored"
+        )

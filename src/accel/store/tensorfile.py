@@ -39,6 +39,7 @@ import math
 import mmap
 import os
 import struct
+import sys
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -59,7 +60,9 @@ __all__ = [
     "load_tensor_file",
     "read_outline",
     "read_tree",
+    "require_tensor_tree",
     "save_tensor_file",
+    "tensor_tree_problem",
     "write_tree",
 ]
 
@@ -120,6 +123,50 @@ class _Encoder:
         if isinstance(value, torch.device):
             return {"V": str(value)}
         raise UsageError(f"cannot store a {type(value).__name__} in a tensor file")
+
+
+def tensor_tree_problem(value: Any, where: str = "state") -> str | None:
+    """Why ``value`` cannot be stored in a tensor file (no pickle), or None.
+
+    Checked before anything is written, so a bad value fails the call, not the file.
+    """
+    if isinstance(value, (str, int, float, bool, type(None), bytes, complex)):
+        return None
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            problem = tensor_tree_problem(item, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                return f"{where} has the key {key!r} of type {type(key).__name__}"
+            problem = tensor_tree_problem(item, f"{where}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, (torch.Tensor, torch.Size, torch.dtype)):
+        if isinstance(value, torch.Tensor) and not _plain_tensor(torch, value):
+            return f"{where} is a {type(value).__name__}, not a plain dense tensor"
+        return None
+    if torch is not None and isinstance(value, torch.device):
+        return None
+    return f"{where} is a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def _plain_tensor(torch: Any, value: Any) -> bool:
+    return type(value) in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided
+
+
+def require_tensor_tree(value: Any, what: str) -> None:
+    problem = tensor_tree_problem(value)
+    if problem:
+        raise UsageError(
+            f"{what}: {problem}; only tensors, numbers, strings, bytes, None and "
+            "dicts/lists/tuples of them can be stored (convert other objects first)"
+        )
 
 
 def _raw(tensor: Any) -> Any:
