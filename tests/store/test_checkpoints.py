@@ -392,3 +392,16 @@ def test_retention_and_delete_never_follow_a_linked_step_folder(
     assert [i.step for i in ckpts.list()] == [5] and link.is_symlink()
     assert sorted((p.name, p.read_bytes()) for p in outside.iterdir()) == before
     assert link in ckpts.view().unknown
+
+
+def test_the_names_checkpoints_exports_are_their_homes_own() -> None:
+    """The regrouping of store (issue 26) moved the name checks to series and the tensor
+    file to tensorfile: accel.store.checkpoints still gives every name it exported."""
+    from accel.store import checkpoints, manifest, series
+
+    assert all(hasattr(checkpoints, name) for name in checkpoints.__all__)
+    assert checkpoints.check_series is series.check_series
+    assert checkpoints.check_step is series.check_step
+    assert checkpoints.series_from_env is series.series_from_env
+    assert checkpoints.read_manifest is manifest.read_manifest
+    assert checkpoints.STATE_FILE == "state.tensors"
