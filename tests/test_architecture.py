@@ -219,10 +219,6 @@ def test_a_run_is_one_package() -> None:
 
 # The store by concern (issue 26): at most this many modules, __init__ included.
 MAX_STORE_MODULES = 19
-# accel.store._arrival re-exports arrive/named from accel.store.collectives until these
-# two modules (being reworked beside issue 26) import them from there.
-STORE_SHIM = "accel.store._arrival"
-STORE_SHIM_IMPORTERS = {"accel.accelerator", "accel._accel.resume"}
 
 
 def test_the_store_is_grouped_by_concern() -> None:
@@ -236,8 +232,7 @@ def test_nothing_outside_the_store_imports_its_private_modules() -> None:
         for a, b in edges(GRAPH)
         if b.startswith("accel.store._") and not a.startswith("accel.store.")
     }
-    assert {b for _, b in reached} <= {STORE_SHIM}, sorted(reached)
-    assert {a for a, _ in reached} <= STORE_SHIM_IMPORTERS, sorted(reached)
+    assert not reached, sorted(reached)
 
 
 def _lines(path: Path) -> int:

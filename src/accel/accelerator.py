@@ -425,7 +425,7 @@ class Accelerator(ProcessApi, FolderApi):
         async_save: bool | None = None,
         weights: list[Any] | None = None,
     ) -> Any:
-        from accel.store._arrival import arrive, named
+        from accel.store.collectives import arrive, named
 
         if self._sharder is not None:
             # Gathering FSDP's state is collective work: meet before it, not after.

@@ -73,7 +73,7 @@ def refuse_foreign(state: Any, step: int, series: str) -> dict[str, Any]:
 def agreed_step(acc: Accelerator, step: int | None) -> int | None:
     """``step``, or rank 0's newest; every rank gets rank 0's answer, even if a save
     lands meanwhile."""
-    from accel.store._arrival import arrive
+    from accel.store.collectives import arrive
 
     arrive("load_state", float(acc.workspace.settings.checkpoints.arrival_timeout))
     if step is None and acc.is_main_process:
