@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from accel import Workspace
-from accel.clean._live import held_series
+from accel.clean import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.store._trace import recording

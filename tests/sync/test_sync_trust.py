@@ -268,7 +268,7 @@ def test_a_pulled_config_never_brings_code_endpoints_or_paths(
 
 
 def test_carried_values_are_written_as_a_person_writes_them() -> None:
-    from accel.sync._config import merge
+    from accel.sync.pulled import merge
 
     pulled = (
         "version: 1\nlaunch:\n  stop_grace_period: 30s\n  env: {X: y}\n"
@@ -284,7 +284,7 @@ def test_carried_values_are_written_as_a_person_writes_them() -> None:
 
 def test_nothing_is_applied_when_a_file_changed_since_it_was_shown(fresh: Workspace) -> None:
     from accel.errors import UsageError
-    from accel.sync._config import apply_pulled, plan_pulled, pulled_path
+    from accel.sync.pulled import apply_pulled, plan_pulled, pulled_path
 
     fresh.ensure()
     fresh.config_file.write_text("version: 1\n")

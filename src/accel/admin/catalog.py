@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel import layout
 from accel._fs import tree_size
-from accel.clean._live import held_series
+from accel.clean import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.store import series as series_mod
 from accel.store.checkpoints import check_series, check_step

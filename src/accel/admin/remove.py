@@ -30,9 +30,7 @@ from accel import layout
 from accel._locks import held as lock_held
 from accel.admin.cache import DEBRIS, CacheRow, check_prefix, list_cache, read_entry
 from accel.admin.catalog import find_checkpoint
-from accel.clean._foreign import kept_reason
-from accel.clean._items import Item
-from accel.clean._scan import checkpoint_item
+from accel.clean import Item, checkpoint_item, kept_reason
 from accel.errors import AccelError, LeaseHeld, UsageError
 from accel.runs import is_live
 from accel.store import entry as entry_mod

@@ -16,7 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accel.clean._foreign import describe_foreign, kept_reason
 from accel.clean._items import CATEGORIES, LEFT_ALONE, Item, WorkspaceScan
+from accel.clean._live import held_series
 from accel.clean._plan import (
     DEBRIS_GRACE,
     CleanPlan,
@@ -27,7 +29,7 @@ from accel.clean._plan import (
     parse_policy,
     protection,
 )
-from accel.clean._scan import scan
+from accel.clean._scan import checkpoint_item, scan
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -47,9 +49,13 @@ __all__ = [
     "Policy",
     "Skipped",
     "WorkspaceScan",
+    "checkpoint_item",
     "clean",
     "clean_cache",
+    "describe_foreign",
     "execute",
+    "held_series",
+    "kept_reason",
     "log_result",
     "make_plan",
     "parse_policy",

@@ -24,7 +24,7 @@ from accel.store import entry as entry_mod
 from accel.store import series as series_mod
 from accel.store.manifest import read_manifest
 
-__all__ = ["annotate", "foreign_of", "kept_reason", "named", "strip"]
+__all__ = ["annotate", "describe_foreign", "foreign_of", "kept_reason", "strip"]
 
 
 def foreign_of(item: Item) -> tuple[str, ...]:
@@ -70,7 +70,7 @@ def strip(cache_root: Path, item: Item) -> list[str]:
     return []
 
 
-def named(names: Sequence[str]) -> str:
+def describe_foreign(names: Sequence[str]) -> str:
     """``N file(s) accel did not make (a, b, ...)``: the words every plan and result use."""
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return f"{len(names)} file(s) accel did not make ({shown})"
@@ -78,5 +78,6 @@ def named(names: Sequence[str]) -> str:
 
 def kept_reason(names: Sequence[str]) -> str:
     return (
-        f"kept the folder for {named(names)}; accel's files are removed (--force removes those too)"
+        f"kept the folder for {describe_foreign(names)}; accel's files are removed "
+        "(--force removes those too)"
     )

@@ -89,11 +89,11 @@ def _row(removal: Any, now: float) -> list[str]:
 
 def foreign_line(name: str, foreign: tuple[str, ...], force: bool) -> str:
     """What a plan does with the files accel did not make inside ``name``."""
-    from accel.clean._foreign import named
+    from accel.clean import describe_foreign
 
     if force:
-        return f"{name} holds {named(foreign)}: --force removes them too"
+        return f"{name} holds {describe_foreign(foreign)}: --force removes them too"
     return (
-        f"{name} holds {named(foreign)}: they stay, with the folder; only accel's files go "
-        "(--force removes them too)"
+        f"{name} holds {describe_foreign(foreign)}: they stay, with the folder; "
+        "only accel's files go (--force removes them too)"
     )

@@ -92,7 +92,7 @@ def _terminal() -> bool:
 def _pulled_config(ws: Workspace, url: str, apply: bool, yes: bool) -> bool:
     """Say there is a config aside, or apply it; False when the user declined."""
     from accel._redact import redact_url
-    from accel.sync._config import apply_pulled, plan_pulled, pulled_aside
+    from accel.sync.pulled import apply_pulled, plan_pulled, pulled_aside
 
     aside = pulled_aside(ws)
     if aside is None:

@@ -7,7 +7,7 @@ record, the entry's ``meta.json``: known files only, in their places) and rename
 place under a lock. Nothing is visible before that rename, so an interrupted or refused
 pull never leaves a half-pulled checkpoint, a run listed as crashed or a torn entry.
 A checkpoint is never renamed into a series a live run holds: the series lease is
-taken around the rename. The config goes aside (:mod:`accel.sync._config`).
+taken around the rename. The config goes aside (:mod:`accel.sync.pulled`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class PullUnit:
 
     def _config(self, t: Transfer, reporter: Reporter) -> None:
         from accel.config.edit import SECRET_MODE
-        from accel.sync._config import checked, pulled_path
+        from accel.sync.pulled import checked, pulled_path
 
         aside = pulled_path(self.ws)
 

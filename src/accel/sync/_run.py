@@ -111,7 +111,7 @@ def pull(
 
 def _pulled_to(ws: Workspace, rel: str) -> Path:
     """Where ``rel`` lands: its place, but the config goes aside."""
-    from accel.sync._config import pulled_path
+    from accel.sync.pulled import pulled_path
 
     return pulled_path(ws) if kind_of(rel) == CONFIG else local_path(ws, rel)
 
