@@ -236,7 +236,7 @@ def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path) -> None
 def test_end_group_at_exit_is_idempotent_and_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.distributed as dist
 
-    from accel._accel import setup
+    from accel.accelerator import _setup as setup
 
     calls: list[str] = []
 

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
 import accel
-from accel._accel.hfdata import BatchShard, HfData
+from accel.accelerator._hfdata import BatchShard, HfData
 from accel.errors import UsageError
 from run_helpers import Accel
 

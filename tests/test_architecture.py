@@ -45,9 +45,7 @@ FLOORS: dict[str, int] = {
     "accel.env": OPERATIONS,
     "accel.status": OPERATIONS,
     "accel.admin": OPERATIONS,
-    "accel.accelerator": OPERATIONS,
-    "accel._accel": OPERATIONS,  # the parts of the Accelerator
-    "accel._fsdp": OPERATIONS,
+    "accel.accelerator": OPERATIONS,  # the facade and its private parts, FSDP's included
     "accel.cli": EDGE,
     "accel.__main__": EDGE,
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-from accel._accel.stop import StopWatch, agreed
+from accel.accelerator._stop import StopWatch, agreed
 
 
 def test_a_listening_script_gets_the_signal_noted_not_its_end() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from accel._fsdp.settings import FsdpSettings, resolve, worker_env
 from accel.config import schema
+from accel.config.fsdp import FsdpSettings, resolve, worker_env
 from accel.config.resolve import resolve as resolve_config
 from accel.config.views import LaunchSettings, Settings
 from accel.errors import UsageError
@@ -121,7 +121,7 @@ def test_settings_import_no_torch() -> None:
     import subprocess
 
     code = (
-        "import sys, accel._fsdp.settings, accel.config.hf_fsdp\n"
+        "import sys, accel.config.fsdp, accel.config.hf_fsdp\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

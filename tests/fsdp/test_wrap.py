@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from accel._fsdp.settings import FsdpSettings
-from accel._fsdp.shard import wrap_targets
+from accel.accelerator._fsdp.shard import wrap_targets
+from accel.config.fsdp import FsdpSettings
 from accel.errors import UsageError
 
 

@@ -221,7 +221,7 @@ ARRIVAL = (
 )
 WAIT_FOR_EVERYONE = (
     "Current thread 0x5 (most recent call first):\n"
-    '  File "/site/accel/accelerator.py", line 225 in wait_for_everyone\n'
+    '  File "/site/accel/accelerator/__init__.py", line 225 in wait_for_everyone\n'
     '  File "train.py", line 15 in <module>\n' + MAIN
 )
 IMPORTING_ACCEL = (

@@ -6,7 +6,7 @@ A checkpoint holds whatever tree was saved. The model is, in this order:
    ``net.encoder``); list items by index.
 2. ``Accelerator.save_state``: ``{"models": [state_dict, ...], ...}`` -- the one model
    (several: choose with ``--model models.N``); under FSDP the models are in the sharded
-   state as ``model.N`` entries (:mod:`accel._fsdp.state` names them), and
+   state as ``model.N`` entries (:mod:`accel.accelerator._fsdp.state` names them), and
    ``--model models.N`` names those too.
 3. ``ws.checkpoints.save({"model": sd, "optimizer": ...})``: the first of the keys
    ``model``, ``model_state_dict``, ``state_dict`` that holds tensors.

@@ -163,7 +163,7 @@ _COLLECTIVE_FRAME = re.compile(
     r'File "[^"]*[/\\]torch[/\\](distributed|nn[/\\]parallel[/\\]distributed)[^"]*", '
     r"line \d+ in (?!<module>)"
     r'|File "[^"]*[/\\]accel[/\\]store[/\\]collectives\.py", line \d+ in (arrive|_wait)\b'
-    r'|File "[^"]*[/\\]accel[/\\]accelerator\.py", line \d+ in wait_for_everyone\b'
+    r'|File "[^"]*[/\\]accel[/\\]accelerator[/\\][^"]*\.py", line \d+ in wait_for_everyone\b'
 )
 _BOOTSTRAP_FILE = re.compile(r"[/\\]accel[/\\]launch[/\\]_bootstrap\.py")
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from accel._fsdp.settings import worker_env as fsdp_env
+from accel.config.fsdp import worker_env as fsdp_env
 from accel.config.resolve import ResolvedConfig
 from accel.config.views import Settings
 from accel.devices import gpu_mismatch, workers_for

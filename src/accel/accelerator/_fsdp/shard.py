@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from accel._fsdp import compat
-from accel._fsdp.settings import FsdpSettings
+from accel.accelerator._fsdp import compat
+from accel.config.fsdp import FsdpSettings
 from accel.errors import UsageError
 
 

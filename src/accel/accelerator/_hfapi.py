@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accel._accel import ops
-from accel._accel.hfargs import DistributedType
+from accel.accelerator import _ops as ops
+from accel.accelerator._hfargs import DistributedType
 from accel.errors import UsageError
 
 if TYPE_CHECKING:
-    from accel._accel.accumulate import GradientState
-    from accel._accel.hfargs import Handlers, ProjectConfiguration
+    from accel.accelerator._accumulate import GradientState
+    from accel.accelerator._hfargs import Handlers, ProjectConfiguration
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ class ProcessApi:
         """Start the ``log_with`` trackers (main process only), storing ``config``."""
         if self.rank != 0:
             return
-        from accel._accel import trackers
+        from accel.accelerator import _trackers as trackers
 
         logging_dir = self.project_configuration.logging_dir
         self.trackers = trackers.start(
@@ -528,7 +528,7 @@ class ProcessApi:
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """``dataloader`` starting its next iteration at batch ``num_batches``."""
-        from accel._accel.hfdata import skip_first
+        from accel.accelerator._hfdata import skip_first
 
         return skip_first(dataloader, num_batches)
 

@@ -18,7 +18,7 @@ and updates the scale, as Hugging Face Accelerate's prepared optimizers do.
 
 FSDP comes from ``fsdp``, else ``ACCELERATE_USE_FSDP`` (set by ``accel launch``), else
 ``launch.fsdp``: ``prepare()`` then shards models with FSDP2 instead of wrapping them in
-DDP (see :mod:`accel._fsdp`).
+DDP (see :mod:`accel.accelerator._fsdp`).
 
 Checkpoints go through the workspace's store (``ws.checkpoints``): ``save_state``
 commits every prepared model, optimizer, scheduler and data loader plus each rank's
@@ -27,10 +27,17 @@ continues exactly where the checkpoint left it (bit for bit on CPU). Sharded mod
 and their optimizers go through ``torch.distributed.checkpoint`` inside the same commit.
 
 It is also Hugging Face Accelerate's ``Accelerator`` for scripts ported by changing one
-import: its constructor arguments (:mod:`accel._accel.hfargs`), calls
-(:mod:`accel._accel.hfapi`, :mod:`accel._accel.hfstate`) and data sharding
-(:mod:`accel._accel.hfdata`), which is the default unless ``seed`` asks for accel's
+import: its constructor arguments (:mod:`accel.accelerator._hfargs`), calls
+(:mod:`accel.accelerator._hfapi`, :mod:`accel.accelerator._hfstate`) and data sharding
+(:mod:`accel.accelerator._hfdata`), which is the default unless ``seed`` asks for accel's
 seeded sampler; docs/worker-api.md has the table.
+
+The facade's private parts live beside it, one concern per module: ``_setup`` (rank,
+precision, device, process group), ``_data`` (accel's sharded, resumable loaders),
+``_rng``, ``_scaling`` (fp16), ``_metrics``, ``_stop``, ``_resume``, ``_accumulate``;
+Accelerate's API in ``_hfargs``, ``_hfapi``, ``_ops`` (the collectives), ``_hfdata``,
+``_hfstate`` and ``_trackers``; FSDP2 in ``_fsdp`` (its settings, which the launcher
+reads too, are :mod:`accel.config.fsdp`).
 """
 
 from __future__ import annotations
@@ -43,29 +50,30 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel._accel import hfargs, setup
-from accel._accel.accumulate import (
+from accel.accelerator import _hfargs as hfargs
+from accel.accelerator import _setup as setup
+from accel.accelerator._accumulate import (
     GradientState,
     PreparedScheduler,
     accumulation_options,
     gate_steps,
 )
-from accel._accel.data import PreparedDataLoader, shard_loader
-from accel._accel.hfapi import ProcessApi
-from accel._accel.hfargs import DataLoaderConfiguration, DistributedType, ProjectConfiguration
-from accel._accel.hfdata import HfData, HfLoader, shard_hf
-from accel._accel.hfstate import FolderApi
-from accel._accel.metrics import MetricsLog
-from accel._accel.rng import rng_state, set_rng_state
-from accel._accel.scaling import scale_steps
-from accel._accel.stop import StopWatch, agreed
-from accel._fsdp.settings import resolve as resolve_fsdp
+from accel.accelerator._data import PreparedDataLoader, shard_loader
+from accel.accelerator._hfapi import ProcessApi
+from accel.accelerator._hfargs import DataLoaderConfiguration, DistributedType, ProjectConfiguration
+from accel.accelerator._hfdata import HfData, HfLoader, shard_hf
+from accel.accelerator._hfstate import FolderApi
+from accel.accelerator._metrics import MetricsLog
+from accel.accelerator._rng import rng_state, set_rng_state
+from accel.accelerator._scaling import scale_steps
+from accel.accelerator._stop import StopWatch, agreed
+from accel.config.fsdp import resolve as resolve_fsdp
 from accel.errors import UsageError
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
-    from accel._fsdp.settings import FsdpSettings
-    from accel._fsdp.shard import Sharder
+    from accel.accelerator._fsdp.shard import Sharder
+    from accel.config.fsdp import FsdpSettings
     from accel.store.cache import CacheEntryInfo
     from accel.store.checkpoints import Checkpoints
 
@@ -74,8 +82,8 @@ __all__ = ["Accelerator", "DataLoaderConfiguration", "DistributedType", "Project
 
 class Accelerator(ProcessApi, FolderApi):
     """Rank, device, process group, ``prepare()``, precision, checkpoints, metrics; and
-    Hugging Face Accelerate's common API (:mod:`accel._accel.hfapi`), its constructor
-    arguments included (:mod:`accel._accel.hfargs`)."""
+    Hugging Face Accelerate's common API (:mod:`accel.accelerator._hfapi`), its constructor
+    arguments included (:mod:`accel.accelerator._hfargs`)."""
 
     def __init__(
         self,
@@ -114,7 +122,7 @@ class Accelerator(ProcessApi, FolderApi):
         self._gradient_state = GradientState(
             accumulation_options(gradient_accumulation_steps, gradient_accumulation_plugin, env)
         )
-        #: Accelerate's semantics for loaders and schedulers (:mod:`accel._accel.hfdata`),
+        #: Accelerate's semantics for loaders and schedulers (:mod:`accel.accelerator._hfdata`),
         #: unless ``seed`` asks for accel's seeded, epoch-ordered sampler (Accelerate has no
         #: ``seed``: a ported script never passes it) and no argument only Accelerate has is
         #: given. ``hf_compat`` decides outright.
@@ -128,7 +136,7 @@ class Accelerator(ProcessApi, FolderApi):
         self.dataloader_config = options
         self.device_placement = device_placement is not False
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer is not False
-        from accel._accel.trackers import requested
+        from accel.accelerator._trackers import requested
 
         self._trackers_wanted = requested(log_with, self.project_configuration.logging_dir)
         self.trackers: list[Any] = []
@@ -273,7 +281,7 @@ class Accelerator(ProcessApi, FolderApi):
 
     def _shard(self, model: Any, settings: FsdpSettings) -> Any:
         if self._sharder is None:
-            from accel._fsdp.shard import Sharder
+            from accel.accelerator._fsdp.shard import Sharder
 
             self._sharder = Sharder(settings, self.device, self.world_size)
         return self._sharder.shard(model, self._optimizers)
@@ -299,7 +307,7 @@ class Accelerator(ProcessApi, FolderApi):
         model = self.unwrap_model(model) if unwrap else model
         if self._sharder is None:
             return dict(model.state_dict())
-        from accel._fsdp.state import full_state_dict
+        from accel.accelerator._fsdp.state import full_state_dict
 
         return full_state_dict(model, self.rank)
 
@@ -337,7 +345,7 @@ class Accelerator(ProcessApi, FolderApi):
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         if self._sharder is None:
             return norm
-        from accel._fsdp.state import plain
+        from accel.accelerator._fsdp.state import plain
 
         return plain(norm)  # FSDP: a DTensor, the same total on every rank
 
@@ -385,7 +393,7 @@ class Accelerator(ProcessApi, FolderApi):
             for tracker in self.trackers:
                 tracker.log(metrics, step=step, **(log_kwargs or {}).get(tracker.name, {}))
         if self.is_main_process or (self.log_all_ranks if all_ranks is None else all_ranks):
-            from accel._accel.trackers import flat_metrics
+            from accel.accelerator._trackers import flat_metrics
 
             self._metrics.write(flat_metrics(metrics), step)  # type: ignore[arg-type]
 
@@ -410,7 +418,7 @@ class Accelerator(ProcessApi, FolderApi):
 
         Given a folder instead of a step (Accelerate's ``save_state(output_dir)``), the
         same commit goes into that folder's own series and the folder names it
-        (:mod:`accel._accel.hfstate`); returns the folder.
+        (:mod:`accel.accelerator._hfstate`); returns the folder.
         """
         if isinstance(step, int) and not isinstance(step, bool):
             return self._save(step, tag=tag, extra=extra, async_save=async_save)
@@ -460,7 +468,7 @@ class Accelerator(ProcessApi, FolderApi):
         if self._sharder is None:
             optimizers = [o.state_dict() for o in self._optimizers]
             return [m.state_dict() for m in models], optimizers, None
-        from accel._fsdp.state import save_parts
+        from accel.accelerator._fsdp.state import save_parts
 
         return save_parts(models, self._optimizers)
 
@@ -468,7 +476,7 @@ class Accelerator(ProcessApi, FolderApi):
         """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none.
 
         The latest is the newest checkpoint every rank can read (a bad one is warned
-        about and skipped, see :mod:`accel._accel.resume`); ``step`` is that step or an error.
+        about and skipped, see :mod:`accel.accelerator._resume`); ``step`` is that step or an error.
         A folder ``save_state(folder)`` wrote restores the checkpoint it names.
         """
         automatic = step is None and self.project_configuration.automatic_checkpoint_naming
@@ -477,7 +485,7 @@ class Accelerator(ProcessApi, FolderApi):
         return self._load(step, [self.unwrap_model(m) for m in self._models])
 
     def _load(self, step: int | None, models: list[Any]) -> int | None:
-        from accel._accel import resume
+        from accel.accelerator import _resume as resume
 
         found = resume.agreed_step(self, step)
         if found is None:
@@ -515,7 +523,7 @@ class Accelerator(ProcessApi, FolderApi):
         """Restore what FSDP shards (a collective); the names of the objects restored."""
         if self._sharder is None and not saved:
             return frozenset()
-        from accel._fsdp.state import load_parts
+        from accel.accelerator._fsdp.state import load_parts
 
         return load_parts(self.checkpoints, step, saved, models, self._optimizers)
 

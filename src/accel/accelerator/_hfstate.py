@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from accel.errors import UsageError
 
 if TYPE_CHECKING:
-    from accel._accel.hfargs import ProjectConfiguration
+    from accel.accelerator._hfargs import ProjectConfiguration
     from accel.store.checkpoints import Checkpoints
     from accel.workspace import Workspace
 
@@ -328,13 +328,13 @@ class FolderApi:
 
     def register_save_state_pre_hook(self, hook: Any) -> Any:
         """``hook(models, weights, output_dir)`` before ``save_state(folder)`` saves."""
-        from accel._accel.hfstate import RemovableHandle
+        from accel.accelerator._hfstate import RemovableHandle
 
         return RemovableHandle(self._save_hooks, hook)
 
     def register_load_state_pre_hook(self, hook: Any) -> Any:
         """``hook(models, input_dir)`` before ``load_state(folder)`` restores."""
-        from accel._accel.hfstate import RemovableHandle
+        from accel.accelerator._hfstate import RemovableHandle
 
         return RemovableHandle(self._load_hooks, hook)
 
@@ -347,7 +347,7 @@ class FolderApi:
     ) -> None:
         """The model's weights as ``model.safetensors`` (sharded past ``max_shard_size``),
         written by the main process (every rank calls it: under FSDP it gathers)."""
-        from accel._accel.hfstate import save_model
+        from accel.accelerator._hfstate import save_model
 
         state = self.get_state_dict(model)
         if self.is_main_process:
@@ -355,7 +355,7 @@ class FolderApi:
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``obj`` to ``f`` (``torch.save``, or safetensors), by the main process, atomically."""
-        from accel._accel.hfstate import save_object
+        from accel.accelerator._hfstate import save_object
 
         if self.is_main_process:
             save_object(obj, f, safe_serialization)

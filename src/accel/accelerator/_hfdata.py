@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from accel._accel.accumulate import GradientState
+from accel.accelerator._accumulate import GradientState
 from accel.errors import UsageError
 
 
@@ -397,7 +397,7 @@ class HfLoader:
     def _synchronize(self, *, resumed: bool) -> None:
         """Every rank starts the epoch with rank 0's RNG states (Accelerate's rng_types);
         resumed mid-epoch, the global RNGs are each rank's own from the checkpoint."""
-        from accel._accel import ops
+        from accel.accelerator import _ops as ops
 
         if self.data.world_size == 1:
             return
