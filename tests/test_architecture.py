@@ -33,9 +33,8 @@ FLOORS: dict[str, int] = {
     "accel.runs": STORES,
     "accel.hang": STORES,
     "accel.telemetry": STORES,
-    "accel.metrics_tb": STORES,
     "accel.frameworks": STORES,
-    "accel.wslog": STORES,
+    "accel.training_log": STORES,
     "accel.crashlog": STORES,
     "accel.workspace": FACADE,
     "accel": OPERATIONS,  # the public API: Accelerator, Workspace, AccelError

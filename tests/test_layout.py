@@ -54,10 +54,10 @@ def test_every_file_accel_writes_in_a_run_folder_is_named_by_the_layout(tmp_path
     """``layout.RUN_FILE_RE`` is the one list (sync pulls these and nothing else): each
     writer's own path must be on it. hang.worker is loaded without accel, so its names
     are checked here against the layout's."""
+    from accel.accelerator._tensorboard import tensorboard_dir
     from accel.hang import worker
     from accel.hang.dump import write_workers
     from accel.launch.runner import LAUNCHER_LOG
-    from accel.metrics_tb import tensorboard_dir
     from accel.runs.logindex import index_path
     from accel.runs.metrics import METRICS_FILE
     from accel.telemetry import RESOURCES_FILE

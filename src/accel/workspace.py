@@ -313,9 +313,9 @@ class Workspace:
         )
 
     def log(self, message: str, level: str = "info", *, command: str | None = None) -> bool:
-        """Append one line to ``logs/training.log`` (see :func:`accel.wslog.log_event`);
+        """Append one line to ``logs/training.log`` (see :func:`accel.training_log.log_event`);
         False when it was not written. Never raises, never creates the workspace."""
-        from accel.wslog import log_event
+        from accel.training_log import log_event
 
         try:
             layout = self.layout

@@ -18,8 +18,8 @@ from clean_factory import DAY, age_tree, checkpoint, entry, run, workspace
 from accel import _faults
 from accel.clean import clean
 from accel.runs import read_record, records_this_run
+from accel.training_log import format_line
 from accel.workspace import Workspace
-from accel.wslog import format_line
 
 FORK = multiprocessing.get_context("fork")
 

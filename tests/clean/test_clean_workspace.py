@@ -18,8 +18,8 @@ from accel._fs import remove_tree
 from accel.clean import _execute as execute_mod
 from accel.clean import clean
 from accel.layout import make_owned_dir
+from accel.training_log import format_line
 from accel.workspace import Workspace
-from accel.wslog import format_line
 
 
 def accel(exe: list[str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

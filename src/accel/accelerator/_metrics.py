@@ -17,7 +17,7 @@ from accel.errors import AccelError, UsageError
 from accel.layout import METRICS_FILE
 
 if TYPE_CHECKING:
-    from accel.metrics_tb import TensorBoardLogger
+    from accel.accelerator._tensorboard import TensorBoardLogger
     from accel.workspace import Workspace
 
 _log = logging.getLogger("accel")
@@ -63,7 +63,7 @@ class MetricsLog:
     def _write_tensorboard(self, metrics: dict[str, Any], step: int) -> None:
         """The same scalars as TensorBoard events, when tensorboard is installed."""
         if not self._tensorboard_checked:
-            from accel.metrics_tb import open_tensorboard
+            from accel.accelerator._tensorboard import open_tensorboard
 
             self._tensorboard_checked = True
             self._tensorboard = open_tensorboard(self.file.parent, self.rank)

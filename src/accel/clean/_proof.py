@@ -15,7 +15,7 @@ from accel.clean._walk import walk
 from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
 from accel.layout import is_atomic_temp
 from accel.runs import read_record, records_this_run
-from accel.wslog import is_crash_log, is_log_file
+from accel.training_log import is_crash_log, is_log_file
 
 __all__ = ["accel_log", "debris", "in_flight", "provably_debris", "proves_debris", "proves_item"]
 

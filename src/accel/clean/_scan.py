@@ -3,7 +3,7 @@
 Reading only. Every item is classified by the one reader of its format: a checkpoint is
 what :mod:`accel.store.series` accepts, a cache entry what :mod:`accel.store.entry`
 accepts, a run what :func:`accel.runs.read_record` proves, a rotated log what
-:mod:`accel.wslog` wrote. Leftovers of accel's own interrupted writes and deletions
+:mod:`accel.training_log` wrote. Leftovers of accel's own interrupted writes and deletions
 carry its marker (``debris``). Anything else is ``unknown`` (and a checkpoint or entry
 whose record is refused, ``unreadable``): reported, never deleted.
 

@@ -377,7 +377,7 @@ def retire_checkpoint(
 def warn_kept(layout: Layout, path: Path, names: list[str], command: str = "retention") -> None:
     """A warning and a line in training.log: retention or a delete kept ``path`` for
     ``names``, the files accel did not make."""
-    from accel.wslog import log_event
+    from accel.training_log import log_event
 
     line = (
         f"kept {path}: it holds {len(names)} file(s) accel did not make "

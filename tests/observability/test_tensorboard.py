@@ -1,4 +1,4 @@
-"""accel.metrics_tb: scalars into TensorBoard event files, nothing without tensorboard."""
+"""accel.accelerator._tensorboard: scalars into TensorBoard event files, nothing without tensorboard."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accel import metrics_tb
+from accel.accelerator import _tensorboard as metrics_tb
 
 
 def test_scalars_keep_numbers_and_one_element_tensors_only() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from accel.training_log import format_line, log_paths
 from accel.workspace import Workspace
-from accel.wslog import format_line, log_paths
 
 
 def make_ws(project: Path, max_bytes: int = 1000, backups: int = 2) -> Workspace:
