@@ -229,10 +229,15 @@ def test_fsdp_flags_in_accels_and_accelerates_spelling(
         *("--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "SIZE_BASED_WRAP"),
         *("--fsdp_min_num_params", "5000", "--fsdp_reshard_after_forward", "false", SCRIPT),
     )
-    assert fsdp_env(accelerates) == on
+    # and, as accelerate launch, the FSDP variables accel's --fsdp leaves to their defaults
+    assert fsdp_env(accelerates).items() >= on.items()
+    assert fsdp_env(accelerates)["FSDP_SHARDING_STRATEGY"] == "FULL_SHARD"
     layers = plan(capsys, "--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "A,B", SCRIPT)
     assert fsdp_env(layers)["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "A,B"
-    assert fsdp_env(layers)["FSDP_AUTO_WRAP_POLICY"] == "TRANSFORMER_BASED_WRAP"
+    # no policy on an Accelerate line: Accelerate's NO_WRAP (tests/launch/test_launch_accelerate.py)
+    assert fsdp_env(layers)["FSDP_AUTO_WRAP_POLICY"] == "NO_WRAP"
+    own = plan(capsys, "--fsdp", "--fsdp-layer-classes", "A,B", SCRIPT)
+    assert fsdp_env(own)["FSDP_AUTO_WRAP_POLICY"] == "TRANSFORMER_BASED_WRAP"  # accel's default
     # A flag wins over the project file, which the workers would otherwise read.
     (project / ".accelerate" / "config").mkdir(parents=True)
     (project / ".accelerate" / "config" / "accelerate_config.yaml").write_text(

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 import typer
+from typer.core import TyperOption
 
-from accel.cli import _app, _output
+from accel.cli import _app, _help, _output
 from accel.errors import UsageError
 
 
@@ -381,6 +382,7 @@ def launch(
 
     torchrun's and Accelerate's flags keep their meaning; `_` works for `-` (--nproc_per_node).
     """
+    from accel.cli._launch_accelerate import checked
     from accel.cli._launch_flags import accelerate_env, translate
     from accel.cli._launch_pet import from_environment
     from accel.cli._launch_torchrun import torchrun_flags
@@ -392,9 +394,10 @@ def launch(
     said = pet.summary()
     given = translate(params)
     theirs = torchrun_flags(params)
-    flags = given.flags if theirs.grace is None else {
-        **given.flags, "launch.stop_grace_period": theirs.grace
-    }  # fmt: skip
+    hf = checked(params, ctx.meta.get(_GIVEN, {}))
+    flags = {**hf.flags, **given.flags}
+    if theirs.grace is not None:
+        flags["launch.stop_grace_period"] = theirs.grace
     for note in given.notes:
         _output.warn(f"{config_file}: {note}")
     requeue_argv: tuple[str, ...] = ()
@@ -408,8 +411,13 @@ def launch(
         script=script,
         script_args=tuple(script_args or ()),
         module=params["module"],
-        extra_env={**given.file_env, **accelerate_env(params), **parse_env_pairs(env or [])},
-        console="quiet" if quiet else "tee",
+        extra_env={
+            **given.file_env,
+            **accelerate_env(params),
+            **hf.env,
+            **parse_env_pairs(env or []),
+        },
+        console="quiet" if hf.quiet else "tee",
         role=params["role"] if params["role"] is not None else "default",
         console_ranks=parse_ranks(ranks),
         console_local_ranks=theirs.local_ranks,
@@ -420,7 +428,11 @@ def launch(
         total_processes=given.total_processes,
         multi_gpu=given.multi_gpu,
         main_endpoint=given.main_endpoint,
-        notes=tuple(n for n in (said, *theirs.notes, _requeue_note(requeue_argv)) if n is not None),
+        notes=tuple(
+            n
+            for n in (said, *theirs.notes, *hf.notes, _requeue_note(requeue_argv))
+            if n is not None
+        ),
     )
     ws = _app.workspace(ctx, flags=flags)
     try:
@@ -449,6 +461,36 @@ def launch(
     code = report(plan, outcome)
     _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
+
+
+_GIVEN = "accel.launch.accelerate"  # ctx.meta: values of the flags LaunchCommand adds
+
+
+class LaunchCommand(_help.Command):
+    """``accel launch``, with every other flag of ``accelerate launch`` added hidden (the
+    table in :mod:`accel.cli._launch_accelerate` decides what each does), and ``-q``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from accel.cli._launch_accelerate import generated
+
+        for name, placement in generated().items():
+            self.params.append(_hidden(f"--{_dashes(name)}", placement.switch))
+        self.params.append(_hidden("-q", True, "short_quiet"))
+
+
+def _hidden(option: str, switch: bool, name: str | None = None) -> TyperOption:
+    return TyperOption(
+        param_decls=[option] if name is None else [name, option],
+        is_flag=switch, default=False if switch else None, hidden=True,
+        expose_value=False, callback=_keep,
+    )  # fmt: skip
+
+
+def _keep(ctx: typer.Context, param: Any, value: Any) -> Any:
+    if value not in (None, False) and param.name is not None:
+        ctx.meta.setdefault(_GIVEN, {})[param.name] = value
+    return value
 
 
 def _print_completion(shell: str | None) -> None:

@@ -112,7 +112,9 @@ def _root(
 
 app.add_typer(config_cmd.app, name="config")
 app.command("status")(status_cmd.status)
-app.command("launch", cls=_help.Command, context_settings=launch_cmd.CONTEXT)(launch_cmd.launch)
+app.command("launch", cls=launch_cmd.LaunchCommand, context_settings=launch_cmd.CONTEXT)(
+    launch_cmd.launch
+)
 app.add_typer(runs_cmd.app, name="runs")
 app.command("logs", cls=_help.Command)(runs_cmd.logs)
 app.command("stack", cls=_help.Command)(stack_cmd.stack)
