@@ -334,6 +334,8 @@ def checked(params: Mapping[str, Any], given: Mapping[str, Any]) -> AccelerateFl
     for name, value in given.items():
         if name in FLAGS and FLAGS[name].kind == REFUSED and value not in (None, False):
             raise UsageError(f"--{name.replace('_', '-')}: {FLAGS[name].says}")
+    if str(params.get("mixed_precision") or "").strip().lower() == "fp8":
+        raise UsageError(f"--mixed-precision fp8: {_FP8}")
     values = {**{k: params.get(_PARAM.get(k, k)) for k in _DECLARED}, **given}
     flags: dict[str, Any] = {}
     notes: list[str] = []

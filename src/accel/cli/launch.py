@@ -182,7 +182,10 @@ def launch(
         help="KEY=VALUE for every worker (repeatable). (config launch.env)",
     ),
     quiet: bool = typer.Option(
-        False, "--quiet", help="Show no worker output on the console (logs keep it all)."
+        False,
+        "--quiet",
+        help="Show no worker output on the console (logs keep it all); on an Accelerate "
+        "command line, Accelerate's meaning.",
     ),
     ranks: str | None = typer.Option(
         None,
