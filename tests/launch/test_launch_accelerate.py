@@ -18,6 +18,7 @@ from launchutil import SCRIPTS, dry_run_json, refused
 
 from accel.cli._launch_accelerate import FLAGS, REFUSED, checked, markdown
 from accel.cli.main import main
+from run_helpers import Accel
 
 pytest.importorskip(
     "accelerate.commands.launch",
@@ -183,6 +184,19 @@ def test_quiet_has_accelerates_meaning_on_an_accelerate_line() -> None:
     assert not checked({}, {"short_quiet": True}).quiet  # -q: Accelerate's spelling only
     shared = {"quiet": True, "cpu": True, "tee": "3", "nnodes": "1", "node_rank": 0}
     assert checked(shared, {}).quiet  # torchrun's and accel's flags: accel's --quiet
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_quiet_on_an_accelerate_line_keeps_the_workers_output(accel: Accel, project: Path) -> None:
+    out = project / "out"
+    out.mkdir()
+    hf = accel("launch", "--cpu", "--quiet", "--num_processes", "2", SCRIPT, str(out))
+    assert hf.returncode == 0, hf.stdout + hf.stderr
+    assert "hello from rank 1" in hf.stdout and "--quiet is accepted" in hf.stdout + hf.stderr
+    ours = accel("launch", "--cpu", "--quiet", "-n", "2", SCRIPT, str(out))
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    assert "hello from rank" not in ours.stdout + ours.stderr  # accel's --quiet
 
 
 def test_the_docs_table_is_the_code() -> None:
