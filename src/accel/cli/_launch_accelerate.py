@@ -130,7 +130,7 @@ FLAGS: dict[str, Placement] = {
         "as torchrun's `--tee`: checked; every stream is on the console and in each rank's log",
     ),
     "log_dir": _refused(
-        "accel keeps every rank's stdout and stderr apart in logs/runs/<run>/rank-N.log; read "
+        "accel keeps every rank's stdout and stderr apart in `logs/runs/<run>/rank-N.log`; read "
         "them with `accel logs`",
     ),
     "role": _same("the workers' `ROLE_NAME`"),
@@ -237,6 +237,14 @@ for _name in (
     "deepspeed_moe_layer_cls_names",
 ):  # fmt: skip
     FLAGS[_name] = _refused(_DEEPSPEED)
+for _name, _instead in (
+    ("gradient_accumulation_steps", "give gradient_accumulation_steps= to Accelerator()"),
+    ("gradient_clipping", "clip in the script (accelerator.clip_grad_norm_)"),
+):
+    FLAGS[_name] = _refused(
+        "a DeepSpeed setting (Accelerate's launcher passes it to DeepSpeed only), and DeepSpeed "
+        f"is not supported by accel: {_instead}" + _INSTEAD
+    )
 for _name in (
     "tp_degree", "use_custom_fsdp", "no_load_optim", "eod_mask_loss",
     "overlap_cpu_optimizer_d2h_h2d", "no_save_optim", "optimizer_cpu_offload",
