@@ -138,7 +138,7 @@ def test_scancel_signal_term_saves_requeues_and_the_job_resumes_bit_for_bit(
     saved = set(re.findall(r"\[rank\d\] stop asked: saved step (\d+)", said))
     assert len(saved) == 1, said  # both ranks saved one and the same step
     (step,) = saved
-    assert f"accel: requeued SLURM job {job}" in said
+    assert f"accel: requeueing SLURM job {job}" in said
     assert said.count(f"resumed at step {step}") == 2, said
     assert json.loads((out / "final.json").read_text()) == json.loads(
         (whole / "final.json").read_text()

@@ -54,6 +54,9 @@ def requeue_after(plan: LaunchPlan, outcome: RunOutcome, argv: tuple[str, ...]) 
         return
     if outcome.status != RunStatus.INTERRUPTED or outcome.exit_code != 143:
         return
+    # Said first: once the requeue is done SLURM ends the job's processes, this one with
+    # them, so a line printed after scontrol returns can be lost (it was, under load).
+    _output.info(f"accel: requeueing SLURM job {argv[-1]}: it resumes from its newest checkpoint")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -62,8 +65,6 @@ def requeue_after(plan: LaunchPlan, outcome: RunOutcome, argv: tuple[str, ...]) 
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
         _output.warn(f"SLURM job {argv[-1]} not requeued: scontrol said {said[-1]}")
-        return
-    _output.info(f"accel: requeued SLURM job {argv[-1]}: it resumes from its newest checkpoint")
 
 
 def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
