@@ -29,26 +29,33 @@ def shard_loader(loader: Any, world_size: int, rank: int, seed: int) -> Prepared
         seed=seed,
         drop_last=loader.drop_last,
     )
-    options: dict[str, Any] = {}
-    if loader.num_workers > 0:
-        options["prefetch_factor"] = loader.prefetch_factor
-        options["persistent_workers"] = loader.persistent_workers
     rebuilt = DataLoader(
         loader.dataset,
         batch_size=loader.batch_size,
         sampler=sampler,
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
         drop_last=loader.drop_last,
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
         # Its own generator: creating an iterator must not draw from the global RNG,
         # or a resumed run (one iterator mid-epoch) would drift from the original.
         generator=torch.Generator(),
-        **options,
+        **kept_options(loader),
     )
     return PreparedDataLoader(rebuilt, sampler, seed)
+
+
+def kept_options(loader: Any) -> dict[str, Any]:
+    """What a sharded rebuild keeps of the user's loader: its workers, collation, pinning
+    and timeout (both shardings, accel's and Accelerate's, rebuild the same way)."""
+    options: dict[str, Any] = {
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+    }
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+        options["persistent_workers"] = loader.persistent_workers
+    return options
 
 
 class PreparedDataLoader:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.accelerator._accumulate import GradientState
+from accel.accelerator._data import kept_options
 from accel.errors import UsageError
 
 
@@ -172,21 +173,9 @@ def shard_hf(loader: Any, data: HfData, state: GradientState) -> HfLoader:
     rebuilt = DataLoader(
         loader.dataset,
         batch_sampler=batches,
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=loader.pin_memory,
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
         multiprocessing_context=loader.multiprocessing_context,
         generator=loader.generator,
-        **(
-            {
-                "prefetch_factor": loader.prefetch_factor,
-                "persistent_workers": loader.persistent_workers,
-            }
-            if loader.num_workers > 0
-            else {}
-        ),
+        **kept_options(loader),
     )
     hf = HfLoader(rebuilt, data, state, generator, loader.drop_last)
     if drawing is not None:
