@@ -224,8 +224,11 @@ def test_an_fsdp_line_gives_accelerates_accelerator_what_accelerate_launch_gives
             cwd=project, env=env, capture_output=True, text=True, timeout=140,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        lines = [ln.split("PROBE ", 1)[1] for ln in done.stdout.splitlines() if "PROBE " in ln]
-        return sorted((json.loads(ln) for ln in lines), key=lambda d: d["rank"])
+        # Accelerate's workers share the launcher's stdout, and with PYTHONUNBUFFERED
+        # print writes a line and its newline apart: two ranks' lines can arrive merged.
+        decode = json.JSONDecoder().raw_decode
+        parts = done.stdout.split("PROBE ")[1:]
+        return sorted((decode(part)[0] for part in parts), key=lambda d: d["rank"])
 
     bin_dir = Path(sys.executable).parent
     ours = seen(str(bin_dir / "accel"), "launch", "--cpu")

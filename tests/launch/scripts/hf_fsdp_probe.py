@@ -5,6 +5,7 @@ builds it only on an accelerator device, and these tests run on the CPU)."""
 
 import json
 import os
+import sys
 
 from accelerate import Accelerator, FullyShardedDataParallelPlugin
 
@@ -30,5 +31,7 @@ if plugin is not None:
         activation_checkpointing=plugin.activation_checkpointing,
         min_num_params=plugin.min_num_params,
     )
-print("PROBE " + json.dumps(seen, sort_keys=True), flush=True)
+# One write per line: the workers may share one pipe (see the test's reader).
+sys.stdout.write("PROBE " + json.dumps(seen, sort_keys=True) + "\n")
+sys.stdout.flush()
 acc.end_training()
