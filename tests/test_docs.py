@@ -42,10 +42,10 @@ def test_every_link_and_docs_path_in_the_docs_exists() -> None:
 
 
 def test_the_sync_page_names_the_files_a_checkpoint_holds() -> None:
-    from accel.store.checkpoints import MANIFEST, STATE_FILE
+    from accel.store.checkpoints import MANIFEST, STATE_TENSORS
 
     text = (ROOT / "docs" / "sync.md").read_text()
-    assert STATE_FILE in text and MANIFEST in text and "state.pt" not in text
+    assert STATE_TENSORS in text and MANIFEST in text and "state.pt" not in text
 
 
 def _pull_section() -> str:

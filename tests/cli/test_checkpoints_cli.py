@@ -15,7 +15,7 @@ import pytest
 import torch
 from accel_runner import cli, runs_without_heavy_imports
 
-from accel.store.checkpoints import STATE_FILE, Checkpoints
+from accel.store.checkpoints import STATE_TENSORS, Checkpoints
 from accel.workspace import Workspace
 
 
@@ -86,7 +86,7 @@ def test_list_reports_debris_and_unreadable_folders_without_crashing(
     stage = series / ".tmp-000000000030-0123456789ab"  # a save killed before its commit
     stage.mkdir()
     (stage / ".accel-owned").touch()
-    (stage / STATE_FILE).write_bytes(b"half")
+    (stage / STATE_TENSORS).write_bytes(b"half")
     bad = series / "step-000000000040"
     bad.mkdir()
     (bad / "manifest.json").write_text("{not json")
@@ -141,9 +141,9 @@ def test_show_the_manifest_and_what_the_state_holds(saved: dict[str, Any], ws: W
     plain = cli("checkpoints", "show", "step-000000000005")
     assert plain.exit_code == 0, plain.output
     assert "plain step 5" in plain.stdout and "state keys" in plain.stdout
-    assert manifest["files"][STATE_FILE]["checksum"] not in plain.stdout  # another step
+    assert manifest["files"][STATE_TENSORS]["checksum"] not in plain.stdout  # another step
     shown = cli("checkpoints", "show", "20").stdout
-    assert manifest["files"][STATE_FILE]["checksum"] in shown and "loss, epoch" in shown
+    assert manifest["files"][STATE_TENSORS]["checksum"] in shown and "loss, epoch" in shown
 
 
 @pytest.mark.slow
@@ -187,7 +187,7 @@ def test_verify_all_match_then_a_flipped_byte_fails_naming_the_file(
     ok = run(accel_exe, "checkpoints", "verify")
     assert ok.returncode == 0, ok.stderr
     assert "verified 3 checkpoint(s)" in ok.stdout and "all match" in ok.stdout
-    victim = ws.checkpoints_dir / "default" / "step-000000000010" / STATE_FILE
+    victim = ws.checkpoints_dir / "default" / "step-000000000010" / STATE_TENSORS
     flip_byte(victim)
     bad = run(accel_exe, "checkpoints", "verify")
     assert bad.returncode == 1
@@ -196,7 +196,7 @@ def test_verify_all_match_then_a_flipped_byte_fails_naming_the_file(
     assert run(accel_exe, "checkpoints", "verify", "20").returncode == 0
     data = json.loads(run(accel_exe, "checkpoints", "verify", "10", "--json").stdout)
     assert data["ok"] is False
-    assert data["checkpoints"][0]["problems"][0]["file"] == STATE_FILE
+    assert data["checkpoints"][0]["problems"][0]["file"] == STATE_TENSORS
 
 
 @pytest.mark.slow
@@ -205,14 +205,14 @@ def test_verify_fails_on_a_missing_or_truncated_file_and_an_unreadable_manifest(
 ) -> None:
     folder = ws.checkpoints_dir / "default" / "step-000000000010"
     (folder / "rank-0.tensors").unlink()
-    state = folder / STATE_FILE
+    state = folder / STATE_TENSORS
     state.write_bytes(state.read_bytes()[:-1])
     result = cli("checkpoints", "verify", "10", "--json")
     assert result.exit_code == 1
     problems = json.loads(result.stdout)["checkpoints"][0]["problems"]
     assert {p["file"]: p["problem"] for p in problems} == {
         "rank-0.tensors": "is missing",
-        STATE_FILE: f"has {state.stat().st_size} bytes, its manifest says "
+        STATE_TENSORS: f"has {state.stat().st_size} bytes, its manifest says "
         f"{state.stat().st_size + 1}",
     }
     other = ws.checkpoints_dir / "plain" / "step-000000000005" / "manifest.json"

@@ -404,4 +404,4 @@ def test_the_names_checkpoints_exports_are_their_homes_own() -> None:
     assert checkpoints.check_step is series.check_step
     assert checkpoints.series_from_env is series.series_from_env
     assert checkpoints.read_manifest is manifest.read_manifest
-    assert checkpoints.STATE_FILE == "state.tensors"
+    assert checkpoints.STATE_TENSORS == "state.tensors"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel.admin._reading import gone, read_checkpoint
 from accel.errors import IntegrityError
-from accel.store.checkpoints import STATE_FILE
+from accel.store.checkpoints import STATE_TENSORS
 from accel.store.manifest import Manifest
 from accel.store.series import Found
 from accel.store.tensorfile import read_outline
@@ -60,10 +60,10 @@ def show_checkpoint(ws: Workspace, step: int, series: str | None) -> CheckpointD
 
 
 def _detail(found: Found) -> CheckpointDetail:
-    if STATE_FILE not in found.manifest.files:
+    if STATE_TENSORS not in found.manifest.files:
         return CheckpointDetail(found.path, found.manifest)
     try:
-        state = read_outline(found.path / STATE_FILE)
+        state = read_outline(found.path / STATE_TENSORS)
     except IntegrityError as exc:
         if gone(found):
             raise  # removed while being read: not damaged

@@ -42,7 +42,7 @@ from accel.admin.progress import SILENT, Progress
 from accel.admin.verify import VerifyTargets, verify
 from accel.errors import IntegrityError, UsageError, storage_error
 from accel.layout import SHARDED_DIR
-from accel.store.checkpoints import STATE_FILE
+from accel.store.checkpoints import STATE_TENSORS
 from accel.store.hashing import fsync_file
 from accel.store.series import Found
 from accel.store.tensorfile import TensorRef, read_outline
@@ -215,8 +215,8 @@ def _locate(found: Found, where: tuple[str, ...] | None, asked: str | None) -> _
     if any(name.startswith(f"{SHARDED}/") for name in found.manifest.files):
         sharded = _dcp.read(found.path / SHARDED, found.manifest.files)
         outlines.append((SHARDED, _dcp.outline(sharded)))
-    if STATE_FILE in found.manifest.files:
-        outlines.append((STATE_FILE, read_outline(found.path / STATE_FILE)))
+    if STATE_TENSORS in found.manifest.files:
+        outlines.append((STATE_TENSORS, read_outline(found.path / STATE_TENSORS)))
     for origin, tree in outlines:
         path = _model.find_model(tree, _is_ref, where)
         if path is not None:
@@ -243,7 +243,7 @@ def _load(found: Found, source: _Source) -> dict[str, Any]:
 
     from accel.store.tensorfile import load_tensor_file
 
-    state = load_tensor_file(found.path / STATE_FILE, found.manifest.files[STATE_FILE])
+    state = load_tensor_file(found.path / STATE_TENSORS, found.manifest.files[STATE_TENSORS])
     tensors, _ = _model.flatten(_model.subtree(state, source.path), torch.is_tensor)
     return tensors
 

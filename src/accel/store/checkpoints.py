@@ -61,7 +61,7 @@ from accel.store.tensorfile import load_tensor_file, require_tensor_tree, save_t
 
 __all__ = [
     "MANIFEST",
-    "STATE_FILE",
+    "STATE_TENSORS",
     "CheckpointInfo",
     "Checkpoints",
     "check_series",
@@ -70,7 +70,7 @@ __all__ = [
     "series_from_env",
 ]
 
-STATE_FILE = "state.tensors"
+STATE_TENSORS = "state.tensors"  # a step's state tree (layout.STATE_FILE is the key-value store)
 
 
 @dataclass(frozen=True)
@@ -208,10 +208,10 @@ class Checkpoints:
     ) -> Any:
         """The state saved at ``step`` (None: the latest), verified against its checksums."""
         found = self._resolve(step, series)
-        digest = found.manifest.files.get(STATE_FILE)
+        digest = found.manifest.files.get(STATE_TENSORS)
         if digest is None:
-            raise IntegrityError(f"{found.path} has no {STATE_FILE}; it is damaged, delete it")
-        return load_tensor_file(found.path / STATE_FILE, digest, map_location)
+            raise IntegrityError(f"{found.path} has no {STATE_TENSORS}; it is damaged, delete it")
+        return load_tensor_file(found.path / STATE_TENSORS, digest, map_location)
 
     def load_rank_state(
         self, step: int, rank: int, map_location: Any = "cpu", *, series: str | None = None
@@ -436,7 +436,7 @@ def write_files(
     if sharded is not None:  # first: a collective that every rank must reach
         files.update(sharded_mod.save(sharded, tmp / sharded_mod.FOLDER, ctx))
     if ctx.rank == 0:
-        files[STATE_FILE] = save_tensor_file(state, tmp / STATE_FILE).to_json()
+        files[STATE_TENSORS] = save_tensor_file(state, tmp / STATE_TENSORS).to_json()
     if rank_state is not None:
         name = rank_name(ctx.rank, ".tensors")
         files[name] = save_tensor_file(rank_state, tmp / name).to_json()
