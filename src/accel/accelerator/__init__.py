@@ -236,6 +236,7 @@ class Accelerator(ProcessApi, FolderApi):
                 scale_steps(obj, self.scaler)
             if self.hf_compat or self.gradient_accumulation_steps > 1:
                 gate_steps(obj, self._gradient_state)
+            obj.register_load_state_dict_pre_hook(lambda *_: self.wait_for_snapshot())
             self._optimizers.append(obj)
             return obj
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
@@ -276,6 +277,7 @@ class Accelerator(ProcessApi, FolderApi):
             import torch
 
             model = torch.compile(model, backend=self._dynamo)
+        model.register_load_state_dict_pre_hook(lambda *_: self.wait_for_snapshot())
         self._models.append(model)
         return model
 
@@ -424,6 +426,13 @@ class Accelerator(ProcessApi, FolderApi):
             return self._save(step, tag=tag, extra=extra, async_save=async_save)
         return self._save_to_folder(step)
 
+    def wait_for_snapshot(self) -> None:
+        """Wait until the snapshot of the async ``save_state`` in flight is copied (not
+        written): then parameters may change outside an optimizer's ``step()``, which
+        waits for it itself (docs/worker-api.md, "Overlapped snapshots")."""
+        for store in {id(s): s for s in (self.checkpoints, *self._stores.values())}.values():
+            store.fence()
+
     def _save(
         self,
         step: int,
@@ -433,6 +442,7 @@ class Accelerator(ProcessApi, FolderApi):
         async_save: bool | None = None,
         weights: list[Any] | None = None,
     ) -> Any:
+        from accel.store.async_save import outside_optimizers
         from accel.store.collectives import arrive, named
 
         if self._sharder is not None:
@@ -460,6 +470,7 @@ class Accelerator(ProcessApi, FolderApi):
                 async_save=async_save,
                 rank_state={"rng": rng_state()},
                 sharded=sharded,
+                copy_now=outside_optimizers(self._optimizers),
             )
 
     def _state_dicts(self) -> tuple[list[Any], list[Any], dict[str, Any] | None]:

@@ -1,10 +1,14 @@
 """A checkpoint saved in the background: a snapshot of the state, then a thread that writes it.
 
-:class:`SnapshotPool` copies the state tree into CPU memory before ``save`` returns,
-reusing its buffers across saves: copying into buffers already touched by the previous
-save avoids page faults, which cost more than the copy itself for large states; the
-copies of contiguous CPU tensors run as 8 MiB memcpys on a few threads (numpy releases
-the GIL), since the caller is blocked for exactly this long.
+:class:`SnapshotPool` copies the state tree into CPU memory, reusing its buffers across
+saves: copying into buffers already touched by the previous save avoids page faults,
+which cost more than the copy itself for large states. :meth:`SnapshotPool.take` copies
+the containers and the tensors that training may change at any moment (module buffers,
+which forward rewrites without a trace) before ``save`` returns, as 8 MiB memcpys on a
+few threads (numpy releases the GIL); the rest (what only an optimizer changes) is
+copied by :meth:`Snapshot.copy` in the writer's thread while the next forward and
+backward run. :meth:`Snapshot.fence` waits for that copy; every optimizer's ``step()``
+calls it first (a global step pre-hook), so the copy is whole before the state moves.
 
 :class:`AsyncSave` writes the snapshot in a thread of its own and keeps its error for
 :meth:`Checkpoints.wait`. While it runs, a note beside the worker's error file
@@ -24,7 +28,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["AsyncSave", "SnapshotPool", "saving_note"]
+__all__ = [
+    "AsyncSave",
+    "Snapshot",
+    "SnapshotPool",
+    "fence_all",
+    "outside_optimizers",
+    "saving_note",
+]
 
 T = TypeVar("T")
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"  # every worker of accel launch (and torchrun) has one
@@ -88,18 +99,113 @@ class AsyncSave(Generic[T]):
 
 _CHUNK = 8 << 20
 
+#: Test seams (None in normal use): ``_before_copy`` runs in the copying thread before
+#: the background copies start; ``_on_fence`` runs in the fencing thread before it waits.
+#: Tests hold the copy on an event that the fence sets: no timing involved.
+_before_copy: Callable[[], None] | None = None
+_on_fence: Callable[[], None] | None = None
+
+_in_flight: set[Snapshot] = set()
+_hooked = False
+
+
+def fence_all() -> None:
+    """Wait until every snapshot being copied in this process is copied."""
+    for snapshot in list(_in_flight):
+        snapshot.fence()
+
+
+def _fence_before_any_step(*_: Any) -> None:
+    fence_all()
+
+
+def _hook_optimizers() -> None:
+    """Every optimizer's ``step()`` waits for the snapshot in flight, prepared or not."""
+    global _hooked
+    if not _hooked:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(_fence_before_any_step)
+        _hooked = True
+
+
+def outside_optimizers(optimizers: Any) -> Callable[[Any], bool]:
+    """For ``Checkpoints.save(copy_now=...)``: true for a tensor that none of
+    ``optimizers`` owns (a parameter of theirs, or their state): module buffers, frozen
+    parameters, anything else training may change outside a ``step()``."""
+    import torch
+
+    owned: set[int] = set()
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            owned.update(_storage(p) for p in group["params"])
+        for state in optimizer.state.values():
+            owned.update(_storage(v) for v in state.values() if isinstance(v, torch.Tensor))
+    owned.discard(0)  # empty tensors: no storage to tell apart
+    return lambda tensor: _storage(tensor) not in owned
+
+
+def _storage(tensor: Any) -> int:
+    local = getattr(tensor, "_local_tensor", tensor)  # a DTensor's shard
+    return int(local.untyped_storage().data_ptr())
+
+
+class Snapshot:
+    """A copy of a state tree, made in two parts: what the caller must not wait for is
+    copied by :meth:`copy` (in the writer's thread), while training goes on.
+
+    :attr:`tree` is the copy (the pool's buffers); it is whole once :meth:`copy`
+    returned. :meth:`fence` waits for that. A tensor whose version counter moved before
+    its copy was done is listed in :attr:`torn`: the writer refuses to commit it.
+    """
+
+    def __init__(self, tree: Any, jobs: list[tuple[Any, Any, int, str]]) -> None:
+        self.tree = tree
+        self.torn: list[str] = []
+        self._jobs = jobs
+        self._done = threading.Event()
+        if jobs:
+            _hook_optimizers()
+            _in_flight.add(self)
+        else:
+            self._done.set()
+
+    def copy(self) -> None:
+        """Copy the tensors left for the background, then check their versions."""
+        try:
+            if self._jobs and _before_copy is not None:
+                _before_copy()
+            for dst, src, _, _ in self._jobs:
+                _copy_alone(dst, src)
+            self.torn = [where for _, src, version, where in self._jobs if src._version != version]
+        finally:
+            self._jobs = []  # the sources are the caller's: hold them no longer
+            _in_flight.discard(self)
+            self._done.set()
+
+    def fence(self) -> None:
+        """Wait until :meth:`copy` is done (not the write that follows it)."""
+        if _on_fence is not None and not self._done.is_set():
+            _on_fence()
+        self._done.wait()
+
 
 class SnapshotPool:
     def __init__(self) -> None:
         self._buffers: list[Any] = []
         self._jobs: list[tuple[Any, Any]] = []
+        self._later: list[tuple[Any, Any, int, str]] = []
         self._threads: ThreadPoolExecutor | None = None
 
     def snapshot(self, tree: Any) -> Any:
         """A copy of ``tree`` whose tensors live in this pool's CPU buffers."""
-        counter = [0]
-        self._jobs = []
-        copy = self._copy(tree, counter)
+        return self.take(tree, None).tree
+
+    def take(self, tree: Any, later: Callable[[Any], bool] | None) -> Snapshot:
+        """A :class:`Snapshot` of ``tree``: containers and every tensor for which ``later``
+        is false are copied now; the rest by the snapshot's :meth:`Snapshot.copy`."""
+        self._jobs, self._later = [], []
+        copy = self._copy(tree, [0], later, "state")
         jobs, self._jobs = self._jobs, []
         if len(jobs) > 1:
             if self._threads is None:
@@ -112,33 +218,38 @@ class SnapshotPool:
         else:
             for job in jobs:
                 _memcpy(job)
-        return copy
+        background, self._later = self._later, []
+        return Snapshot(copy, background)
 
-    def _copy(self, value: Any, counter: list[int]) -> Any:
+    def _copy(self, value: Any, counter: list[int], later: Any, where: str) -> Any:
         kind = type(value)
         if kind in (dict, OrderedDict):
-            return kind((k, self._copy(v, counter)) for k, v in value.items())
+            items = value.items()
+            return kind((k, self._copy(v, counter, later, f"{where}[{k!r}]")) for k, v in items)
         if kind in (list, tuple):
-            return kind(self._copy(v, counter) for v in value)
+            numbered = enumerate(value)
+            return kind(self._copy(v, counter, later, f"{where}[{i}]") for i, v in numbered)
         import torch
 
         if isinstance(value, torch.Tensor):
-            return self._tensor(value, counter)
+            buf = self._buffer(value.detach(), counter)
+            if later is not None and later(value):
+                self._later.append((buf, value, value._version, where))
+            else:
+                self._plan_copy(buf, value.detach())
+            return buf
         return value  # immutable leaves: numbers, strings, bytes, None, dtypes
 
-    def _tensor(self, tensor: Any, counter: list[int]) -> Any:
+    def _buffer(self, source: Any, counter: list[int]) -> Any:
         import torch
 
         index = counter[0]
         counter[0] += 1
-        source = tensor.detach()
         if index < len(self._buffers):
             buf = self._buffers[index]
             if buf.shape == source.shape and buf.dtype == source.dtype:
-                self._plan_copy(buf, source)
                 return buf
         buf = torch.empty(source.shape, dtype=source.dtype, device="cpu")
-        self._plan_copy(buf, source)
         if index < len(self._buffers):
             self._buffers[index] = buf
         else:
@@ -151,17 +262,35 @@ class SnapshotPool:
         torch's own parallel copy spins up its thread pool, which costs more than the
         copy on a busy machine (measured 3x slower than plain memcpy on 2 loaded cores).
         """
-        if src.device.type != "cpu" or not src.is_contiguous() or src.numel() == 0:
-            dst.copy_(src)
-            return
-        try:
-            import numpy  # noqa: F401 - the memcpys go through numpy
-        except ImportError:
+        if not _plain(src):
             dst.copy_(src)
             return
         out, into = _bytes(dst), _bytes(src)
         for start in range(0, len(into), _CHUNK):
             self._jobs.append((out[start : start + _CHUNK], into[start : start + _CHUNK]))
+
+
+def _plain(src: Any) -> bool:
+    """Copied as raw bytes through numpy: a contiguous, non-empty CPU tensor."""
+    if src.device.type != "cpu" or not src.is_contiguous() or src.numel() == 0:
+        return False
+    try:
+        import numpy  # noqa: F401 - the memcpys go through numpy
+    except ImportError:
+        return False
+    return True
+
+
+def _copy_alone(dst: Any, src: Any) -> None:
+    """One copy in one thread, 8 MiB at a time: numpy releases the GIL for each, so the
+    training thread runs beside it, and no thread pool competes with training's own."""
+    src = src.detach()
+    if not _plain(src):
+        dst.copy_(src)
+        return
+    out, into = _bytes(dst), _bytes(src)
+    for start in range(0, len(into), _CHUNK):
+        _memcpy((out[start : start + _CHUNK], into[start : start + _CHUNK]))
 
 
 def _memcpy(job: tuple[Any, Any]) -> None:

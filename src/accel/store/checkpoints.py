@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_rea
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
 from accel.store._trace import phase
-from accel.store.async_save import AsyncSave, SnapshotPool
+from accel.store.async_save import AsyncSave, Snapshot, SnapshotPool
 from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import parse_manifest, read_manifest
@@ -135,6 +136,7 @@ class Checkpoints:
         self._pool = SnapshotPool()
         self._dist: DistContext | None = None
         self._pending: AsyncSave[CheckpointInfo] | None = None
+        self._snapshot: Snapshot | None = None
         self._lease: SeriesLease | None = None
         self._last: CheckpointInfo | None = None
         self._reaper = Reaper(background=True)
@@ -284,12 +286,19 @@ class Checkpoints:
         async_save: bool | None = None,
         rank_state: Any = None,
         sharded: dict[str, Any] | None = None,
+        copy_now: Callable[[Any], bool] | None = None,
     ) -> CheckpointInfo | None:
         """Commit ``state`` as checkpoint ``step``; the info, or None for an async save.
 
         ``rank_state`` is saved per rank (``rank-<N>.tensors``); ``state`` once, by rank 0;
         ``sharded`` (a state dict of DTensors / FSDP sharded state) through
         ``torch.distributed.checkpoint`` into ``sharded/`` (sync saves only).
+
+        An async save returns before its tensors are copied: the copy runs beside the
+        caller, and the tensors must not change until :meth:`fence` returns. Every
+        optimizer's ``step()``, this store's next ``save``, ``load`` and ``wait`` fence
+        first. The tensors for which ``copy_now`` is true (all, when None: as before a
+        fence could be trusted) are copied before ``save`` returns.
         """
         check_step(step)
         if tag is not None and not isinstance(tag, str):
@@ -307,13 +316,26 @@ class Checkpoints:
         if not async_save:
             self._last = self._write(state, rank_state, step, tag, self._dist, sharded)
             return self._last
+        later = None if copy_now is None else (lambda tensor: not copy_now(tensor))
         with phase("snapshot"):
-            snapshot = self._pool.snapshot((state, rank_state))
+            snapshot = self._snapshot = self._pool.take((state, rank_state), later)
         ctx = self._dist
-        self._pending = AsyncSave(
-            lambda: self._write(snapshot[0], snapshot[1], step, tag, ctx), f"accel-save-{step}"
-        ).start()
+
+        def persist() -> CheckpointInfo:
+            with phase("snapshot-copy"):
+                snapshot.copy()
+            tree = snapshot.tree
+            whole = lambda: _whole(snapshot, step)  # noqa: E731 - every rank checks its own
+            return self._write(tree[0], tree[1], step, tag, ctx, check=whole)
+
+        self._pending = AsyncSave(persist, f"accel-save-{step}").start()
         return None
+
+    def fence(self) -> None:
+        """Wait until the async save in flight has its copy of the state (not its write):
+        from then on the state may change."""
+        if self._snapshot is not None:
+            self._snapshot.fence()
 
     def _arrive(self, name: str) -> None:
         """Every rank must reach a checkpoint collective; a bounded wait says who did not."""
@@ -324,7 +346,8 @@ class Checkpoints:
 
     def wait(self) -> CheckpointInfo | None:
         """Join background work; raise a failed save's error. The last saved info."""
-        pending, self._pending = self._pending, None
+        self.fence()  # the copy first: its write may need every rank's
+        pending, self._pending, self._snapshot = self._pending, None, None
         try:
             if pending is not None:
                 self._last = pending.join()
@@ -344,6 +367,7 @@ class Checkpoints:
         tag: str | None,
         ctx: DistContext,
         sharded: Any = None,
+        check: Callable[[], None] | None = None,
     ) -> CheckpointInfo:
         series = self.series_name
         prepared = None
@@ -352,7 +376,7 @@ class Checkpoints:
                 prepared = attempt(ctx, lambda: str(self._prepare(series, step)))
         tmp = Path(collect(ctx.broadcast(prepared)))
         try:
-            written = attempt(ctx, lambda: write_files(tmp, state, rank_state, ctx, sharded))
+            written = attempt(ctx, lambda: _checked(check, tmp, state, rank_state, ctx, sharded))
             files: dict[str, Any] = {}
             for part in ctx.all_gather(written):
                 files.update(collect(part, WriteFailed))
@@ -426,6 +450,23 @@ class Checkpoints:
         if kept:
             series_mod.warn_kept(self.layout, found.path, kept, "checkpoints.delete")
         return gone and kept is not None
+
+
+def _whole(snapshot: Snapshot, step: int) -> None:
+    """Refuse a snapshot whose source changed before it was copied: it is torn."""
+    if snapshot.torn:
+        shown = ", ".join(snapshot.torn[:3]) + (" ..." if len(snapshot.torn) > 3 else "")
+        raise UsageError(
+            f"checkpoint {step} was not saved: {shown} changed while its snapshot was being "
+            "copied; change what an optimizer owns only in its step(), or after "
+            "Accelerator.wait_for_snapshot() (Checkpoints.fence())"
+        )
+
+
+def _checked(check: Callable[[], None] | None, *args: Any) -> dict[str, Any]:
+    if check is not None:
+        check()
+    return write_files(*args)
 
 
 def write_files(
