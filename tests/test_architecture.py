@@ -25,6 +25,7 @@ FLOORS: dict[str, int] = {
     "accel._locks": GROUND,
     "accel._faults": GROUND,
     "accel._version": GROUND,
+    "accel._worker_hooks": GROUND,
     "accel.layout": BASE,
     "accel.config": BASE,
     "accel.identity": BASE,

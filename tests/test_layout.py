@@ -11,7 +11,14 @@ from accel import layout
 from accel.workspace import Workspace
 from tests_paths import ROOT
 
-GROUND_FLOOR = {"accel.errors", "accel._fs", "accel._locks", "accel._faults", "accel.layout"}
+GROUND_FLOOR = {
+    "accel.errors",
+    "accel._fs",
+    "accel._locks",
+    "accel._faults",
+    "accel._worker_hooks",
+    "accel.layout",
+}
 
 
 @pytest.mark.parametrize("module", ["layout", "identity", "_faults"])
@@ -52,8 +59,9 @@ def test_an_atomic_write_temp_is_known_by_its_exact_name(name: str, ok: bool) ->
 
 def test_every_file_accel_writes_in_a_run_folder_is_named_by_the_layout(tmp_path: Path) -> None:
     """``layout.RUN_FILE_RE`` is the one list (sync pulls these and nothing else): each
-    writer's own path must be on it. hang.worker is loaded without accel, so its names
-    are checked here against the layout's."""
+    writer's own path must be on it, the stack dumps and heartbeats of accel._worker_hooks
+    (loaded by workers without accel) included."""
+    from accel import _worker_hooks
     from accel.accelerator._tensorboard import tensorboard_dir
     from accel.hang import worker
     from accel.hang.dump import write_workers
@@ -81,6 +89,7 @@ def test_every_file_accel_writes_in_a_run_folder_is_named_by_the_layout(tmp_path
     for name in written:
         rel = Path(name).relative_to(run).as_posix() if name.startswith("/") else name
         assert layout.RUN_FILE_RE.fullmatch(rel), rel
-    assert (worker.STACKS_DIR, worker.HEARTBEATS_DIR) == (layout.STACKS_DIR, layout.HEARTBEATS_DIR)
+    assert worker.stacks_path is _worker_hooks.stacks_path  # one spelling, the layout's too
+    assert layout.rank_name is _worker_hooks.rank_name
     for planted in ("sitecustomize.py", "stacks/evil.py", "rank-0.log.py", "usercustomize.pth"):
         assert not layout.RUN_FILE_RE.fullmatch(planted)

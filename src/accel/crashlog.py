@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from accel._redact import redact_argv, redact_text, scrub, secret_values
+from accel.layout import CRASH_LOG_PREFIX, LOG_SUFFIX
 
 
 def crash_text(version: str, argv: list[str], trace: str, env: Mapping[str, str]) -> str:
@@ -84,7 +85,7 @@ def _private_dir(path: Path) -> Path:
 
 def _write_new(folder: Path, text: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = folder / f"crash-{stamp}-{os.getpid()}-{secrets.token_hex(4)}.log"
+    path = folder / f"{CRASH_LOG_PREFIX}{stamp}-{os.getpid()}-{secrets.token_hex(4)}{LOG_SUFFIX}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     try:

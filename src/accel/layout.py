@@ -34,6 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel._fs import TMP_PREFIX, fsync_dir, remove_tree
+from accel._worker_hooks import CRASH_SUFFIX, STACK_SUFFIX
+from accel._worker_hooks import HEARTBEATS_DIR as HEARTBEATS_DIR
+from accel._worker_hooks import RANK_PREFIX as RANK_PREFIX
+from accel._worker_hooks import STACKS_DIR as STACKS_DIR
+from accel._worker_hooks import rank_name as rank_name
 
 __all__ = [
     "LAYOUT_VERSION",
@@ -81,6 +86,10 @@ RUNS_DIR = "runs"
 TMP_DIR = "tmp"
 TRAINING_LOG = "training.log"
 DATA_NAMES = frozenset({STATE_FILE, CACHE_DIR, CHECKPOINTS_DIR, LOGS_DIR, TMP_DIR})
+# The same places as /-separated paths from the data folder (a sync remote mirrors them)
+CONFIG_REL = f"{CONFIG_DIR}/{CONFIG_NAME}"
+RUNS_REL = f"{LOGS_DIR}/{RUNS_DIR}"
+ENTRIES_REL = f"{CACHE_DIR}/{ENTRIES_DIR}"
 # -- items and their proofs --------------------------------------------------------------
 MANIFEST = "manifest.json"  # a committed checkpoint (written last)
 CACHE_META = "meta.json"  # a committed cache entry (written last)
@@ -97,26 +106,28 @@ ASIDE_RE = re.compile(r"\.old-([0-9]{12})-([0-9a-f]{12})")  # the old copy while
 DELETED_RE = re.compile(r"\.del-[0-9a-f]{12}")  # anything being deleted, beside its place
 SYNC_STAGE_RE = re.compile(r"\.tmp-sync-[0-9a-f]{12}")  # a checkpoint or entry being pulled
 VERSION_RE = re.compile(r"v[0-9a-f]{16}")  # a cache entry's payload version folder
-ROTATED_LOG_RE = re.compile(r"training\.log\.[0-9]+")
-CRASH_LOG_RE = re.compile(r"crash-[0-9]{8}-[0-9]{6}-[0-9]+(-[0-9a-f]{8})?\.log")
+ROTATED_LOG_RE = re.compile(rf"{re.escape(TRAINING_LOG)}\.[0-9]+")
+LOG_SUFFIX = ".log"  # rank-N.log (what each rank printed), crash-*.log
+CRASH_LOG_PREFIX = "crash-"  # logs/crash-<stamp>-<pid>-<hex>.log: an unexpected error
+CRASH_LOG_RE = re.compile(
+    rf"{CRASH_LOG_PREFIX}[0-9]{{8}}-[0-9]{{6}}-[0-9]+(-[0-9a-f]{{8}})?{re.escape(LOG_SUFFIX)}"
+)
 # -- a run folder (logs/runs/<run-id>/): every file accel writes there -------------------
 LAUNCHER_LOG = "launcher.log"  # torch's own messages and C++ traces, kept off the console
 METRICS_FILE = "metrics.jsonl"  # what the script logs (Accelerator.log)
 RESOURCES_FILE = "resources.jsonl"  # CPU, memory and GPU samples
 WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
 LOG_INDEX_SUFFIX = ".idx"  # beside each rank-N.log: time -> offset
-STACKS_DIR = "stacks"  # rank-N.txt (dumped on SIGUSR1), rank-N.crash.txt (fatal signals)
-HEARTBEATS_DIR = "heartbeats"  # rank-N, touched by each worker
 TB_DIR = "tensorboard"  # rank-N/events.out.tfevents.*
-_RANK = r"rank-[0-9]{1,6}"
+_RANK = rf"{re.escape(RANK_PREFIX)}[0-9]{{1,6}}"
+# STACKS_DIR, HEARTBEATS_DIR and rank_name (rank-N) come from accel._worker_hooks, which
+# workers load without accel.
 SHARDED_DIR = "sharded"  # a checkpoint's DCP shards (FSDP), beside its manifest
 
 
-def rank_name(rank: int, suffix: str = "") -> str:
-    """``rank-N`` and a suffix: the one spelling of every per-rank file and folder, of a
-    run (``rank-3.log``, ``stacks/rank-3.crash.txt``, ``heartbeats/rank-3``) and of a
-    checkpoint (``rank-3.tensors``)."""
-    return f"rank-{rank}{suffix}"
+def rank_log(rank: int | str) -> str:
+    """``rank-N.log``: what rank N printed."""
+    return rank_name(rank, LOG_SUFFIX)
 
 
 RUN_FILE_RE = re.compile(  # the one list: sync pulls these and nothing else into a run
@@ -124,8 +135,8 @@ RUN_FILE_RE = re.compile(  # the one list: sync pulls these and nothing else int
         [
             *(re.escape(n) for n in (RUN_RECORD, LAUNCHER_LOG, METRICS_FILE)),
             *(re.escape(n) for n in (RESOURCES_FILE, WORKERS_FILE)),
-            rf"{_RANK}\.log(?:{re.escape(LOG_INDEX_SUFFIX)})?",
-            rf"{STACKS_DIR}/{_RANK}(?:\.crash)?\.txt",
+            rf"{_RANK}{re.escape(LOG_SUFFIX)}(?:{re.escape(LOG_INDEX_SUFFIX)})?",
+            rf"{STACKS_DIR}/{_RANK}(?:{re.escape(STACK_SUFFIX)}|{re.escape(CRASH_SUFFIX)})",
             rf"{HEARTBEATS_DIR}/{_RANK}",
             rf"{TB_DIR}/{_RANK}/events\.out\.tfevents\.[A-Za-z0-9._-]{{1,200}}",
         ]

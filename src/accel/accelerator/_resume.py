@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from accel.errors import AccelError, IntegrityError, UsageError
-from accel.layout import rank_name
+from accel.layout import rank_log
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -111,7 +111,7 @@ def load(
             cls = AccelError if _FAILED in codes else IntegrityError
             raise cls(
                 f"rank {bad[0]} could not load checkpoint step {step} of series "
-                f"{series!r}; its log ({rank_name(bad[0], '.log')}) says why"
+                f"{series!r}; its log ({rank_log(bad[0])}) says why"
             )
         _warn(acc, step, older, series, bad, error)
         step = older

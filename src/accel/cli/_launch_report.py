@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from accel.cli import _output
 from accel.errors import InterruptedRun, JobFailed
-from accel.layout import rank_name
+from accel.layout import rank_log
 from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
         ranks = ", ".join(str(r) for r in stopped)
         _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
     raise JobFailed(
-        f"{headline}; its log: {outcome.run_dir / rank_name(root.rank, '.log')}", outcome.exit_code
+        f"{headline}; its log: {outcome.run_dir / rank_log(root.rank)}", outcome.exit_code
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from accel.hang.worker import heartbeat_path
 from accel.layout import METRICS_FILE as METRICS_FILE  # re-exported
-from accel.layout import rank_name
+from accel.layout import rank_log
 
 
 def heartbeat_file(run_dir: Path, rank: int | str) -> Path:
@@ -76,7 +76,7 @@ def last_activity(
     metrics = _mtime(run_dir / METRICS_FILE)
     out: dict[int, float] = {}
     for rank in ranks:
-        said = output.get(rank) if output is not None else _mtime(run_dir / rank_name(rank, ".log"))
+        said = output.get(rank) if output is not None else _mtime(run_dir / rank_log(rank))
         times = [t for t in (said, _mtime(heartbeat_file(run_dir, rank)), metrics) if t]
         if times:
             out[rank] = max(times)

@@ -16,7 +16,7 @@ from pathlib import Path
 from accel._fs import read_from, read_json
 from accel.hang.worker import STACK_SIGNAL, crash_path, stacks_path
 from accel.layout import WORKERS_FILE as WORKERS_FILE  # re-exported
-from accel.layout import rank_name
+from accel.layout import rank_log
 
 
 def stacks_file(run_dir: Path, rank: int | str) -> Path:
@@ -133,7 +133,7 @@ def append_to_rank_logs(run_dir: Path, stacks: Mapping[int, str], title: str) ->
     """Append each dump to ``rank-N.log`` under a marked header (one write per rank)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     for rank, text in stacks.items():
-        log = run_dir / rank_name(rank, ".log")
+        log = run_dir / rank_log(rank)
         block = f"===== accel: {title} at {stamp} =====\n{text}\n===== end of stacks =====\n"
         with contextlib.suppress(OSError), open(log, "a") as fh:
             fh.write(("" if _ends_a_line(log) else "\n") + block)

@@ -16,7 +16,7 @@ exactly as ``python script.py`` would (``__file__``, ``sys.argv``, ``sys.path``:
   ``accel/launch/teardown.py``);
 - ``SIGUSR1`` dumps every thread's Python stack into ``$ACCEL_RUN_DIR/stacks/`` (for
   ``accel stack`` and ``--hang-timeout``), through faulthandler set up by
-  ``accel/hang/worker.py``, loaded by path.
+  ``accel/_worker_hooks.py``, loaded by path.
 
 This file is run by path and imports nothing from accel (or torch): worker start-up
 stays as cheap as a bare interpreter. It is the seam for later worker-side hooks
@@ -40,8 +40,8 @@ PR_SET_PDEATHSIG = 1
 EXEC = "--accel-exec"  # then PROGRAM ARGS: run PROGRAM itself (launch --no-python)
 _SKIP_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
 RETURNED = ".returned"  # suffix of the error file's path: the script returned, with its code
-_HANG_WORKER = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hang", "worker.py"
+_HOOKS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_worker_hooks.py"
 )
 
 
@@ -66,7 +66,7 @@ def _install_stack_dumps() -> None:
     import importlib.util
 
     try:
-        spec = importlib.util.spec_from_file_location("_accel_hang_worker", _HANG_WORKER)
+        spec = importlib.util.spec_from_file_location("_accel_worker_hooks", _HOOKS)
         if spec is None or spec.loader is None:
             return
         module = importlib.util.module_from_spec(spec)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from accel._fs import open_private_append
-from accel.layout import rank_name
+from accel.layout import rank_log
 from accel.runs.logindex import LogIndexWriter
 from accel.runs.streams import (
     LOG_REDRAW_EVERY,
@@ -286,5 +286,5 @@ class LogRouter:
 
     def _log(self, rank: int) -> _RankLog:
         if rank not in self._logs:
-            self._logs[rank] = _RankLog(self.run_dir / rank_name(rank, ".log"))
+            self._logs[rank] = _RankLog(self.run_dir / rank_log(rank))
         return self._logs[rank]

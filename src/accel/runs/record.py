@@ -22,7 +22,7 @@ from typing import Any
 
 from accel._redact import redact_mapping
 from accel.errors import UsageError
-from accel.layout import RUN_RECORD, Layout
+from accel.layout import LOG_SUFFIX, RANK_PREFIX, RUN_RECORD, Layout
 from accel.runs.live import held_unless_live, is_live
 from accel.runs.status import RunStatus, parse
 from accel.units import parse_time
@@ -130,8 +130,8 @@ class RunRecord:
         with contextlib.suppress(OSError):
             for entry in self.path.iterdir():
                 name = entry.name
-                stem = name[len("rank-") : -len(".log")]
-                if name.startswith("rank-") and name.endswith(".log") and stem.isdigit():
+                stem = name[len(RANK_PREFIX) : -len(LOG_SUFFIX)]
+                if name.startswith(RANK_PREFIX) and name.endswith(LOG_SUFFIX) and stem.isdigit():
                     found[int(stem)] = entry
         return dict(sorted(found.items()))
 

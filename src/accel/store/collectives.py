@@ -47,6 +47,7 @@ from accel.errors import (
     UsageError,
     WriteFailed,
 )
+from accel.layout import rank_name
 
 __all__ = [
     "SINGLE",
@@ -234,7 +235,7 @@ def arrive(default_name: str, timeout: float, env: Mapping[str, str] | None = No
         _state["seq"] += 1
         seq = _state["seq"]
     prefix = _prefix(env, seq)
-    store.set(f"{prefix}/rank-{rank}", name)
+    store.set(f"{prefix}/{rank_name(rank)}", name)
     if int(store.add(f"{prefix}/count", 1)) < world:
         _wait(store, prefix, rank, world, name, timeout)
     _forget(store, _prefix(env, seq - 1), rank)
@@ -263,7 +264,7 @@ def _wait(store: Any, prefix: str, rank: int, world: int, name: str, timeout: fl
 
 
 def _arrived(store: Any, prefix: str, world: int) -> list[int]:
-    return [r for r in range(world) if store.check([f"{prefix}/rank-{r}"])]
+    return [r for r in range(world) if store.check([f"{prefix}/{rank_name(r)}"])]
 
 
 def _message(name: str, arrived: list[int], world: int, timeout: float) -> str:
@@ -281,7 +282,7 @@ def _message(name: str, arrived: list[int], world: int, timeout: float) -> str:
 def _forget(store: Any, prefix: str, rank: int) -> None:
     """Everyone passed the next meeting, so nobody reads the previous one's keys again."""
     with contextlib.suppress(Exception):
-        store.delete_key(f"{prefix}/rank-{rank}")
+        store.delete_key(f"{prefix}/{rank_name(rank)}")
         if rank == 0:
             store.delete_key(f"{prefix}/count")
 
