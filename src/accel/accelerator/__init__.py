@@ -58,7 +58,12 @@ from accel.accelerator._accumulate import (
     accumulation_options,
     gate_steps,
 )
-from accel.accelerator._data import PreparedDataLoader, shard_loader
+from accel.accelerator._data import (
+    IterableLoader,
+    PreparedDataLoader,
+    is_stateful,
+    shard_loader,
+)
 from accel.accelerator._hfapi import ProcessApi
 from accel.accelerator._hfargs import DataLoaderConfiguration, DistributedType, ProjectConfiguration
 from accel.accelerator._hfdata import HfData, HfLoader, shard_hf
@@ -246,11 +251,11 @@ class Accelerator(ProcessApi, FolderApi):
                 obj = PreparedScheduler(obj, self._gradient_state, times, with_optimizer)
             self._schedulers.append(obj)
             return obj
-        if isinstance(obj, (PreparedDataLoader, HfLoader)):
+        if isinstance(obj, (PreparedDataLoader, HfLoader, IterableLoader)):
             return obj  # prepared already
         if isinstance(obj, torch.utils.data.DataLoader):
             loader: Any
-            if self.hf_compat:
+            if self.hf_compat and not is_stateful(obj):
                 loader = shard_hf(obj, self._hf_data, self._gradient_state)
             else:
                 loader = shard_loader(obj, self.world_size, self.rank, self.seed)
@@ -456,7 +461,7 @@ class Accelerator(ProcessApi, FolderApi):
             "optimizers": optimizers,
             "sharded": sorted(sharded or ()),
             "schedulers": [s.state_dict() for s in self._schedulers],
-            "loaders": [_loader_state(loader) for loader in self._loaders],
+            "loaders": [loader.state_dict() for loader in self._loaders],
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "extra": extra,
             "custom": [obj.state_dict() for obj in self._custom_objects],
@@ -519,7 +524,7 @@ class Accelerator(ProcessApi, FolderApi):
         for loader, sd in zip(
             self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
         ):
-            _load_loader(loader, sd)
+            loader.load_state_dict(sd)
         for obj, sd in zip(self._custom_objects, state.get("custom") or [], strict=False):
             obj.load_state_dict(sd)
         self._gradient_state.step = int(state.get("accumulation_step") or 0)
@@ -556,17 +561,6 @@ def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> l
             "prepared; prepare() the same objects as the run that saved it"
         )
     return saved
-
-
-def _loader_state(loader: Any) -> dict[str, Any]:
-    return loader.state_dict() if isinstance(loader, HfLoader) else {"epoch": loader.epoch}
-
-
-def _load_loader(loader: Any, state: dict[str, Any]) -> None:
-    if isinstance(loader, HfLoader):
-        loader.load_state_dict(state)
-    else:
-        loader.set_epoch(int(state["epoch"]))
 
 
 def _end_at_exit(ref: weakref.ref[Accelerator]) -> None:

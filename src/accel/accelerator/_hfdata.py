@@ -12,7 +12,9 @@ every epoch starts from rank 0's generator state, so all ranks shuffle alike.
 
 Unlike Accelerate's loader, an epoch's order can be replayed: the generator's state at
 the start of the epoch is kept and goes into ``save_state``, so a run resumed mid-epoch
-(``skip_batches`` / ``skip_first_batches``) sees the same batches as the run that saved.
+(``skip_batches`` / ``skip_first_batches``) sees the same batches as the run that saved,
+started at the index level as accel's own loaders are (:mod:`accel.accelerator._data`):
+nothing skipped is loaded, and the workers' RNG states are the saved run's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.accelerator._accumulate import GradientState
-from accel.accelerator._data import kept_options
+from accel.accelerator._data import (
+    PLACEHOLDER,
+    Position,
+    StartAt,
+    inexact_resume,
+    kept_options,
+    prepare_iterable,
+)
+from accel.accelerator._rng import plain_rng_state, rng_state, saved_form, set_rng_state
 from accel.errors import UsageError
 
 
@@ -148,10 +158,7 @@ def shard_hf(loader: Any, data: HfData, state: GradientState) -> HfLoader:
     from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
     if isinstance(loader.dataset, IterableDataset):
-        raise UsageError(
-            "prepare() shards map-style datasets; an IterableDataset must shard itself "
-            "(by torch.utils.data.get_worker_info and the rank)"
-        )
+        return prepare_iterable(loader)  # type: ignore[return-value]
     batches = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
     sampler: Any = getattr(batches, "sampler", None)
     generator = None
@@ -170,14 +177,17 @@ def shard_hf(loader: Any, data: HfData, state: GradientState) -> HfLoader:
         drawing = batches.sampler = _Drawing(sampler)
     if data.world_size > 1:
         batches = BatchShard(batches, data)
+    starting = StartAt(batches, loader)
     rebuilt = DataLoader(
         loader.dataset,
-        batch_sampler=batches,
+        batch_sampler=starting,
         multiprocessing_context=loader.multiprocessing_context,
         generator=loader.generator,
         **kept_options(loader),
     )
+    inexact_resume(loader)
     hf = HfLoader(rebuilt, data, state, generator, loader.drop_last)
+    hf.position = Position(rebuilt, starting)
     if drawing is not None:
         drawing.owner = hf
         hf.draws_from = drawing
@@ -253,6 +263,12 @@ class HfLoader:
         #: each epoch (torch's RandomSampler); the loader makes that draw itself, the
         #: same draw, so the epoch's generator is known and a resume replays it
         self.draws_from: Any = None
+        self.position: Any = None  # where the epoch stands (set by shard_hf)
+        #: without workers, samples draw from this process's RNGs, and the batch read
+        #: ahead drew before the one handed out was trained on: the RNGs' states before
+        #: that read go into a checkpoint, and a resume reads that batch from them
+        self._ahead: Any = None
+        self._resume_ahead: Any = None
 
     @property
     def total_batch_size(self) -> int | None:
@@ -281,7 +297,8 @@ class HfLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch; mid-epoch, the generator's and the global RNG's states at its start
-        (they replay the epoch's order and the draws its start made)."""
+        (they replay the epoch's order and the draws its start made), the batches handed
+        out and the workers' RNG states after them."""
         if self._in_epoch and self.end_of_dataloader:
             # the last batch is out: nothing of this epoch is left to draw, and a resumed
             # run goes on with the next one, as this run does once the batch is done
@@ -289,10 +306,15 @@ class HfLoader:
             return {"epoch": self.epoch + 1, "generator": after, "torch_rng": None}
         start = self._epoch_start if self._epoch_start is not None else self._generator_state()
         torch_rng = self._epoch_rng if self._in_epoch else None
-        return {"epoch": self.epoch, "generator": start, "torch_rng": torch_rng}
+        where = self.position.state_dict() if self._in_epoch else {}
+        if self._in_epoch and self._ahead is not None:
+            where["ahead_rng"] = saved_form(self._ahead)
+        return {"epoch": self.epoch, "generator": start, "torch_rng": torch_rng, **where}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set_epoch(int(state["epoch"]))
+        self.position.load_state_dict(state)
+        self._resume_ahead = state.get("ahead_rng")
         self._resume_rng = state.get("torch_rng")
         saved, self._epoch_start, self._restored = state.get("generator"), None, None
         if saved is None:
@@ -340,40 +362,66 @@ class HfLoader:
         return generator
 
     def _batches(self, skip: int, resumed: Any) -> Iterator[Any]:
-        iterator = self._start(resumed)
+        ahead, self._resume_ahead, self._ahead = self._resume_ahead, None, None
+        items = self._start(resumed, skip)
         try:
-            current = next(iterator)
+            current, tag = self._first(items, ahead if skip else None)
         except StopIteration:
             return
-        index = 0
+        in_process = self.loader.num_workers == 0
         while True:
             current = self._place(current)
             try:
-                upcoming = next(iterator)
+                self._ahead = plain_rng_state() if in_process else None
+                upcoming = self._next(items)
             except StopIteration:
                 self.end_of_dataloader = True
-                if index >= skip:
-                    yield current
-                return
-            if index >= skip:
+                self.position.hand_out(tag)
                 yield current
-            index += 1
-            current = upcoming
+                return
+            self.position.hand_out(tag)
+            yield current
+            current, tag = upcoming
 
-    def _start(self, resumed: Any) -> Iterator[Any]:
-        """The DataLoader's iterator. Making one draws from the global RNG (the workers'
-        base seed): resumed mid-epoch, that draw is the one the epoch's start made, from
-        the RNG as it was then; the RNG a checkpoint restored is then put back."""
+    def _first(self, items: Iterator[Any], ahead: Any) -> tuple[Any, Any]:
+        """The first batch; resumed, read from the RNG states the saved run read it
+        from, the restored ones then put back."""
+        if ahead is None:
+            return self._next(items)
+        now = rng_state()
+        set_rng_state(ahead)
+        try:
+            return self._next(items)
+        finally:
+            set_rng_state(now)
+
+    def _next(self, items: Iterator[Any]) -> tuple[Any, Any]:
+        """The next batch (one read ahead of the one handed out) and its worker's tag."""
+        while True:
+            batch, tag = self.position.unwrap(next(items))
+            if batch is not PLACEHOLDER:
+                return batch, tag
+
+    def _start(self, resumed: Any, skip: int) -> Iterator[Any]:
+        """The DataLoader's iterator, from batch ``skip``. Making one draws from the global
+        RNG (the workers' base seed): resumed mid-epoch, that draw is the one the epoch's
+        start made, from the RNG as it was then; the RNG a checkpoint restored is then
+        put back."""
+        self.position.begin(skip)
         if resumed is None:
-            return iter(self.loader)
+            return self._started(iter(self.loader))
         import torch
 
         now = torch.get_rng_state()
         torch.set_rng_state(resumed)
         try:
-            return iter(self.loader)
+            return self._started(iter(self.loader))
         finally:
             torch.set_rng_state(now)
+
+    def _started(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        self.position.started()
+        return iterator
 
     def _begin(self) -> None:
         self.end_of_dataloader = False

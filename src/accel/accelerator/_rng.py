@@ -8,23 +8,45 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 from typing import Any
 
 
 def rng_state() -> dict[str, Any]:
     import torch
 
-    version, internal, gauss = random.getstate()
+    with contextlib.suppress(ImportError):
+        import numpy  # noqa: F401 - numpy's state is saved whenever numpy is there
+    state = saved_form(plain_rng_state())
+    state["cuda"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return state
+
+
+def plain_rng_state() -> tuple[Any, bytes, Any]:
+    """Python's, torch's (CPU) and, when numpy is imported, numpy's global RNG states as
+    plain values: a DataLoader worker sends them with every batch, inline (a tensor
+    would travel through shared memory)."""
+    import torch
+
+    np = sys.modules.get("numpy")
+    numpy_state = np.random.get_state() if np is not None else None
+    return random.getstate(), torch.get_rng_state().numpy().tobytes(), numpy_state
+
+
+def saved_form(plain: tuple[Any, bytes, Any]) -> dict[str, Any]:
+    """:func:`plain_rng_state`'s values as a checkpoint holds them (tensors, no arrays)."""
+    import torch
+
+    (version, internal, gauss), torch_state, numpy_state = plain
     state: dict[str, Any] = {
         "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "torch": torch.frombuffer(bytearray(torch_state), dtype=torch.uint8),
+        "cuda": [],
     }
-    with contextlib.suppress(ImportError):
+    if numpy_state is not None:
         import numpy as np
 
-        raw: Any = np.random.get_state()
-        name, keys, pos, has_gauss, cached = raw
+        name, keys, pos, has_gauss, cached = numpy_state
         state["numpy"] = {
             "name": name,
             "keys": torch.from_numpy(keys.astype(np.int64)),

@@ -1,0 +1,226 @@
+"""A prepared loader resumed mid-epoch: index-level, bit for bit, nothing skipped loaded.
+
+Every run here is two epochs of a shuffled loader whose samples draw random
+augmentations from the global RNGs (python, numpy, torch) where they are loaded: in the
+main process (``num_workers=0``) or in two workers. A run stopped with ``save_state`` at
+some step and resumed with ``load_state`` + ``skip_batches`` must hand out the same
+tensors as the run that never stopped, and load only the samples it hands out.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+import accel
+from accel.accelerator._data import shard_loader
+
+LOADS = multiprocessing.get_context("fork").Value("i", 0)  # shared with forked workers
+
+
+class Augmented(Dataset[torch.Tensor]):
+    """Sample ``i``: ``i`` plus noise drawn from all three global RNGs; counts its loads."""
+
+    def __init__(self, size: int = 20) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with LOADS.get_lock():
+            LOADS.value += 1
+        noise = torch.rand(2) + random.random() + float(np.random.rand())
+        return torch.cat([torch.tensor([float(index)]), noise])
+
+
+class Counting(IterableDataset[torch.Tensor]):
+    """0, 1, 2, ... with its position as its state (``stateful``), counting its reads."""
+
+    def __init__(self, size: int = 20, stateful: bool = True) -> None:
+        self.size, self.next = size, 0
+        if stateful:
+            self.state_dict = lambda: {"next": self.next}
+            self.load_state_dict = lambda state: setattr(self, "next", int(state["next"]))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Any:
+        while self.next < self.size:
+            with LOADS.get_lock():
+                LOADS.value += 1
+            self.next += 1
+            yield torch.tensor([float(self.next - 1), torch.rand(()).item()])
+        self.next = 0
+
+
+def _loader(workers: int, dataset: Any = None, **options: Any) -> DataLoader[Any]:
+    if workers:
+        options.setdefault("multiprocessing_context", "fork")
+    data = Augmented() if dataset is None else dataset
+    shuffle = not isinstance(data, IterableDataset) and options.pop("shuffle", True)
+    return DataLoader(data, batch_size=3, shuffle=shuffle, num_workers=workers, **options)
+
+
+def _run(
+    make: Any, workers: int, *, stop: int = 0, resume: bool = False, dataset: Any = None
+) -> list[torch.Tensor]:
+    """Two epochs, as a script runs them: stop (save) at step ``stop``, or resume."""
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    acc = make()
+    loader = acc.prepare(_loader(workers, dataset))
+    step = (acc.load_state() or 0) if resume else 0
+    LOADS.value = 0
+    seen: list[torch.Tensor] = []
+    while step < 2 * len(loader):
+        epoch, done = divmod(step, len(loader))
+        loader.set_epoch(epoch)
+        loader.skip_batches(done)
+        for batch in loader:
+            seen.append(batch)
+            step += 1
+            torch.rand(1)  # the training step draws too
+            if step == stop:
+                acc.save_state(step)
+                return seen
+    return seen
+
+
+#: Workers are processes: the runs with workers are slow tests, with a timeout.
+WORKERS = [0, pytest.param(2, marks=[pytest.mark.slow, pytest.mark.timeout(180)])]
+SLOW = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+SHARDINGS = {"accel": lambda: accel.Accelerator(seed=5), "hf": lambda: accel.Accelerator()}
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.parametrize("sharding", list(SHARDINGS))
+@pytest.mark.parametrize("stop", [1, 4, 7, 9], ids=["first", "mid", "epoch-end", "second"])
+def test_a_resumed_run_hands_out_the_uninterrupted_runs_batches_bit_for_bit(
+    project: Path, sharding: str, workers: int, stop: int
+) -> None:
+    make = SHARDINGS[sharding]
+    whole = _run(make, workers)
+    first = _run(make, workers, stop=stop)
+    rest = _run(make, workers, resume=True)
+    assert len(first) + len(rest) == len(whole) == 14
+    assert all(torch.equal(a, b) for a, b in zip(first + rest, whole, strict=True))
+    # only what the resumed run hands out is loaded: nothing it skipped
+    assert LOADS.value == sum(len(b) for b in rest)
+
+
+def test_no_skipped_sample_is_loaded(project: Path) -> None:
+    loader = accel.Accelerator(seed=1).prepare(_loader(0, Augmented(3000)))
+    loader.skip_batches(990)
+    LOADS.value = 0
+    batch = next(iter(loader))
+    assert LOADS.value == 3 and len(batch) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_accels_sharding_over_two_ranks_resumes_each_rank_at_the_index_level() -> None:
+    for rank in (0, 1):
+        whole = shard_loader(_loader(2), 2, rank, seed=3)
+        whole.set_epoch(1)
+        expected = list(whole)
+        resumed = shard_loader(_loader(2), 2, rank, seed=3)
+        resumed.set_epoch(1)
+        stopped = iter(resumed)
+        head = [next(stopped) for _ in range(2)]
+        state = resumed.state_dict()
+        again = shard_loader(_loader(2), 2, rank, seed=3)
+        again.load_state_dict(state)
+        again.skip_batches(2)
+        LOADS.value = 0
+        tail = list(again)
+        assert LOADS.value == sum(len(b) for b in tail)
+        assert all(torch.equal(a, b) for a, b in zip(head + tail, expected, strict=True))
+
+
+@pytest.mark.parametrize("sharding", list(SHARDINGS))
+def test_an_iterable_dataset_with_state_resumes_through_it(project: Path, sharding: str) -> None:
+    make = SHARDINGS[sharding]
+    whole = _run(make, 0, dataset=Counting())
+    first = _run(make, 0, stop=3, dataset=Counting())
+    rest = _run(make, 0, resume=True, dataset=Counting())
+    assert all(torch.equal(a, b) for a, b in zip(first + rest, whole, strict=True))
+    assert len(first + rest) == len(whole) and LOADS.value == sum(len(b) for b in rest)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "workers", "options", "why"),
+    [
+        (Counting(stateful=False), 0, {}, "its Counting has no state_dict()/load_state_dict()"),
+        pytest.param(
+            Counting(), 2, {}, "state lives in num_workers > 0 worker processes", marks=SLOW
+        ),
+        pytest.param(
+            None, 2, {"persistent_workers": True}, "persistent_workers keeps the", marks=SLOW
+        ),
+    ],
+    ids=["iterable-without-state", "iterable-in-workers", "persistent-workers"],
+)
+def test_a_loader_accel_cannot_resume_exactly_gets_one_line_at_prepare(
+    project: Path, dataset: Any, workers: int, options: dict[str, Any], why: str
+) -> None:
+    for make in SHARDINGS.values():
+        acc = make()
+        with pytest.warns(UserWarning) as caught:
+            loader = acc.prepare(_loader(workers, dataset, **options))
+        (message,) = [str(w.message) for w in caught if "prepare()" in str(w.message)]
+        assert why in message and "\n" not in message
+        assert "not exact" in message and "skip_batches() loads" in message
+        loader.skip_batches(2)
+        assert len(list(loader)) == len(loader) - 2 if workers == 0 else True
+
+
+def test_an_exactly_resumable_loader_prepares_without_a_word(project: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        accel.Accelerator(seed=0).prepare(_loader(2))  # prepared, not iterated: no worker
+        accel.Accelerator().prepare(_loader(2))
+        accel.Accelerator().prepare(_loader(0, Counting()))
+
+
+def test_a_stateful_dataloader_resumes_through_its_state_dict(project: Path) -> None:
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader", reason="torchdata is not installed"
+    )
+
+    def run(stop: int = 0, resume: bool = False) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        acc = accel.Accelerator()
+        data = torch.arange(40.0)
+        loader = acc.prepare(stateful.StatefulDataLoader(data, batch_size=4, shuffle=True))
+        step = (acc.load_state() or 0) if resume else 0
+        seen = []
+        while step < 2 * len(loader):
+            loader.set_epoch(step // len(loader))
+            loader.skip_batches(step % len(loader))  # a restored state makes it a no-op
+            for batch in loader:
+                seen.append(batch + torch.rand(1))  # the global RNG goes on as unresumed
+                step += 1
+                if step == stop:
+                    acc.save_state(step)
+                    return seen
+        return seen
+
+    whole = run()
+    for stop in (3, 13):
+        first, rest = run(stop=stop), run(resume=True)
+        assert len(first + rest) == len(whole) == 20
+        assert all(torch.equal(a, b) for a, b in zip(first + rest, whole, strict=True))
+    saved = accel.Accelerator().checkpoints.load(13)["loaders"][0]
+    assert saved["epoch"] == 1 and saved["source"]["_num_yielded"] == 3
