@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Collection
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -330,3 +331,181 @@ def test_every_exception_lives_in_errors() -> None:
     for old_home, cls_name in MOVED_EXCEPTIONS.items():
         moved = getattr(importlib.import_module(old_home), cls_name)
         assert moved is getattr(accel.errors, cls_name)
+
+
+# -- one owner per name on disk (issue 26) ----------------------------------------------
+# Where each name on disk is spelled: accel.layout names every folder, file and lock of
+# the workspace; a format's own files are named by the one module that owns the format;
+# accel._worker_hooks, which workers load by path without accel, spells rank-N and the
+# folders it writes (the layout imports them from there). Every module-level string
+# constant of an owner is a name (None), or the ones listed. One string may name places
+# in two trees, each spelled once by that tree's owner: "checkpoints" is the workspace's
+# folder (accel.layout) and Accelerate's in a script's project_dir (accelerator._hfstate).
+NAME_OWNERS: dict[str, tuple[str, ...] | None] = {
+    "accel.layout": None,
+    "accel._worker_hooks": (
+        "STACKS_DIR",
+        "HEARTBEATS_DIR",
+        "RANK_PREFIX",
+        "STACK_SUFFIX",
+        "CRASH_SUFFIX",
+    ),
+    "accel._fs": ("TMP_PREFIX",),
+    "accel.store.checkpoints": ("STATE_TENSORS",),
+    "accel.store.sharded": ("METADATA",),
+    "accel.sync._remote": ("INDEX_NAME",),
+    "accel.sync.pulled": ("PULLED_NAME",),
+    "accel.accelerator._hfstate": ("POINTER", "PROJECT_CHECKPOINTS_DIR"),
+}
+# Calls whose arguments are parts of a path.
+PATH_CALLS = {"Path", "PurePath", "PurePosixPath", "join", "joinpath", "lock", "lock_file"}
+
+
+def owned_names(modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
+    """``name -> the modules that own it``, read from the owners' source."""
+    owned: dict[str, set[str]] = defaultdict(set)
+    for owner, wanted in NAME_OWNERS.items():
+        for node in ast.parse(modules[owner].read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            if not (isinstance(target, ast.Name) and isinstance(value, ast.Constant)):
+                continue
+            if not isinstance(value.value, str) or target.id.startswith("_"):
+                continue
+            if wanted is None or target.id in wanted:
+                owned[value.value].add(owner)
+    return dict(owned)
+
+
+def is_word(name: str) -> bool:
+    """A folder or lock name that is also a plain word ("logs", "cache", "state")."""
+    return name.isalpha()
+
+
+def spelled_names(text: str, owned: Collection[str]) -> list[tuple[int, str]]:
+    """(line, name) of every owned name a module's code spells as a string.
+
+    A string is split at ``/`` (a relative path) and each part compared exactly. A name
+    with a dot, a dash or an underscore (``metrics.jsonl``, ``rank-``, ``.accel-tmp-``)
+    means only that file, so it counts wherever it stands. A name that is a plain word
+    (``logs``, ``cache``, ``state``) is also a command, a config section, a JSON key or a
+    category; it counts where the code uses it as a path: in a string with a ``/``, an
+    operand of the path operator ``/``, an argument of a path call (``Path``,
+    ``os.path.join``, ``lock``), compared with a part of a split path (``parts[0]``,
+    ``parts[:2]``), or the value of a constant named as a path (``*_DIR``, ``*_FILE``,
+    ``*_NAME``, ``*_PREFIX``, ``*_SUFFIX``, ``*_LOCK``). An absolute path (``"/tmp"``)
+    is the system's, not a workspace's. Docstrings and sentences (a string with a space)
+    are for people and do not count.
+    """
+    tree = ast.parse(text)
+    docs = _docstrings(tree)
+    as_path = _path_positions(tree)
+    pieces = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        if id(node) in docs or any(c.isspace() for c in node.value):
+            continue
+        absolute = node.value.startswith("/") and id(node) not in pieces
+        path = not absolute and ("/" in node.value or id(node) in as_path)
+        for part in node.value.split("/"):
+            if part in owned and (not is_word(part) or path):
+                found.append((node.lineno, part))
+    return sorted(found)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstrings of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+PATH_CONSTANT_ENDINGS = ("_DIR", "_FILE", "_NAME", "_PREFIX", "_SUFFIX", "_LOCK")
+
+
+def _path_positions(tree: ast.AST) -> set[int]:
+    """ids of the string constants the code uses as parts of a path."""
+    at: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            at += [node.left, node.right]
+        elif isinstance(node, ast.Call) and _call_name(node.func) in PATH_CALLS:
+            at += node.args
+        elif isinstance(node, ast.Compare) and any(
+            _is_path_part(x) for x in [node.left, *node.comparators]
+        ):
+            at += [node.left, *node.comparators]
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id.endswith(PATH_CONSTANT_ENDINGS) for t in node.targets
+        ):
+            at.append(node.value)
+    ids = set()
+    for node in at:
+        elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+        ids |= {id(e) for e in elements if isinstance(e, ast.Constant)}
+    return ids
+
+
+def _call_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def _is_path_part(node: ast.expr) -> bool:
+    """``parts[0]`` or ``parts[:2]``: a position of a sequence, as of a split path."""
+    if not isinstance(node, ast.Subscript):
+        return False
+    index = node.slice
+    return isinstance(index, ast.Slice) or (
+        isinstance(index, ast.Constant) and isinstance(index.value, int)
+    )
+
+
+def test_every_name_on_disk_is_spelled_by_its_owner_only() -> None:
+    owned = owned_names()
+    spelled = {
+        f"{name}:{line}: {word!r} (owner: {' or '.join(sorted(owned[word]))})"
+        for name, path in MODULES.items()
+        for line, word in spelled_names(path.read_text(encoding="utf-8"), owned)
+        if name not in owned[word]
+    }
+    assert sorted(spelled) == []
+
+
+def test_the_name_rule_sees_what_it_should() -> None:
+    known = {"metrics.jsonl", "rank-", "sharded", ".accel-tmp-", "run.json", "state.tensors"}
+    assert known <= owned_names().keys()
+    owned = {"metrics.jsonl", "logs", "rank-"}
+    code = '''
+"""Docs may say logs/runs/<id>/metrics.jsonl."""
+A = "metrics.jsonl"
+B = run / "logs"
+C = f"rank-{n}.txt"
+D = os.path.join(root, "logs")
+E = parts[0] == "logs"
+F = "logs/runs"
+LOGS_DIR = "logs"
+G = app.command("logs")
+H = {"logs": 1}["logs"]
+I = "see logs/runs/<id>/metrics.jsonl"
+J = Path("/logs")
+K = f"{run}/logs"
+'''
+    assert spelled_names(code, owned) == [
+        (3, "metrics.jsonl"),
+        (4, "logs"),
+        (5, "rank-"),
+        (6, "logs"),
+        (7, "logs"),
+        (8, "logs"),
+        (9, "logs"),
+        (14, "logs"),
+    ]

@@ -13,6 +13,7 @@ from accel._fs import tree_size
 from accel.config.views import CacheSettings
 from accel.errors import AccelError
 from accel.frameworks import FrameworkCache, scan_framework_caches
+from accel.layout import CACHE_DIR, CHECKPOINTS_DIR, CONFIG_DIR, LOGS_DIR, RUNS_DIR, STATE_FILE
 from accel.workspace import Workspace
 
 TOP = 5
@@ -86,15 +87,15 @@ def collect(ws: Workspace, *, details: bool = True, now: float | None = None) ->
 
 
 def _parts(path: Path, base: Path) -> tuple[PartSize, ...]:
-    runs = base / "logs" / "runs"
+    runs = base / LOGS_DIR / RUNS_DIR
     runs_size = _size(runs)
     named = (
-        ("config", path / "config", None),
-        ("cache", base / "cache", None),
-        ("checkpoints", base / "checkpoints", None),
-        ("logs", base / "logs", runs_size),
+        ("config", path / CONFIG_DIR, None),
+        ("cache", base / CACHE_DIR, None),
+        ("checkpoints", base / CHECKPOINTS_DIR, None),
+        ("logs", base / LOGS_DIR, runs_size),
         ("runs", runs, None),
-        ("state", base / "state.bin", None),
+        ("state", base / STATE_FILE, None),
     )
     return tuple(PartSize(n, p, _size(p) - (minus or 0)) for n, p, minus in named)
 

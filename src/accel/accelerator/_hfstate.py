@@ -43,6 +43,7 @@ class Accelerator(Protocol):
 
 
 POINTER = "accel-checkpoint.json"
+PROJECT_CHECKPOINTS_DIR = "checkpoints"  # Accelerate's <project_dir>/checkpoints/checkpoint_<n>
 _STATEFUL = ("state_dict", "load_state_dict")
 _HF_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "random_states_0.pkl")
 
@@ -77,7 +78,7 @@ def output_folder(acc: Accelerator, output_dir: Any) -> Path:
         return Path(os.fspath(output_dir)).absolute()
     if project.project_dir is None:
         raise UsageError("automatic_checkpoint_naming needs project_dir")
-    root = Path(project.project_dir).absolute() / "checkpoints"
+    root = Path(project.project_dir).absolute() / PROJECT_CHECKPOINTS_DIR
     folder = root / f"checkpoint_{project.iteration}"
     if folder.exists():
         raise UsageError(
@@ -138,7 +139,7 @@ def read_pointer(folder: Path) -> tuple[str, int]:
 
 def latest_folder(acc: Accelerator) -> Path:
     """``load_state()`` under automatic naming: the newest ``checkpoint_<n>`` folder."""
-    root = Path(str(acc.project_configuration.project_dir)).absolute() / "checkpoints"
+    root = Path(str(acc.project_configuration.project_dir)).absolute() / PROJECT_CHECKPOINTS_DIR
     found = sorted(
         (int(m.group(1)), entry)
         for entry in (root.iterdir() if root.is_dir() else ())

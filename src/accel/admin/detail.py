@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel.admin._reading import gone, read_checkpoint
 from accel.errors import IntegrityError
+from accel.layout import SHARDED_DIR
 from accel.store.checkpoints import STATE_TENSORS
 from accel.store.manifest import Manifest
 from accel.store.series import Found
@@ -36,7 +37,7 @@ class CheckpointDetail:
 
     @property
     def sharded(self) -> bool:
-        return any(name.startswith("sharded/") for name in self.manifest.files)
+        return any(name.startswith(f"{SHARDED_DIR}/") for name in self.manifest.files)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -18,16 +18,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accel.layout import RUN_FILE_RE, RUN_RECORD
+from accel.layout import (
+    CACHE_DIR,
+    CACHE_META,
+    CHECKPOINTS_DIR,
+    CONFIG_NAME,
+    CONFIG_REL,
+    ENTRY_SUFFIX,
+    MANIFEST,
+    RUN_FILE_RE,
+    RUN_RECORD,
+    RUNS_REL,
+)
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, LocalFile, Skipped
-from accel.sync._paths import CONFIG_REL, MARKERS, is_debris
+from accel.sync._paths import MARKERS, is_debris
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
 _BARE_REDACTED = re.compile(r"^([^#\n]*:[ \t]*)\*\*\*(?=[ \t]*(#.*)?$)", re.MULTILINE)
-MANIFEST = "manifest.json"
-CONFIG_NAME = CONFIG_REL.rsplit("/", 1)[-1]
 
 
 def inventory(ws: Workspace, include_cache: bool) -> tuple[list[LocalFile], list[Skipped]]:
@@ -104,10 +113,10 @@ def _subdirs(folder: Path) -> list[os.DirEntry[str]]:
 def _checkpoints(ws: Workspace) -> Iterator[LocalFile | Skipped]:
     for series in _subdirs(ws.checkpoints_dir):
         for tmp in _saves_in_progress(Path(series.path)):
-            unit = f"checkpoints/{series.name}/{tmp}"
+            unit = f"{CHECKPOINTS_DIR}/{series.name}/{tmp}"
             yield Skipped(unit, "not a checkpoint yet: a save in progress (or one a crash left)")
         for step in _subdirs(Path(series.path)):
-            unit = f"checkpoints/{series.name}/{step.name}"
+            unit = f"{CHECKPOINTS_DIR}/{series.name}/{step.name}"
             yield from checkpoint_files(Path(step.path), unit)
 
 
@@ -192,7 +201,7 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
     from accel.runs import is_live
 
     for run in _subdirs(ws.runs_dir):
-        unit = f"logs/runs/{run.name}"
+        unit = f"{RUNS_REL}/{run.name}"
         if is_live(ws.layout, run.name):
             yield Skipped(unit, "live run: pushed after it ends")
             continue
@@ -205,7 +214,7 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
 
 
 def _cache(ws: Workspace) -> Iterator[LocalFile | Skipped]:
-    yield from _tree(ws.cache_dir, "cache", CACHE)
+    yield from _tree(ws.cache_dir, CACHE_DIR, CACHE)
 
 
 def _tree(root: Path, prefix: str, kind: str) -> Iterator[LocalFile | Skipped]:
@@ -218,7 +227,7 @@ def _tree(root: Path, prefix: str, kind: str) -> Iterator[LocalFile | Skipped]:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
             continue
-        if kind == CACHE and folder.name.endswith(".entry"):
+        if kind == CACHE and folder.name.endswith(ENTRY_SUFFIX):
             yield from _cache_entry(folder, rel)
             continue
         for entry in entries:
@@ -242,7 +251,7 @@ def _cache_entry(folder: Path, rel: str) -> Iterator[LocalFile | Skipped]:
     except IntegrityError as exc:
         yield Skipped(rel, f"cache entry not committed or unreadable ({exc})")
         return
-    for name in (meta.payload, "meta.json"):  # the commit marker last
+    for name in (meta.payload, CACHE_META):  # the commit marker last
         path = folder / name
         size = _size(path)
         if size < 0:

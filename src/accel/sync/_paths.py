@@ -18,19 +18,29 @@ from typing import TYPE_CHECKING
 
 from accel._fs import TMP_PREFIX
 from accel.errors import IntegrityError
+from accel.layout import (
+    CACHE_DIR,
+    CACHE_META,
+    CHECKPOINTS_DIR,
+    CONFIG_REL,
+    ENTRY_SUFFIX,
+    LOCK_SUFFIX,
+    MANIFEST,
+    RUN_RECORD,
+    RUNS_REL,
+)
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
-CONFIG_REL = "config/accelerate_config.yaml"
-MARKERS = {"manifest.json": 0, "meta.json": 0, "run.json": 0}  # written last, removed first
+MARKERS = {MANIFEST: 0, CACHE_META: 0, RUN_RECORD: 0}  # written last, removed first
 _DEBRIS = (TMP_PREFIX, ".tmp", ".accel-")
 
 
 def is_debris(name: str) -> bool:
     """Temp files, lock files and hidden names: never synced."""
-    return name.startswith(_DEBRIS) or name.startswith(".") or name.endswith(".lock")
+    return name.startswith(_DEBRIS) or name.startswith(".") or name.endswith(LOCK_SUFFIX)
 
 
 def split(rel: str) -> list[str]:
@@ -52,18 +62,18 @@ def is_checkpoint_file(parts: list[str]) -> bool:
     """A name a manifest may list (DCP's ``sharded/.metadata`` is hidden, not debris)."""
     from accel.store.manifest import FILE_NAME
 
-    return parts[0] == "checkpoints" and FILE_NAME.fullmatch("/".join(parts[3:])) is not None
+    return parts[0] == CHECKPOINTS_DIR and FILE_NAME.fullmatch("/".join(parts[3:])) is not None
 
 
 def kind_of(rel: str) -> str:
     parts = split(rel)
     if rel == CONFIG_REL:
         return CONFIG
-    if parts[0] == "checkpoints" and len(parts) >= 4 and parts[2].startswith("step-"):
+    if parts[0] == CHECKPOINTS_DIR and len(parts) >= 4 and parts[2].startswith("step-"):
         return CHECKPOINT
-    if parts[:2] == ["logs", "runs"] and len(parts) >= 4:
+    if parts[:2] == RUNS_REL.split("/") and len(parts) >= 4:
         return RUN
-    if parts[0] == "cache" and len(parts) >= 2:
+    if parts[0] == CACHE_DIR and len(parts) >= 2:
         return CACHE
     raise IntegrityError(f"the remote index lists {rel!r}, which is no part of a workspace")
 
@@ -75,7 +85,7 @@ def unit_of(rel: str) -> str:
         return "/".join(parts[:3])
     if kind == CACHE:
         for i, part in enumerate(parts[:-1]):
-            if part.endswith(".entry"):
+            if part.endswith(ENTRY_SUFFIX):
                 return "/".join(parts[: i + 1])
     return rel
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from accel.layout import ENTRY_SUFFIX
 from accel.sync._model import (
     CACHE,
     CHECKPOINT,
@@ -108,7 +109,7 @@ def _pull_unit(
         return [r for r in rels if here.files.get(r) != remote[r]], None
     if kind == RUN and unit.rsplit("/", 1)[-1] in here.live_runs:
         return [], "live run here"
-    folder_unit = kind == CHECKPOINT or (kind == CACHE and unit.endswith(".entry"))
+    folder_unit = kind == CHECKPOINT or (kind == CACHE and unit.endswith(ENTRY_SUFFIX))
     if folder_unit and unit in here.units:
         same = all(here.files.get(rel) == remote[rel] for rel in rels)
         return [], None if same else "exists here with other content (kept)"

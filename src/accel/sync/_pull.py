@@ -23,8 +23,15 @@ from typing import TYPE_CHECKING, Any
 from accel._fs import TMP_PREFIX, fsync_dir, read_json
 from accel._locks import locked
 from accel.errors import IntegrityError, JobFailed, UsageError
-from accel.layout import CACHE_LOCK, OWNER_MARKER, RUN_RECORD, SYNC_COMMIT_LOCK, make_owned_dir
-from accel.sync._inventory import MANIFEST
+from accel.layout import (
+    CACHE_LOCK,
+    CACHE_META,
+    MANIFEST,
+    OWNER_MARKER,
+    RUN_RECORD,
+    SYNC_COMMIT_LOCK,
+    make_owned_dir,
+)
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
 from accel.sync._paths import local_path
 from accel.sync._remote import Remote
@@ -33,7 +40,7 @@ from accel.sync._trust import PLAIN_NAME, cache_key
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
-META = "meta.json"
+META = CACHE_META
 
 
 class PullUnit:
@@ -78,7 +85,7 @@ class PullUnit:
                 raise JobFailed(f"{exc}: pull never writes into a live series") from None
 
     def _cache_entry(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
-        final = local_path(self.ws, unit + "/" + "meta.json").parent
+        final = local_path(self.ws, f"{unit}/{CACHE_META}").parent
         with self._stage(self.ws.tmp_dir / f"sync-{uuid.uuid4().hex[:12]}") as stage:
             self._download(unit, transfers, stage, reporter)
             verify_cache_entry(stage, unit, self.index)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from accel._locks import locked
 from accel.errors import AccelError, UsageError
-from accel.layout import SYNC_LOCK
+from accel.layout import CACHE_DIR, CACHE_META, CHECKPOINTS_DIR, ENTRY_SUFFIX, SYNC_LOCK
 from accel.store.hashing import hash_file
 from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
@@ -96,7 +96,9 @@ def pull(
     index = _guard(remote, remote.read_index)
     if index is None:
         raise UsageError(f"nothing was pushed to {remote.url} (no {INDEX_NAME} there)")
-    in_scope = {r: e for r, e in index.items() if include_cache or not r.startswith("cache/")}
+    in_scope = {
+        r: e for r, e in index.items() if include_cache or not r.startswith(f"{CACHE_DIR}/")
+    }
     accepted, refused = screen(in_scope)
     paths = {rel: str(_pulled_to(ws, rel)) for rel in accepted}
     view = _local_view(ws, accepted) if ws.exists else LocalView({})
@@ -133,7 +135,7 @@ def _without_live_series(ws: Workspace, plan: SyncPlan, refused: list[Skipped]) 
     keep = tuple(
         t for t in plan.transfers if t.kind != CHECKPOINT or t.unit.split("/")[1] not in held
     )
-    refused = refused + [Skipped(f"checkpoints/{n}", why) for n, why in held.items()]
+    refused = refused + [Skipped(f"{CHECKPOINTS_DIR}/{n}", why) for n, why in held.items()]
     return replace(plan, transfers=keep, refused=tuple(refused))
 
 
@@ -198,7 +200,7 @@ def _local_view(ws: Workspace, index: dict[str, FileEntry]) -> LocalView:
         if kind_of(rel) == CHECKPOINT:
             continue
         unit = unit_of(rel)
-        if unit.endswith(".entry") and local_path(ws, unit + "/meta.json").parent.is_dir():
+        if unit.endswith(ENTRY_SUFFIX) and local_path(ws, f"{unit}/{CACHE_META}").parent.is_dir():
             units.add(unit)
         mine = _file_here(local_path(ws, rel), entry)
         if kind_of(rel) == CONFIG and mine != entry:  # the config as pulled aside before

@@ -22,9 +22,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from accel.layout import RUN_FILE_RE
+from accel.layout import (
+    CACHE_DIR,
+    CHECKPOINTS_DIR,
+    CONFIG_REL,
+    ENTRIES_REL,
+    ENTRY_SUFFIX,
+    RUN_FILE_RE,
+    RUNS_REL,
+)
 from accel.sync._model import FileEntry, Skipped
-from accel.sync._paths import CONFIG_REL, is_checkpoint_file, split
+from accel.sync._paths import is_checkpoint_file, split
 
 STEP = re.compile(r"step-[0-9]{12}")
 SERIES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -54,13 +62,13 @@ def refusal(rel: str) -> str | None:
     parts = split(rel)
     if rel == CONFIG_REL:
         return None
-    if parts[0] == "checkpoints":
+    if parts[0] == CHECKPOINTS_DIR:
         return _checkpoint_file(parts)
-    if parts[:2] == ["logs", "runs"]:
+    if parts[:2] == RUNS_REL.split("/"):
         return _run_file(parts)
-    if parts[:2] == ["cache", "entries"]:
+    if parts[:2] == ENTRIES_REL.split("/"):
         return _cache_file(parts)
-    if parts[0] == "cache":
+    if parts[0] == CACHE_DIR:
         return "a cache outside cache/entries (framework caches hold compiled code)"
     return "no part of a workspace that sync pulls"
 
@@ -86,7 +94,7 @@ def _run_file(parts: list[str]) -> str | None:
 
 
 def _cache_file(parts: list[str]) -> str | None:
-    from accel.layout import ENTRY_SUFFIX, VERSION_RE
+    from accel.layout import VERSION_RE
     from accel.store.entry import key_problem
 
     entry = next((i for i, p in enumerate(parts) if p.endswith(ENTRY_SUFFIX)), None)
@@ -102,7 +110,7 @@ def _cache_file(parts: list[str]) -> str | None:
 
 def cache_key(unit: str) -> str:
     """The key of the cache entry folder ``unit`` (``cache/entries/<key>.entry``)."""
-    return unit.split("/", 2)[2].removesuffix(".entry")
+    return unit.split("/", 2)[2].removesuffix(ENTRY_SUFFIX)
 
 
 # -- the config ------------------------------------------------------------------------------
