@@ -417,4 +417,4 @@ def _framework_caches(
     """Inductor/Triton (and opted-in) caches in the workspace, unless the user set them."""
     from accel.frameworks import framework_env
 
-    return framework_env(config.get("cache.framework_caches", ()), cache_dir, env)
+    return framework_env(config.settings.cache.framework_caches, cache_dir, env)
