@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel._fs import tree_usage
+from accel.config.fields import BY_KEY
 from accel.config.views import CacheSettings
 from accel.layout import FRAMEWORKS_DIR
 
@@ -45,7 +46,7 @@ FRAMEWORKS: dict[str, str] = {
     "hf": "HF_HOME",
     "torch_hub": "TORCH_HOME",
 }
-DEFAULT = ("inductor", "triton")
+DEFAULT = tuple(BY_KEY["cache.framework_caches"].default)  # the schema's, for an invalid config
 DIRNAME = FRAMEWORKS_DIR
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from accel._locks import DEFAULT_TIMEOUT
 from accel.units import DURATION_HELP, SIZE_HELP
 
 SCHEMA_VERSION = 1
@@ -322,7 +323,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "store.lock_timeout",
         "duration",
-        60.0,
+        DEFAULT_TIMEOUT,  # the lock primitive's, also what an invalid config falls back to
         "How long to wait for a workspace lock before giving up.",
         maximum=DAY,
     ),
