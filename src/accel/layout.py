@@ -100,11 +100,17 @@ ENTRY_SUFFIX = ".entry"
 HOLDER_SUFFIX = ".holder.json"
 SERIES_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # a checkpoint series folder
 # -- names of folders in flight ----------------------------------------------------------
-STEP_RE = re.compile(r"step-([0-9]{12})")  # a committed checkpoint
-STAGE_RE = re.compile(r"\.tmp-([0-9]{12})-([0-9a-f]{12})")  # a checkpoint being written
-ASIDE_RE = re.compile(r"\.old-([0-9]{12})-([0-9a-f]{12})")  # the old copy while re-saving
-DELETED_RE = re.compile(r"\.del-[0-9a-f]{12}")  # anything being deleted, beside its place
-SYNC_STAGE_RE = re.compile(r"\.tmp-sync-[0-9a-f]{12}")  # a checkpoint or entry being pulled
+STEP_PREFIX = "step-"  # step-<12 digits>: a committed checkpoint
+STAGE_PREFIX = ".tmp-"  # .tmp-<step>-<id>: a checkpoint being written
+ASIDE_PREFIX = ".old-"  # .old-<step>-<id>: the old copy while re-saving
+DELETED_PREFIX = ".del-"  # .del-<id>: anything being deleted, beside its place
+SYNC_STAGE_PREFIX = ".tmp-sync-"  # .tmp-sync-<id>: a checkpoint or entry being pulled
+_STEP, _ID = "([0-9]{12})", "([0-9a-f]{12})"
+STEP_RE = re.compile(rf"{STEP_PREFIX}{_STEP}")
+STAGE_RE = re.compile(rf"{re.escape(STAGE_PREFIX)}{_STEP}-{_ID}")
+ASIDE_RE = re.compile(rf"{re.escape(ASIDE_PREFIX)}{_STEP}-{_ID}")
+DELETED_RE = re.compile(rf"{re.escape(DELETED_PREFIX)}[0-9a-f]{{12}}")
+SYNC_STAGE_RE = re.compile(rf"{re.escape(SYNC_STAGE_PREFIX)}[0-9a-f]{{12}}")
 VERSION_RE = re.compile(r"v[0-9a-f]{16}")  # a cache entry's payload version folder
 ROTATED_LOG_RE = re.compile(rf"{re.escape(TRAINING_LOG)}\.[0-9]+")
 LOG_SUFFIX = ".log"  # rank-N.log (what each rank printed), crash-*.log
@@ -286,7 +292,7 @@ def detach(path: Path, *, durable: bool = True) -> Path:
     A rename never follows a link: a link is moved, never its target.
     """
     mark(path)
-    doomed = path.parent / f".del-{secrets.token_hex(6)}"
+    doomed = path.parent / f"{DELETED_PREFIX}{secrets.token_hex(6)}"
     os.rename(path, doomed)
     if durable:
         fsync_dir(path.parent)

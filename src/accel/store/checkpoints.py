@@ -26,7 +26,6 @@ manifest is damaged is no checkpoint: listing skips it, loading it raises
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from accel.store.series import (
     new_manifest,
     refuse_links,
     series_from_env,
+    stage_dir_name,
     step_dir_name,
 )
 from accel.store.tensorfile import load_tensor_file, require_tensor_tree, save_tensor_file
@@ -394,7 +394,7 @@ class Checkpoints:
         run_id = os.environ.get("ACCEL_RUN_ID")
         self._lease = ensure_lease(self.layout, series_name, run_id) or self._lease
         folder = self.series_dir(series_name)
-        tmp = folder / f".tmp-{step:012d}-{secrets.token_hex(6)}"
+        tmp = folder / stage_dir_name(step)
         try:
             refuse_links(self.root, folder)
             series_mod.recover(folder, self._reaper)

@@ -34,6 +34,7 @@ removes accel's files and keeps the folder with those (unless forced).
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 import warnings
@@ -46,12 +47,15 @@ from accel import _faults
 from accel._fs import fsync_dir
 from accel.errors import IntegrityError, ManifestMissing, UsageError, WorkspaceError, write_failed
 from accel.layout import (
+    ASIDE_PREFIX,
     ASIDE_RE,
     DELETED_RE,
     MANIFEST,
     OWNER_MARKER,
     SERIES_RE,
+    STAGE_PREFIX,
     STAGE_RE,
+    STEP_PREFIX,
     STEP_RE,
     SYNC_STAGE_RE,
     Layout,
@@ -83,6 +87,7 @@ __all__ = [
     "retire",
     "retire_checkpoint",
     "series_from_env",
+    "stage_dir_name",
     "step_dir_name",
     "view",
     "warn_kept",
@@ -90,7 +95,12 @@ __all__ = [
 
 
 def step_dir_name(step: int) -> str:
-    return f"step-{step:012d}"
+    return f"{STEP_PREFIX}{step:012d}"
+
+
+def stage_dir_name(step: int) -> str:
+    """A new folder for step ``step`` to be written in, renamed to its step at the commit."""
+    return f"{STAGE_PREFIX}{step:012d}-{secrets.token_hex(6)}"
 
 
 def check_step(step: Any) -> int:
@@ -295,7 +305,7 @@ def swap_in(staged: Path, target: Path, reaper: Reaper) -> None:
     """Replace the committed ``target`` by the complete ``staged`` folder (module doc)."""
     match = STAGE_RE.fullmatch(staged.name)
     assert match is not None, staged
-    aside = target.parent / f".old-{match.group(1)}-{match.group(2)}"
+    aside = target.parent / f"{ASIDE_PREFIX}{match.group(1)}-{match.group(2)}"
     mark(target)  # the old copy proves it is accel's, even once superseded
     _faults.point("swap.begin")
     os.rename(target, aside)
@@ -338,7 +348,7 @@ def recover(folder: Path, reaper: Reaper) -> None:
 def _committed_copy_of(aside: Path) -> bool:
     match = ASIDE_RE.fullmatch(aside.name)
     assert match is not None
-    return (aside.parent / f"step-{match.group(1)}").is_dir()
+    return (aside.parent / f"{STEP_PREFIX}{match.group(1)}").is_dir()
 
 
 def retire(step_dir: Path, reaper: Reaper | None = None) -> bool:

@@ -29,6 +29,7 @@ from accel.layout import (
     RUN_FILE_RE,
     RUN_RECORD,
     RUNS_REL,
+    STAGE_PREFIX,
 )
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, LocalFile, Skipped
 from accel.sync._paths import MARKERS, is_debris
@@ -124,7 +125,7 @@ def _saves_in_progress(folder: Path) -> list[str]:
     """The ``.tmp-*`` folders a save (or a pull's stage) writes before its rename."""
     try:
         with os.scandir(folder) as it:
-            return sorted(e.name for e in it if e.name.startswith(".tmp-") and e.is_dir())
+            return sorted(e.name for e in it if e.name.startswith(STAGE_PREFIX) and e.is_dir())
     except OSError:
         return []
 

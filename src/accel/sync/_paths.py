@@ -28,6 +28,7 @@ from accel.layout import (
     MANIFEST,
     RUN_RECORD,
     RUNS_REL,
+    STEP_PREFIX,
 )
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN
 
@@ -69,7 +70,7 @@ def kind_of(rel: str) -> str:
     parts = split(rel)
     if rel == CONFIG_REL:
         return CONFIG
-    if parts[0] == CHECKPOINTS_DIR and len(parts) >= 4 and parts[2].startswith("step-"):
+    if parts[0] == CHECKPOINTS_DIR and len(parts) >= 4 and parts[2].startswith(STEP_PREFIX):
         return CHECKPOINT
     if parts[:2] == RUNS_REL.split("/") and len(parts) >= 4:
         return RUN

@@ -30,6 +30,7 @@ from accel.layout import (
     OWNER_MARKER,
     RUN_RECORD,
     SYNC_COMMIT_LOCK,
+    SYNC_STAGE_PREFIX,
     make_owned_dir,
 )
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
@@ -75,7 +76,7 @@ class PullUnit:
         series = unit.split("/")[1]
         final = self.ws.checkpoints_dir / series / unit.rsplit("/", 1)[-1]
         final.parent.mkdir(parents=True, exist_ok=True)
-        with self._stage(final.parent / f".tmp-sync-{uuid.uuid4().hex[:12]}") as stage:
+        with self._stage(final.parent / f"{SYNC_STAGE_PREFIX}{uuid.uuid4().hex[:12]}") as stage:
             self._download(unit, transfers, stage, reporter)
             verify_checkpoint(stage, unit, self.index)
             try:

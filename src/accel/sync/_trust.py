@@ -30,12 +30,12 @@ from accel.layout import (
     ENTRY_SUFFIX,
     RUN_FILE_RE,
     RUNS_REL,
+    SERIES_RE,
+    STEP_RE,
 )
 from accel.sync._model import FileEntry, Skipped
 from accel.sync._paths import is_checkpoint_file, split
 
-STEP = re.compile(r"step-[0-9]{12}")
-SERIES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{1,32}")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
@@ -78,8 +78,8 @@ def _checkpoint_file(parts: list[str]) -> str | None:
 
     ok = (
         len(parts) >= 4
-        and SERIES.fullmatch(parts[1]) is not None
-        and STEP.fullmatch(parts[2]) is not None
+        and SERIES_RE.fullmatch(parts[1]) is not None
+        and STEP_RE.fullmatch(parts[2]) is not None
         and (parts[3:] == [MANIFEST] or is_checkpoint_file(parts))
     )
     return None if ok else "not a file of a checkpoint (checkpoints/<series>/step-N/<name>)"
