@@ -137,6 +137,22 @@ def test_what_accel_does_not_run_is_refused_in_one_line(
     assert "\n" not in str(caught.value)
 
 
+#: Accelerate 1.15's ``DistributedType`` members (tests/clients/test_hf_api_probe.py
+#: compares the installed Accelerate's).
+ACCELERATE_DISTRIBUTED_TYPES = (
+    "NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA",
+    "MULTI_XPU", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM", "MULTI_HPU", "MULTI_NEURON",
+)  # fmt: skip
+
+
+def test_distributed_type_has_every_member_a_ported_script_compares_with() -> None:
+    # Accelerate's by_feature examples test ``distributed_type == DistributedType.XLA``
+    # (an AttributeError when accel lacked the member); members are equal as strings.
+    assert {m.name for m in accel.DistributedType} == set(ACCELERATE_DISTRIBUTED_TYPES)
+    assert all(m == m.name for m in accel.DistributedType)
+    assert accel.DistributedType.XLA != accel.DistributedType.MULTI_CPU
+
+
 class DistributedDataParallelKwargs:  # the names Accelerate's handlers have
     def __init__(self, **options: Any) -> None:
         self.options = options

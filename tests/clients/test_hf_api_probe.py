@@ -85,3 +85,14 @@ def test_probe_matches_accelerate_on_two_ranks(project: Path, accel_exe: list[st
     assert first["sharding"]["plain"][0] == [0.0, 1.0]
     assert first["sharding"]["plain"][1] == [4.0, 5.0]
     assert first["gather"]["1d"] == ["int64", [0, 10, 1, 11]]
+
+
+def test_distributed_type_has_accelerates_members() -> None:
+    pytest.importorskip("accelerate")
+    from accelerate import DistributedType as Theirs
+
+    from accel import DistributedType as Ours
+
+    # a new release's new member fails here (and the list in test_accelerator_hf_api.py)
+    assert {m.name for m in Ours} == {m.name for m in Theirs}
+    assert all(Ours[m.name] == m for m in Theirs)

@@ -50,13 +50,24 @@ _REFUSED = {
 
 
 class DistributedType(str, enum.Enum):
-    """Accelerate's names for the kinds of run accel can be (equal to Accelerate's own
-    ``DistributedType`` members: both are strings)."""
+    """Accelerate's names for the kinds of run (equal to Accelerate's own
+    ``DistributedType`` members: both are strings). accel is one of the first four; the
+    others are there so a ported script's checks (``== DistributedType.XLA``) still read."""
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
     FSDP = "FSDP"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    DEEPSPEED = "DEEPSPEED"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 @dataclass
