@@ -351,7 +351,7 @@ NAME_OWNERS: dict[str, tuple[str, ...] | None] = {
         "CRASH_SUFFIX",
     ),
     "accel._fs": ("TMP_PREFIX",),
-    "accel.store.checkpoints": ("STATE_TENSORS",),
+    "accel.store.manifest": ("STATE_TENSORS", "TENSORS_SUFFIX"),
     "accel.store.sharded": ("METADATA",),
     "accel.sync._remote": ("INDEX_NAME",),
     "accel.sync.pulled": ("PULLED_NAME",),
@@ -481,7 +481,15 @@ def test_every_name_on_disk_is_spelled_by_its_owner_only() -> None:
 
 
 def test_the_name_rule_sees_what_it_should() -> None:
-    known = {"metrics.jsonl", "rank-", "sharded", ".accel-tmp-", "run.json", "state.tensors"}
+    known = {
+        "metrics.jsonl",
+        "rank-",
+        "sharded",
+        ".accel-tmp-",
+        "run.json",
+        "state.tensors",
+        "step-",
+    }
     assert known <= owned_names().keys()
     owned = {"metrics.jsonl", "logs", "rank-"}
     code = '''

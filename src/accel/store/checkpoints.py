@@ -43,7 +43,7 @@ from accel.store._trace import phase
 from accel.store.async_save import AsyncSave, Snapshot, SnapshotPool
 from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
-from accel.store.manifest import parse_manifest, read_manifest
+from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX, parse_manifest, read_manifest
 from accel.store.series import (
     Found,
     Reaper,
@@ -70,8 +70,6 @@ __all__ = [
     "read_manifest",
     "series_from_env",
 ]
-
-STATE_TENSORS = "state.tensors"  # a step's state tree (layout.STATE_FILE is the key-value store)
 
 
 @dataclass(frozen=True)
@@ -220,7 +218,7 @@ class Checkpoints:
     ) -> Any:
         """The per-rank state of ``rank`` saved at ``step``, None when it has none."""
         found = self._resolve(step, series)
-        name = rank_name(rank, ".tensors")
+        name = rank_name(rank, TENSORS_SUFFIX)
         digest = found.manifest.files.get(name)
         return None if digest is None else load_tensor_file(found.path / name, digest, map_location)
 
@@ -479,6 +477,6 @@ def write_files(
     if ctx.rank == 0:
         files[STATE_TENSORS] = save_tensor_file(state, tmp / STATE_TENSORS).to_json()
     if rank_state is not None:
-        name = rank_name(ctx.rank, ".tensors")
+        name = rank_name(ctx.rank, TENSORS_SUFFIX)
         files[name] = save_tensor_file(rank_state, tmp / name).to_json()
     return files

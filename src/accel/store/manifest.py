@@ -27,7 +27,7 @@ from typing import Any
 
 from accel._fs import read_json
 from accel.errors import IntegrityError, ManifestMissing
-from accel.layout import ASIDE_RE, MANIFEST, STAGE_RE, STEP_RE
+from accel.layout import ASIDE_RE, MANIFEST, RANK_PREFIX, SHARDED_DIR, STAGE_RE, STEP_RE
 from accel.store._records import (
     Invalid,
     digest_fields,
@@ -37,6 +37,7 @@ from accel.store._records import (
     versioned_object,
 )
 from accel.store.hashing import FileDigest
+from accel.store.sharded import METADATA
 
 __all__ = [
     "FILE_NAME",
@@ -58,8 +59,17 @@ _N = "(?:0|[1-9][0-9]{0,8})"  # a rank or a file count, as accel and DCP write t
 # pulled manifest): the replicated state, each rank's state, and what DCP writes into
 # sharded/ (its metadata and one or more __<rank>_<n>.distcp per rank). A manifest
 # listing anything else is no checkpoint: store, verify, clean and sync all refuse it.
+TENSORS_SUFFIX = ".tensors"
+STATE_TENSORS = "state.tensors"  # a step's state tree (layout.STATE_FILE: the kv store)
 FILE_NAME = re.compile(
-    rf"state\.tensors|rank-{_N}\.tensors|sharded/\.metadata|sharded/__{_N}_{_N}\.distcp"
+    "|".join(
+        [
+            re.escape(STATE_TENSORS),
+            rf"{RANK_PREFIX}{_N}{re.escape(TENSORS_SUFFIX)}",  # rank-N.tensors
+            rf"{SHARDED_DIR}/{re.escape(METADATA)}",
+            rf"{SHARDED_DIR}/__{_N}_{_N}\.distcp",
+        ]
+    )
 )
 
 
