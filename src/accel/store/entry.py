@@ -77,7 +77,7 @@ KINDS = frozenset({"json", "bytes", "tensors", "file"})
 PAYLOAD_NAMES = {"json": "value.json", "bytes": "data.bin", "tensors": "value.tensors"}
 RESERVED = frozenset({CACHE_META, OWNER_MARKER})
 META_MAX_BYTES = 1 << 20
-_PAYLOAD_RE = re.compile(r"(?:v[0-9a-f]{16}/)?[^/\\\x00]+")
+_PAYLOAD_RE = re.compile(rf"(?:{VERSION_RE.pattern}/)?[^/\\\x00]+")  # [version/]name
 _NOT_A_NAME = frozenset({".", "..", CACHE_META, OWNER_MARKER})
 _NUMBERS = (int, float)
 # How long a replaced file payload stays, for paths handed out before it was replaced.
