@@ -358,7 +358,8 @@ NAME_OWNERS: dict[str, tuple[str, ...] | None] = {
     "accel.accelerator._hfstate": ("POINTER", "PROJECT_CHECKPOINTS_DIR"),
 }
 # Calls whose arguments are parts of a path.
-PATH_CALLS = {"Path", "PurePath", "PurePosixPath", "join", "joinpath", "lock", "lock_file"}
+PATH_CALLS = {"Path", "PurePath", "PurePosixPath", "join", "joinpath"}
+PATH_CALLS |= {"lock", "lock_file", "lock_path"}  # a lock name is a file name
 
 
 def owned_names(modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
@@ -506,6 +507,7 @@ H = {"logs": 1}["logs"]
 I = "see logs/runs/<id>/metrics.jsonl"
 J = Path("/logs")
 K = f"{run}/logs"
+L = ws.lock_path("logs")
 '''
     assert spelled_names(code, owned) == [
         (3, "metrics.jsonl"),
@@ -516,4 +518,5 @@ K = f"{run}/logs"
         (8, "logs"),
         (9, "logs"),
         (14, "logs"),
+        (15, "logs"),
     ]
