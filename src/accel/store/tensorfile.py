@@ -46,13 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from accel._fs import open_regular, require_regular
 from accel.errors import IntegrityError, PayloadMissing, UsageError, write_failed
 from accel.store import _stream
 from accel.store._trace import phase
-from accel.store.hashing import ALGORITHM, FileDigest
+from accel.store.hashing import ALGORITHM, FileDigest, new_hasher
 
 __all__ = [
     "FileDigest",
@@ -200,7 +198,7 @@ def write_tree(tree: Any, path: Path, *, chunk: int = _stream.CHUNK) -> tuple[in
     bytes; small ones are gathered into one buffer first.
     """
     tensors, prefix = _layout(tree)
-    hasher = xxhash.xxh3_64()
+    hasher = new_hasher()
     with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
         out = _stream.StreamWriter(fh.fileno(), chunk=chunk)
         source = _pieces(prefix, tensors, chunk, rings)
@@ -351,7 +349,7 @@ def read_tree(path: Path, size: int, map_location: Any = "cpu") -> tuple[Any, st
         except (OSError, ValueError) as exc:
             raise _bad(path, f"it cannot be mapped ({exc})") from None
     view = memoryview(mapped)
-    hasher = xxhash.xxh3_64()
+    hasher = new_hasher()
     hasher.update(view)
     checksum = f"{ALGORITHM}:{hasher.hexdigest()}"
     specs, tree, start = _parse_header(view, path, size)
