@@ -21,7 +21,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import accel
+from accel.accelerator._accumulate import GradientState
 from accel.accelerator._data import shard_loader
+from accel.accelerator._hfdata import HfData, shard_hf
 
 LOADS = multiprocessing.get_context("fork").Value("i", 0)  # shared with forked workers
 
@@ -146,6 +148,34 @@ def test_accels_sharding_over_two_ranks_resumes_each_rank_at_the_index_level() -
         LOADS.value = 0
         tail = list(again)
         assert LOADS.value == sum(len(b) for b in tail)
+        assert all(torch.equal(a, b) for a, b in zip(head + tail, expected, strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_accelerates_sharding_over_two_ranks_resumes_each_rank_at_the_index_level() -> None:
+    """Whole batches in turn over 2 ranks, the last round topped up; unshuffled, so no
+    generator is broadcast and the ranks can be built in one process."""
+
+    def prepared(rank: int) -> Any:
+        data = HfData(world_size=2, rank=rank)
+        return shard_hf(_loader(2, shuffle=False), data, GradientState({}))
+
+    for rank in (0, 1):
+        torch.manual_seed(0)
+        expected = list(prepared(rank))
+        torch.manual_seed(0)
+        resumed = prepared(rank)
+        stopped = iter(resumed)
+        head = [next(stopped)]
+        state, rng = resumed.state_dict(), torch.get_rng_state()
+        again = prepared(rank)
+        again.load_state_dict(state)
+        torch.set_rng_state(rng)
+        again.skip_batches(1)
+        LOADS.value = 0
+        tail = list(again)
+        assert LOADS.value == sum(len(b) for b in tail) and len(head + tail) == 4
         assert all(torch.equal(a, b) for a, b in zip(head + tail, expected, strict=True))
 
 
