@@ -74,14 +74,16 @@ def _loader(workers: int, dataset: Any = None, **options: Any) -> DataLoader[Any
 
 
 def _run(
-    make: Any, workers: int, *, stop: int = 0, resume: bool = False, dataset: Any = None
+    make: Any, workers: int | str, *, stop: int = 0, resume: bool = False, dataset: Any = None
 ) -> list[torch.Tensor]:
     """Two epochs, as a script runs them: stop (save) at step ``stop``, or resume."""
     torch.manual_seed(0)
     random.seed(0)
     np.random.seed(0)
     acc = make()
-    loader = acc.prepare(_loader(workers, dataset))
+    persistent = workers == "2-persistent"
+    options = {"persistent_workers": True} if persistent else {}
+    loader = acc.prepare(_loader(2 if persistent else int(workers), dataset, **options))
     step = (acc.load_state() or 0) if resume else 0
     LOADS.value = 0
     seen: list[torch.Tensor] = []
@@ -100,8 +102,8 @@ def _run(
 
 
 #: Workers are processes: the runs with workers are slow tests, with a timeout.
-WORKERS = [0, pytest.param(2, marks=[pytest.mark.slow, pytest.mark.timeout(180)])]
 SLOW = [pytest.mark.slow, pytest.mark.timeout(180)]
+WORKERS = [0, pytest.param(2, marks=SLOW), pytest.param("2-persistent", marks=SLOW)]
 
 SHARDINGS = {"accel": lambda: accel.Accelerator(seed=5), "hf": lambda: accel.Accelerator()}
 
@@ -110,7 +112,7 @@ SHARDINGS = {"accel": lambda: accel.Accelerator(seed=5), "hf": lambda: accel.Acc
 @pytest.mark.parametrize("sharding", list(SHARDINGS))
 @pytest.mark.parametrize("stop", [1, 4, 7, 9], ids=["first", "mid", "epoch-end", "second"])
 def test_a_resumed_run_hands_out_the_uninterrupted_runs_batches_bit_for_bit(
-    project: Path, sharding: str, workers: int, stop: int
+    project: Path, sharding: str, workers: int | str, stop: int
 ) -> None:
     make = SHARDINGS[sharding]
     whole = _run(make, workers)
@@ -196,11 +198,8 @@ def test_an_iterable_dataset_with_state_resumes_through_it(project: Path, shardi
         pytest.param(
             Counting(), 2, {}, "state lives in num_workers > 0 worker processes", marks=SLOW
         ),
-        pytest.param(
-            None, 2, {"persistent_workers": True}, "persistent_workers keeps the", marks=SLOW
-        ),
     ],
-    ids=["iterable-without-state", "iterable-in-workers", "persistent-workers"],
+    ids=["iterable-without-state", "iterable-in-workers"],
 )
 def test_a_loader_accel_cannot_resume_exactly_gets_one_line_at_prepare(
     project: Path, dataset: Any, workers: int, options: dict[str, Any], why: str
@@ -220,7 +219,7 @@ def test_an_exactly_resumable_loader_prepares_without_a_word(project: Path) -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         accel.Accelerator(seed=0).prepare(_loader(2))  # prepared, not iterated: no worker
-        accel.Accelerator().prepare(_loader(2))
+        accel.Accelerator().prepare(_loader(2, persistent_workers=True))
         accel.Accelerator().prepare(_loader(0, Counting()))
 
 

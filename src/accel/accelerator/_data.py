@@ -117,9 +117,6 @@ def inexact_resume(loader: Any, stacklevel: int = 5) -> None:
             "give the dataset state_dict()/load_state_dict() and num_workers=0, or use "
             "torchdata's StatefulDataLoader"
         )
-    elif loader.num_workers > 0 and loader.persistent_workers:
-        why = "persistent_workers keeps the workers' RNG states across epochs"
-        fix = "samples are exact; draw augmentations from a generator seeded per sample"
     else:
         return
     warnings.warn(
@@ -242,13 +239,20 @@ class Position:
     def begin(self, skip: int) -> None:
         """Before the epoch's iterator is made: start it at batch ``skip``."""
         saved, self._saved = self._saved, None
-        self.handed, self.workers = skip, {}
+        self.handed = skip
         self.batches.start = skip
+        persistent = self.loader.persistent_workers
+        if not persistent:
+            self.workers = {}  # new workers, freshly seeded
         init = self.loader.worker_init_fn
         if not isinstance(init, WorkerInit) or saved is None:
             return
-        if int(saved.get("position", -1)) == skip:
-            init.states = {w: s for w, s in enumerate(saved.get("workers") or []) if s}
+        at = int(saved.get("position", -1))
+        # persistent workers carry their RNG states into the next epoch
+        if at == skip or (persistent and skip == 0 and at == len(self.loader)):
+            states = {w: s for w, s in enumerate(saved.get("workers") or []) if s is not None}
+            init.states = states
+            self.workers = dict(states) if persistent else {}
         elif skip and saved.get("workers"):
             warnings.warn(
                 f"skip_batches({skip}) but the checkpoint stopped this loader at batch "
@@ -275,11 +279,15 @@ class Position:
         if tag is not None:
             self.workers[tag.worker] = tag.rng
 
-    def state_dict(self) -> dict[str, Any]:
-        workers: list[Any] = [None] * (max(self.workers, default=-1) + 1)
-        for worker, plain in self.workers.items():
-            workers[worker] = saved_form(plain)
-        return {"position": self.handed, "workers": workers}
+    def state_dict(self, *, ended: bool = False) -> dict[str, Any]:
+        """The batches handed out and each worker's RNG states after its last one;
+        ``ended``: the next epoch's start (where only persistent workers carry states)."""
+        kept = self.workers if not ended or self.loader.persistent_workers else {}
+        workers: list[Any] = [None] * (max(kept, default=-1) + 1)
+        for worker, state in kept.items():
+            # a restored state is kept as the checkpoint held it until replaced
+            workers[worker] = saved_form(state) if isinstance(state, tuple) else state
+        return {"position": 0 if ended else self.handed, "workers": workers}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._saved = state if "position" in state else None
@@ -340,8 +348,10 @@ class PreparedDataLoader:
     def __iter__(self) -> Iterator[Any]:
         skip, self._skip = self._skip, 0
         self.position.begin(skip)
-        # Worker seeds depend on the epoch only, like the order of the samples.
-        self.loader.generator.manual_seed(self.seed * 1_000_003 + self.epoch)
+        # Worker seeds depend on the epoch only, like the order of the samples;
+        # persistent workers are seeded once, as at epoch 0, wherever the run starts.
+        persistent = self.loader.persistent_workers
+        self.loader.generator.manual_seed(self.seed * 1_000_003 + (0 if persistent else self.epoch))
         iterator = iter(self.loader)
         self.position.started()
         yield from self.position.batches_of(iterator)

@@ -269,6 +269,7 @@ class HfLoader:
         #: that read go into a checkpoint, and a resume reads that batch from them
         self._ahead: Any = None
         self._resume_ahead: Any = None
+        self._drawn = False  # the saved run's persistent workers had their base seed
 
     @property
     def total_batch_size(self) -> int | None:
@@ -303,7 +304,8 @@ class HfLoader:
             # the last batch is out: nothing of this epoch is left to draw, and a resumed
             # run goes on with the next one, as this run does once the batch is done
             after = None if self.draws_from is not None else self._generator_state()
-            return {"epoch": self.epoch + 1, "generator": after, "torch_rng": None}
+            where = self.position.state_dict(ended=True)
+            return {"epoch": self.epoch + 1, "generator": after, "torch_rng": None, **where}
         start = self._epoch_start if self._epoch_start is not None else self._generator_state()
         torch_rng = self._epoch_rng if self._in_epoch else None
         where = self.position.state_dict() if self._in_epoch else {}
@@ -315,6 +317,9 @@ class HfLoader:
         self.set_epoch(int(state["epoch"]))
         self.position.load_state_dict(state)
         self._resume_ahead = state.get("ahead_rng")
+        # the saved run's persistent workers were started already: their base seed is
+        # no draw of this epoch's, in the resumed run it must not be one either
+        self._drawn = bool(self.loader.persistent_workers and "position" in state)
         self._resume_rng = state.get("torch_rng")
         saved, self._epoch_start, self._restored = state.get("generator"), None, None
         if saved is None:
@@ -408,12 +413,17 @@ class HfLoader:
         start made, from the RNG as it was then; the RNG a checkpoint restored is then
         put back."""
         self.position.begin(skip)
-        if resumed is None:
+        drawn, self._drawn = self._drawn, False
+        if resumed is None and not drawn:
             return self._started(iter(self.loader))
         import torch
 
+        if resumed is None and self.draws_from is not None and self._restored is None:
+            # the epoch's shuffle is a draw the saved run made too: make it before the
+            # base seed's, which is undone below
+            self._restored = self._epoch_generator().get_state()
         now = torch.get_rng_state()
-        torch.set_rng_state(resumed)
+        torch.set_rng_state(now if resumed is None else resumed)
         try:
             return self._started(iter(self.loader))
         finally:
