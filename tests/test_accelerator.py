@@ -187,21 +187,22 @@ def test_the_second_cache_cleaner_is_gone_with_a_pointer(project: Path) -> None:
 # -- a real 2-rank gloo job --------------------------------------------------------------
 
 
-def _env(workspace: Path) -> dict[str, str]:
+def _env(workspace: Path, async_save: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
     env.update(ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    env["ACCEL_CHECKPOINTS_ASYNC_SAVE"] = "true" if async_save else "false"
     return env
 
 
-def _run_ranks(workspace: Path, args: list[str]) -> list[int]:
+def _run_ranks(workspace: Path, args: list[str], async_save: bool = False) -> list[int]:
     """Two ranks started with the torchrun environment, without the elastic agent."""
-    return two_ranks(SCRIPT, args, _env(workspace))
+    return two_ranks(SCRIPT, args, _env(workspace, async_save))
 
 
-def _run_torchrun(workspace: Path, args: list[str]) -> int:
+def _run_torchrun(workspace: Path, args: list[str], async_save: bool = False) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += ["--master-port", str(free_port()), str(SCRIPT), *args]
-    return subprocess.run(cmd, env=_env(workspace), timeout=120).returncode
+    return subprocess.run(cmd, env=_env(workspace, async_save), timeout=120).returncode
 
 
 def _losses(workspace: Path) -> dict[int, float]:
@@ -211,18 +212,22 @@ def _losses(workspace: Path) -> dict[int, float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "overlapped"])
+def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path, async_save: bool) -> None:
+    """Overlapped: every save_state of the straight run and of the crashed one is an
+    overlapped snapshot (checkpoints.async_save), fenced by the next optimizer step."""
     straight, resumed = tmp_path / "straight" / ".accelerate", tmp_path / "resumed" / ".accelerate"
     total, save_every, crash_at = "24", "8", "13"
-    assert _run_ranks(straight, [total, save_every, "-1", str(tmp_path / "a.pt")]) == [0, 0]
-    crashed = _run_ranks(resumed, [total, save_every, crash_at, str(tmp_path / "b.pt")])
+    a_pt, b_pt = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    assert _run_ranks(straight, [total, save_every, "-1", a_pt], async_save) == [0, 0]
+    crashed = _run_ranks(resumed, [total, save_every, crash_at, b_pt], async_save)
     assert crashed == [3, 3] and not (tmp_path / "b.pt").exists()
     ckpts = accel.Workspace(resumed).checkpoints
     assert [i.step for i in ckpts.list()] == [8]
     assert sorted(ckpts.latest().files) == ["rank-0.tensors", "rank-1.tensors", "state.tensors"]  # type: ignore[union-attr]
 
     # The restart goes through torchrun itself: any torchrun script runs unchanged.
-    assert _run_torchrun(resumed, [total, save_every, "-1", str(tmp_path / "b.pt")]) == 0
+    assert _run_torchrun(resumed, [total, save_every, "-1", b_pt], async_save) == 0
 
     a = torch.load(tmp_path / "a.pt", weights_only=True)
     b = torch.load(tmp_path / "b.pt", weights_only=True)

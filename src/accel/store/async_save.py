@@ -57,6 +57,14 @@ def _note() -> str | None:
     return path
 
 
+def yield_cores() -> None:
+    """Lower this thread's priority (Linux: a thread has its own nice value): the write
+    of a snapshot already copied must not slow training down on busy cores; it has until
+    the next save to finish."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
 class AsyncSave(Generic[T]):
     """Run ``write`` in a thread of its own; :meth:`join` returns its result or raises
     its error in the caller's thread."""

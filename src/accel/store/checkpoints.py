@@ -40,7 +40,7 @@ from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_rea
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
 from accel.store._trace import phase
-from accel.store.async_save import AsyncSave, Snapshot, SnapshotPool
+from accel.store.async_save import AsyncSave, Snapshot, SnapshotPool, yield_cores
 from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX, parse_manifest, read_manifest
@@ -315,13 +315,16 @@ class Checkpoints:
             self._last = self._write(state, rank_state, step, tag, self._dist, sharded)
             return self._last
         later = None if copy_now is None else (lambda tensor: not copy_now(tensor))
+        # Only rank 0 writes ``state``: the other ranks copy their rank_state alone.
+        mine = state if self._dist.rank == 0 else None
         with phase("snapshot"):
-            snapshot = self._snapshot = self._pool.take((state, rank_state), later)
+            snapshot = self._snapshot = self._pool.take((mine, rank_state), later)
         ctx = self._dist
 
         def persist() -> CheckpointInfo:
             with phase("snapshot-copy"):
-                snapshot.copy()
+                snapshot.copy()  # at full speed: the next optimizer step may be waiting
+            yield_cores()
             tree = snapshot.tree
             whole = lambda: _whole(snapshot, step)  # noqa: E731 - every rank checks its own
             return self._write(tree[0], tree[1], step, tag, ctx, check=whole)

@@ -49,6 +49,7 @@ def main(total: int, save_every: int, crash_at: int, out: str) -> None:
             if step % save_every == 0:
                 acc.save_state(step)
             if step == crash_at:
+                acc.checkpoints.wait()  # an async save of an earlier step is committed
                 os._exit(3)  # killed: no teardown, nothing flushed
             if step >= total:
                 break
