@@ -188,7 +188,8 @@ def test_a_change_the_fence_did_not_see_fails_the_save_never_tears_it(
     with torch.no_grad():
         model[0].weight.add_(1.0)  # an in-place write the optimizer does not own: seen
     async_save.fence_all()
-    with pytest.raises(UsageError, match=r"changed while its snapshot.*wait_for_snapshot"):
+    named = r"state\['models'\]\[0\]\['0.weight'\] changed while its snapshot"
+    with pytest.raises(UsageError, match=named + r".*wait_for_snapshot"):
         acc.checkpoints.wait()
     assert [i.step for i in acc.checkpoints.list()] == [4]
     acc.end()

@@ -185,7 +185,8 @@ class Snapshot:
                 _before_copy()
             for dst, src, _, _ in self._jobs:
                 _copy_alone(dst, src)
-            self.torn = [where for _, src, version, where in self._jobs if src._version != version]
+            moved = [where for _, src, version, where in self._jobs if src._version != version]
+            self.torn = [_spelled(where) for where in moved]
         finally:
             self._jobs = []  # the sources are the caller's: hold them no longer
             _in_flight.discard(self)
@@ -213,7 +214,7 @@ class SnapshotPool:
         """A :class:`Snapshot` of ``tree``: containers and every tensor for which ``later``
         is false are copied now; the rest by the snapshot's :meth:`Snapshot.copy`."""
         self._jobs, self._later = [], []
-        copy = self._copy(tree, [0], later, "state")
+        copy = self._copy(tree, [0], later, None)
         jobs, self._jobs = self._jobs, []
         if len(jobs) > 1:
             if self._threads is None:
@@ -229,14 +230,14 @@ class SnapshotPool:
         background, self._later = self._later, []
         return Snapshot(copy, background)
 
-    def _copy(self, value: Any, counter: list[int], later: Any, where: str) -> Any:
+    def _copy(self, value: Any, counter: list[int], later: Any, where: Any) -> Any:
         kind = type(value)
         if kind in (dict, OrderedDict):
             items = value.items()
-            return kind((k, self._copy(v, counter, later, f"{where}[{k!r}]")) for k, v in items)
+            return kind((k, self._copy(v, counter, later, (where, k))) for k, v in items)
         if kind in (list, tuple):
             numbered = enumerate(value)
-            return kind(self._copy(v, counter, later, f"{where}[{i}]") for i, v in numbered)
+            return kind(self._copy(v, counter, later, (where, i)) for i, v in numbered)
         import torch
 
         if isinstance(value, torch.Tensor):
@@ -276,6 +277,18 @@ class SnapshotPool:
         out, into = _bytes(dst), _bytes(src)
         for start in range(0, len(into), _CHUNK):
             self._jobs.append((out[start : start + _CHUNK], into[start : start + _CHUNK]))
+
+
+def _spelled(where: Any) -> str:
+    """``state['models'][0]['w']`` from the path ``((((None, 0), 'models'), 0), 'w')`` in
+    the tree ``(state, rank_state)``: spelled only for an error, a save walks thousands."""
+    keys: list[Any] = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    keys.reverse()
+    root = {0: "state", 1: "rank_state"}.get(keys[0], "") if keys else ""
+    return root + "".join(f"[{key!r}]" for key in keys[1:])
 
 
 def _plain(src: Any) -> bool:
