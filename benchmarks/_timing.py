@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def accel_exe() -> str:
@@ -61,6 +62,32 @@ def alternate(
     """Run every command once per round, in turn, and return each one's median seconds."""
     samples = alternate_samples(commands, rounds, **kwargs)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def memcpy_times(tensors: Sequence[Any], count: int) -> list[float]:
+    """The bare copy of the tensors' bytes into buffers already touched, on every core
+    (8 MiB ``numpy.copyto`` pieces): the limit of a snapshot of CPU tensors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import torch
+
+    chunk = 8 << 20
+    sources = [t.reshape(-1).view(torch.uint8).numpy() for t in tensors]
+    targets = [np.empty_like(src) for src in sources]
+    jobs = [
+        (dst[at : at + chunk], src[at : at + chunk])
+        for dst, src in zip(targets, sources, strict=True)
+        for at in range(0, len(src), chunk)
+    ]
+    times = []
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        for i in range(count + 1):
+            start = time.perf_counter()
+            list(pool.map(lambda job: np.copyto(job[0], job[1]), jobs))
+            if i:  # the first touches the buffers
+                times.append(time.perf_counter() - start)
+    return times
 
 
 def p90(values: Sequence[float]) -> float:

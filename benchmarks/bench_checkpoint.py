@@ -329,27 +329,9 @@ def _time_async(ws: Any, state: dict[str, Any], steps: Iterator[int], count: int
 
 def _time_memcpy(state: dict[str, Any], count: int) -> list[float]:
     """The bare copy of the state's bytes into buffers already touched, on every core."""
-    from concurrent.futures import ThreadPoolExecutor
+    from _timing import memcpy_times
 
-    import numpy as np
-    import torch
-
-    chunk = 8 * MiB
-    sources = [t.reshape(-1).view(torch.uint8).numpy() for t in state.values()]
-    targets = [np.empty_like(src) for src in sources]
-    jobs = [
-        (dst[at : at + chunk], src[at : at + chunk])
-        for dst, src in zip(targets, sources, strict=True)
-        for at in range(0, len(src), chunk)
-    ]
-    times = []
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        for i in range(count + 1):
-            start = time.perf_counter()
-            list(pool.map(lambda job: np.copyto(job[0], job[1]), jobs))
-            if i:  # the first touches the buffers
-                times.append(time.perf_counter() - start)
-    return times
+    return memcpy_times(list(state.values()), count)
 
 
 # -- reporting --------------------------------------------------------------------------
