@@ -9,6 +9,7 @@ tensors as the run that never stopped, and load only the samples it hands out.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import random
 import warnings
@@ -253,3 +254,29 @@ def test_a_stateful_dataloader_resumes_through_its_state_dict(project: Path) -> 
         assert all(torch.equal(a, b) for a, b in zip(first + rest, whole, strict=True))
     saved = accel.Accelerator().checkpoints.load(13)["loaders"][0]
     assert saved["epoch"] == 1 and saved["source"]["_num_yielded"] == 3
+
+
+def test_a_stateful_dataloader_over_two_ranks_is_sharded_and_resumed_by_its_state() -> None:
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader", reason="torchdata is not installed"
+    )
+
+    def prepared(rank: int) -> Any:
+        made = stateful.StatefulDataLoader(torch.arange(40.0), batch_size=4, shuffle=True)
+        return shard_loader(made, 2, rank, seed=7)
+
+    halves = []
+    for rank in (0, 1):
+        whole = prepared(rank)
+        whole.set_epoch(1)
+        expected = list(whole)
+        stopped = prepared(rank)
+        stopped.set_epoch(1)
+        head = list(itertools.islice(iter(stopped), 2))
+        again = prepared(rank)
+        again.load_state_dict(stopped.state_dict())
+        again.skip_batches(2)  # the state starts after them already
+        tail = list(again)
+        assert all(torch.equal(a, b) for a, b in zip(head + tail, expected, strict=True))
+        halves.append(torch.cat(expected))
+    assert sorted(torch.cat(halves).tolist()) == list(range(40))
