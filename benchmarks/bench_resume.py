@@ -1,7 +1,7 @@
 """Mid-epoch resume of a data loader: the time to the first resumed batch, in one run.
 
     python benchmarks/bench_resume.py [--samples 8000] [--batch-size 16] [--rounds 7]
-        [--discard-rounds 1] [--dir PATH]
+        [--discard-rounds 1] [--epoch-rounds 0] [--dir PATH]
 
 An epoch of ``--samples`` samples whose loading costs real work: each sample is read
 from a file (``os.pread`` of one of 256 zlib-compressed 3x128x128 uint8 images, warm in
@@ -28,6 +28,10 @@ contenders alternate within each round; median and p90 (nearest rank) over ``--r
   over the iterable one (``SkipDataLoader``: loads and discards);
 - load and discard: what accel's ``skip_batches`` did before (iterate, drop the first
   batches).
+
+``--epoch-rounds N`` (instead of the resume rounds when ``--rounds 0``): what the
+bookkeeping costs a whole epoch with 2 workers (each sends its RNG states with every
+batch), a plain ``DataLoader`` against accel's prepared one, alternating, N rounds.
 
 Goals (issue 28), on the medians: every accel row's first batch within 1 s at every
 position, and at 99 % within 1.2x of 1 %. Exits 1 when one is missed.
@@ -196,6 +200,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--discard-rounds", type=int, default=1)
+    parser.add_argument("--epoch-rounds", type=int, default=0)
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -204,7 +209,32 @@ def main() -> int:
         os.environ["ACCEL_WORKSPACE"] = f"{folder}/.accelerate"
         path = Path(folder) / "images.bin"
         where = write_images(path)
-        return run(args, path, where)
+        if args.epoch_rounds:
+            whole_epochs(args, Images(path, where, args.samples))
+        return run(args, path, where) if args.rounds else 0
+
+
+def whole_epochs(args: argparse.Namespace, images: Images) -> None:
+    import accel
+
+    def plain() -> Any:
+        options = {"num_workers": 2, "multiprocessing_context": "fork"}
+        return DataLoader(images, batch_size=args.batch_size, shuffle=True, **options)
+
+    makers = {"DataLoader": plain, "accel": lambda: accel.Accelerator(seed=0).prepare(plain())}
+    times: dict[str, list[float]] = {name: [] for name in makers}
+    for _ in range(args.epoch_rounds):
+        for name, make in makers.items():
+            loader = make()
+            start = time.perf_counter()
+            for _batch in loader:
+                pass
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"\na whole epoch of {args.samples} samples, 2 workers, {args.epoch_rounds} rounds:")
+    for name, values in times.items():
+        print(f"  {name:<12} {medians[name]:7.2f} s median, {p90(values):7.2f} s p90")
+    print(f"  accel / DataLoader: {medians['accel'] / medians['DataLoader']:.2f}")
 
 
 def run(args: argparse.Namespace, path: Path, where: tuple[list[int], list[int]]) -> int:
