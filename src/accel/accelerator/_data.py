@@ -14,6 +14,7 @@ covered:
 - each worker sends its global RNG states (python, numpy, torch) with every batch
   (:class:`WorkerCollate`), so a checkpoint holds every worker's states after the last
   batch it handed out, and the resumed workers start from them (:class:`WorkerInit`);
+  persistent workers carry theirs into the next epoch, and so does the checkpoint;
   with ``num_workers=0`` the samples draw from the main process's RNGs, which the
   checkpoint holds anyway.
 
@@ -81,16 +82,17 @@ def distributed_sampler(loader: Any, world_size: int, rank: int, seed: int) -> A
 
 
 def kept_options(loader: Any, *, tagged: bool = True) -> dict[str, Any]:
-    """What a sharded rebuild keeps of the user's loader: its workers, collation, pinning
-    and timeout (both shardings, accel's and Accelerate's, rebuild the same way). With
-    workers and ``tagged``, collation and worker start are wrapped to carry the workers'
-    RNG states."""
+    """What a sharded rebuild keeps of the user's loader: its workers (and how they
+    start), collation, pinning and timeout (both shardings, accel's and Accelerate's,
+    rebuild the same way). With workers and ``tagged``, collation and worker start are
+    wrapped to carry the workers' RNG states."""
     options: dict[str, Any] = {
         "num_workers": loader.num_workers,
         "collate_fn": loader.collate_fn,
         "pin_memory": loader.pin_memory,
         "timeout": loader.timeout,
         "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
     }
     if loader.num_workers > 0:
         options["prefetch_factor"] = loader.prefetch_factor

@@ -181,7 +181,6 @@ def shard_hf(loader: Any, data: HfData, state: GradientState) -> HfLoader:
     rebuilt = DataLoader(
         loader.dataset,
         batch_sampler=starting,
-        multiprocessing_context=loader.multiprocessing_context,
         generator=loader.generator,
         **kept_options(loader),
     )
