@@ -224,6 +224,7 @@ def test_an_exactly_resumable_loader_prepares_without_a_word(project: Path) -> N
         accel.Accelerator().prepare(_loader(0, Counting()))
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")  # torchdata 0.11 on torch 2.13
 def test_a_stateful_dataloader_resumes_through_its_state_dict(project: Path) -> None:
     stateful = pytest.importorskip(
         "torchdata.stateful_dataloader", reason="torchdata is not installed"
@@ -256,6 +257,7 @@ def test_a_stateful_dataloader_resumes_through_its_state_dict(project: Path) -> 
     assert saved["epoch"] == 1 and saved["source"]["_num_yielded"] == 3
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")  # torchdata 0.11 on torch 2.13
 def test_a_stateful_dataloader_over_two_ranks_is_sharded_and_resumed_by_its_state() -> None:
     stateful = pytest.importorskip(
         "torchdata.stateful_dataloader", reason="torchdata is not installed"
