@@ -307,7 +307,22 @@ class Position:
 PLACEHOLDER: Any = object()
 
 
-class PreparedDataLoader:
+class Wrapping:
+    """A prepared loader's length and the attributes it does not have itself are those
+    of the DataLoader it wraps (``loader``)."""
+
+    loader: Any
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+class PreparedDataLoader(Wrapping):
     """A DataLoader sharded across ranks; call :meth:`set_epoch` at each epoch's start.
 
     The order of an epoch depends only on the seed and the epoch, so a resumed run
@@ -358,14 +373,6 @@ class PreparedDataLoader:
         self.position.started()
         yield from self.position.batches_of(iterator)
 
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "loader":
-            raise AttributeError(name)
-        return getattr(self.loader, name)
-
 
 def prepare_iterable(loader: Any) -> IterableLoader:
     """A loader over an iterable dataset, which shards itself: kept as it is, resumed
@@ -407,7 +414,7 @@ def prepare_stateful(loader: Any, world_size: int, rank: int, seed: int) -> Iter
     return IterableLoader(rebuilt, True, stateful=True, sampler=sampler)
 
 
-class IterableLoader:
+class IterableLoader(Wrapping):
     """A prepared loader that resumes through a ``state_dict``: the iterable dataset's
     (``num_workers=0``) or torchdata's StatefulDataLoader's. After ``load_state`` the next
     iteration goes on where the checkpoint stopped, and ``skip_batches`` has nothing
@@ -460,11 +467,3 @@ class IterableLoader:
         for index, batch in enumerate(self.loader):
             if index >= skip:
                 yield batch
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "loader":
-            raise AttributeError(name)
-        return getattr(self.loader, name)

@@ -28,6 +28,7 @@ from accel.accelerator._data import (
     PLACEHOLDER,
     Position,
     StartAt,
+    Wrapping,
     inexact_resume,
     kept_options,
     prepare_iterable,
@@ -235,7 +236,7 @@ class _Seedable:
         self.epoch = int(epoch)
 
 
-class HfLoader:
+class HfLoader(Wrapping):
     """A prepared loader with Accelerate's sharding (``DataLoaderShard``'s behaviour).
 
     ``end_of_dataloader`` is True while the last batch is out (one batch is read ahead,
@@ -467,14 +468,6 @@ class HfLoader:
             return batch
         return _to_device(batch, self.data.device, self.data.non_blocking)
 
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "loader":
-            raise AttributeError(name)
-        return getattr(self.loader, name)
-
 
 def _to_device(data: Any, device: Any, non_blocking: bool) -> Any:
     if hasattr(data, "to") and not isinstance(data, type):
@@ -499,7 +492,7 @@ def skip_first(loader: Any, count: int) -> Any:
     return _Skipping(loader, count)
 
 
-class _Skipping:
+class _Skipping(Wrapping):
     def __init__(self, loader: Any, count: int) -> None:
         self.loader, self.count = loader, int(count)
 
@@ -510,8 +503,3 @@ class _Skipping:
 
     def __len__(self) -> int:
         return max(len(self.loader) - self.count, 0)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "loader":
-            raise AttributeError(name)
-        return getattr(self.loader, name)
