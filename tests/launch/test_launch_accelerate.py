@@ -164,7 +164,7 @@ def test_use_fsdp_without_a_version_says_accel_shards_with_fsdp2(
         (["--use_megatron_lm", "--megatron_lm_tp_degree", "2"], "Megatron-LM is not supported"),
         (["--fp8_backend", "te"], "fp8 backends"),
         (["--mixed_precision", "fp8"], "fp8 backends"),
-        (["--tpu"], "TPU (XLA) launching is not supported"),
+        (["--tpu"], "TPU pod launching (accelerate's --tpu family) is not supported"),
         (["--parallelism_config_tp_size", "2"], "parallel sizes"),
         (["--aws_access_key_id", "x"], "SageMaker"),
     ],

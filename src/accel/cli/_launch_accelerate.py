@@ -68,8 +68,8 @@ _FP8 = (
     "train in --mixed_precision bf16" + _INSTEAD
 )
 _TPU = (
-    "TPU (XLA) launching is not supported by accel: drop the flag to run CPU or CUDA workers"
-    + _INSTEAD
+    "TPU pod launching (accelerate's --tpu family) is not supported by accel: drop the flag; "
+    "a torch_xla script runs under plain `accel launch` (docs/compatibility.md)" + _INSTEAD
 )
 _PARALLEL = (
     "tensor, context and sequence parallel sizes (parallelism_config) are not supported by "
