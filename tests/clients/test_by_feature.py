@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from run_helpers import free_port
+
 EXAMPLES = Path(__file__).resolve().parent / "by_feature"
 ACCELERATE = shutil.which("accelerate", path=str(Path(sys.executable).parent))
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -47,7 +49,9 @@ def launch(facade: str, example: str, args: list[str], out: Path, accel_exe: lis
     out.mkdir(parents=True, exist_ok=True)
     launcher = {
         "hf": [str(ACCELERATE), "launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"],
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               # its default 29500 is shared: two tests at once (-n 2) would meet there
+               "--main_process_port", str(free_port())],
         "accel": [*accel_exe, "launch", "--cpu", "-n", "2"],
     }[facade]  # fmt: skip
     env = {

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from run_helpers import free_port
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent))
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -38,7 +40,7 @@ def run_both(script: str, project: Path, accel_exe: list[str]) -> dict[str, Any]
     out.mkdir(exist_ok=True)
     env = {**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1"}
     commands = {
-        "torchrun": [str(TORCHRUN), "--nproc-per-node", "2"],
+        "torchrun": [str(TORCHRUN), "--nproc-per-node", "2", "--master-port", str(free_port())],
         "accel": [*accel_exe, "launch", "--cpu", "-n", "2"],
     }
     found: dict[str, Any] = {}

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from run_helpers import free_port
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 GOLDEN = SCRIPTS / "hf_probe_golden.json"
 GOLDEN_2 = SCRIPTS / "hf_probe_golden_2ranks.json"
@@ -62,7 +64,7 @@ def test_probe_matches_accelerate_on_two_ranks(project: Path, accel_exe: list[st
     out.mkdir()
     script = str(SCRIPTS / "hf_probe.py")
     for which, launcher in (
-        ("hf", [str(TORCHRUN), "--nproc-per-node", "2"]),
+        ("hf", [str(TORCHRUN), "--nproc-per-node", "2", "--master-port", str(free_port())]),
         ("accel", [*accel_exe, "launch", "--cpu", "-n", "2"]),
     ):
         done = subprocess.run(

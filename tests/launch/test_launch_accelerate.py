@@ -18,7 +18,7 @@ from launchutil import SCRIPTS, dry_run_json, refused
 
 from accel.cli._launch_accelerate import FLAGS, REFUSED, checked, markdown
 from accel.cli.main import main
-from run_helpers import Accel
+from run_helpers import Accel, free_port
 
 pytest.importorskip(
     "accelerate.commands.launch",
@@ -220,7 +220,8 @@ def test_an_fsdp_line_gives_accelerates_accelerator_what_accelerate_launch_gives
 
     def seen(*argv: str) -> list[dict[str, Any]]:
         done = subprocess.run(
-            [*argv, "--num_processes", "2", *HF_LINE, probe],
+            [*argv, "--num_processes", "2", "--main_process_port", str(free_port()), *HF_LINE,
+             probe],
             cwd=project, env=env, capture_output=True, text=True, timeout=140,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
