@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from accel import hang
+from accel import _worker_hooks, hang
 
-HANG_PY = Path(hang.__file__).with_name("worker.py")
+HANG_PY = Path(_worker_hooks.__file__)
 
-# The worker side as the launcher's bootstrap uses it: hang.py loaded by path, accel
-# itself never imported.
+# The worker side as the launcher's bootstrap uses it: accel/_worker_hooks.py loaded by
+# path, accel itself never imported.
 WORKER = textwrap.dedent(
     f"""
     import importlib.util, sys, time
