@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +44,28 @@ def test_cpu_flag_plans_them_on_the_cpu(
     assert main(["launch", "-n", "2", "--cpu", "--dry-run", "--json", "train.py"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["nproc_per_node"] == 2 and plan["worker_env"]["ACCELERATE_USE_CPU"] == "true"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_refused_launch_ends_the_template_it_started_early(
+    one_gpu: None, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """launch.preload starts the template while the launcher counts GPUs; when the count
+    refuses the plan, the template ends with the refusal, not when the process exits."""
+    from accel.launch import preload
+
+    started: list[Any] = []
+    real_start = preload._start
+
+    def start(*args: Any) -> Any:
+        started.append(real_start(*args))
+        return started[-1]
+
+    monkeypatch.setattr(preload, "_start", start)
+    monkeypatch.setenv("ACCEL_LAUNCH_PRELOAD", "true")
+    (project / "train.py").write_text("raise SystemExit('must not run')\n")
+    assert main(["launch", "-n", "2", "train.py"]) == 2
+    (proc,) = started
+    assert proc.poll() is not None  # ended (and reaped), not left to the interpreter's exit
+    assert not preload._early

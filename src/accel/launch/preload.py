@@ -100,7 +100,7 @@ def start_early(plan: LaunchPlan) -> None:
         return
     folder = _private_folder(None)
     _early[plan.run_id] = _Started(_spawn(plan, folder / SOCKET), folder / SOCKET, folder)
-    atexit.register(_discard, plan.run_id)  # the run never started (a refused lease...)
+    atexit.register(discard_early, plan.run_id)  # the run never started (a refused lease...)
 
 
 # A Unix socket's path must fit sun_path: 108 bytes on Linux, 104 on macOS, the final
@@ -122,7 +122,9 @@ def _private_folder(parent: str | None) -> Path:
     return folder
 
 
-def _discard(run_id: str) -> None:
+def discard_early(run_id: str) -> None:
+    """End the template :func:`start_early` started for ``run_id``, if any: its run
+    will not start."""
     started = _early.pop(run_id, None)
     if started is not None:
         _end(started)

@@ -39,9 +39,16 @@ def prepare(ws: Workspace, request: LaunchRequest, *, early: bool = False) -> La
         "cache_dir": ws.cache_dir,
         "python": sys.executable,
     }
-    if early and config.settings.launch.preload:
-        _start_template(config, request, values)
-    return plan_launch(config, request, gpu_count=_gpu_count(config), **values)
+    if not (early and config.settings.launch.preload):
+        return plan_launch(config, request, gpu_count=_gpu_count(config), **values)
+    _start_template(config, request, values)
+    try:
+        return plan_launch(config, request, gpu_count=_gpu_count(config), **values)
+    except BaseException:
+        from accel.launch.preload import discard_early
+
+        discard_early(values["run_id"])  # refused (too few GPUs): its template ends now
+        raise
 
 
 def _start_template(config: ResolvedConfig, request: LaunchRequest, values: Any) -> None:
