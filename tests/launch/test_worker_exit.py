@@ -21,7 +21,9 @@ def test_a_script_that_never_calls_end_ends_its_group(accel: Accel, project: Pat
     out = project / "out"
     out.mkdir()
     script = str(SCRIPTS / "acc_no_end.py")
-    runs = [("launch", "-n", "2", script, str(out))] * 4
+    # The abort at exit came on 2 of 2 crash-restart runs; the plain runs check the
+    # (deterministic) order of teardown against the script's own exit handler.
+    runs = [("launch", "-n", "2", script, str(out))] * 2
     runs.append(("launch", "-n", "2", "--max-restarts", "1", script, str(out), "crash"))
     for args in runs:
         done = accel(*args, timeout=120)
@@ -33,7 +35,7 @@ def test_a_script_that_never_calls_end_ends_its_group(accel: Accel, project: Pat
         for p in out.iterdir():
             p.unlink()
     records = json.loads(accel("runs", "--json").stdout)
-    assert [r["status"] for r in records] == ["succeeded"] * 5
+    assert [r["status"] for r in records] == ["succeeded"] * 3
     assert max(r["restarts"] for r in records) == 1
     for record in records:
         assert_no_orphans(record["id"])
