@@ -7,9 +7,23 @@ From the first restart on, both ranks just meet in a barrier and finish.
 import ctypes
 import os
 import sys
+import threading
 import time
 
-import torch.distributed as dist
+started = threading.Event()
+
+
+def say_starting():
+    # A printed line is activity to the hang watch: until the group is up (importing
+    # torch alone takes several seconds on a loaded 2-core machine, more than the tests'
+    # hang timeout), a rank says so, and the quiet the watch sees is the one MODE makes.
+    while not started.wait(0.5):
+        print(f"rank {os.environ['RANK']} starting", flush=True)
+
+
+threading.Thread(target=say_starting, daemon=True).start()
+
+import torch.distributed as dist  # noqa: E402 - after the thread that covers its import
 
 out, mode = sys.argv[1], sys.argv[2]
 rank = int(os.environ["RANK"])
@@ -21,6 +35,7 @@ if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")):
 with open(os.path.join(out, f"pid-{rank}"), "w") as fh:
     fh.write(str(os.getpid()))
 print(f"rank {rank} ready", flush=True)
+started.set()
 
 
 def stuck_in_sleep():
