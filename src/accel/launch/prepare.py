@@ -39,15 +39,16 @@ def prepare(ws: Workspace, request: LaunchRequest, *, early: bool = False) -> La
         "cache_dir": ws.cache_dir,
         "python": sys.executable,
     }
-    if not (early and config.settings.launch.preload):
-        return plan_launch(config, request, gpu_count=_gpu_count(config), **values)
-    _start_template(config, request, values)
+    template = early and config.settings.launch.preload
+    if template:
+        _start_template(config, request, values)
     try:
         return plan_launch(config, request, gpu_count=_gpu_count(config), **values)
     except BaseException:
-        from accel.launch.preload import discard_early
+        if template:
+            from accel.launch.preload import discard_early
 
-        discard_early(values["run_id"])  # refused (too few GPUs): its template ends now
+            discard_early(values["run_id"])  # refused (too few GPUs): its template ends now
         raise
 
 
