@@ -128,6 +128,13 @@ def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
     return StorageError(f"cannot {action} {where}: {reason}; {_hint(exc)}", exc.errno, str(where))
 
 
+class TierFull(AccelError):
+    """Shared memory cannot hold a snapshot (``checkpoints.snapshot_every``): one line,
+    and the saves block instead."""
+
+    exit_code = 2
+
+
 class WriteFailed(AccelError):
     """A checkpoint or cache payload could not be written (disk full, quota, file-size
     limit, I/O error). Raised by saves instead of the ``OSError`` (or a serializer's error

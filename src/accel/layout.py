@@ -93,6 +93,7 @@ ENTRIES_REL = f"{CACHE_DIR}/{ENTRIES_DIR}"
 # -- items and their proofs --------------------------------------------------------------
 MANIFEST = "manifest.json"  # a committed checkpoint (written last)
 CACHE_META = "meta.json"  # a committed cache entry (written last)
+SNAPSHOT_META = "meta.json"  # a whole snapshot in the memory tier (store/memtier.py; last)
 RUN_RECORD = "run.json"  # a run
 OWNER_MARKER = ".accel-owned"  # a folder accel is writing or deleting (first in, last out)
 PROOF_FILES = (MANIFEST, CACHE_META, RUN_RECORD, OWNER_MARKER)  # removed last, in this order

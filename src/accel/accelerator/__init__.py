@@ -71,6 +71,7 @@ from accel.accelerator._hfstate import FolderApi
 from accel.accelerator._metrics import MetricsLog
 from accel.accelerator._rng import rng_state, set_rng_state
 from accel.accelerator._scaling import scale_steps
+from accel.accelerator._snapshots import checkpoint_state
 from accel.accelerator._stop import StopWatch, agreed
 from accel.config.fsdp import resolve as resolve_fsdp
 from accel.errors import UsageError
@@ -78,6 +79,7 @@ from accel.workspace import Workspace
 
 if TYPE_CHECKING:
     from accel.accelerator._fsdp.shard import Sharder
+    from accel.accelerator._snapshots import Snapshots
     from accel.config.fsdp import FsdpSettings
     from accel.store.cache import CacheEntryInfo
     from accel.store.checkpoints import Checkpoints
@@ -181,6 +183,7 @@ class Accelerator(ProcessApi, FolderApi):
         self._optimizers: list[Any] = []
         self._schedulers: list[Any] = []
         self._loaders: list[Any] = []
+        self._snapshots: Snapshots | None = None
         self.extra_state: Any = None
         self._ended = False
         self._metrics = MetricsLog(self.workspace, self.run_id, self.rank)
@@ -209,6 +212,8 @@ class Accelerator(ProcessApi, FolderApi):
             return
         self._ended = True
         try:
+            if self._snapshots is not None:
+                self._snapshots.settle()
             self.workspace.checkpoints.wait()
             # Destroying the groups while a peer is still inside its last collective
             # (e.g. the checkpoint commit) aborts that peer ("terminate called without
@@ -242,6 +247,8 @@ class Accelerator(ProcessApi, FolderApi):
             if self.hf_compat or self.gradient_accumulation_steps > 1:
                 gate_steps(obj, self._gradient_state)
             obj.register_load_state_dict_pre_hook(lambda *_: self.wait_for_snapshot())
+            if not self._optimizers:
+                self._count_steps(obj)
             self._optimizers.append(obj)
             return obj
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
@@ -265,6 +272,18 @@ class Accelerator(ProcessApi, FolderApi):
             f"prepare() does not know {type(obj).__name__}: pass models, optimizers, "
             "LR schedulers and DataLoaders"
         )
+
+    def _count_steps(self, optimizer: Any) -> None:
+        """``checkpoints.snapshot_every``: snapshots every N of this optimizer's steps."""
+        from accel.store.memtier import snapshot_settings
+
+        every, persist = snapshot_settings(self.workspace.settings.checkpoints)
+        if every is None:
+            return
+        from accel.accelerator._snapshots import Snapshots
+
+        self._snapshots = Snapshots(self, every, persist)
+        self._snapshots.hook(optimizer)
 
     def _prepare_model(self, model: Any) -> Any:
         if self.device_placement:
@@ -454,19 +473,22 @@ class Accelerator(ProcessApi, FolderApi):
             # Gathering FSDP's state is collective work: meet before it, not after.
             with named("save_state"):
                 arrive("save_state", float(self.workspace.settings.checkpoints.arrival_timeout))
+        if self._snapshots is not None:
+            self._snapshots.settle()  # one writer at a time; the count's iteration ended
         models, optimizers, sharded = self._state_dicts()
-        state = {
-            "step": step,
-            "models": models if weights is None else weights,
-            "optimizers": optimizers,
-            "sharded": sorted(sharded or ()),
-            "schedulers": [s.state_dict() for s in self._schedulers],
-            "loaders": [loader.state_dict() for loader in self._loaders],
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "extra": extra,
-            "custom": [obj.state_dict() for obj in self._custom_objects],
-            "accumulation_step": self._gradient_state.step,
-        }
+        state = checkpoint_state(
+            step,
+            models if weights is None else weights,
+            optimizers,
+            sorted(sharded or ()),
+            [s.state_dict() for s in self._schedulers],
+            [loader.state_dict() for loader in self._loaders],
+            self.scaler.state_dict() if self.scaler is not None else None,
+            extra,
+            [obj.state_dict() for obj in self._custom_objects],
+            self._gradient_state.step,
+            None if self._snapshots is None else self._snapshots.count,
+        )
         with named("save_state"):
             return self.checkpoints.save(
                 state,
@@ -503,6 +525,8 @@ class Accelerator(ProcessApi, FolderApi):
     def _load(self, step: int | None, models: list[Any]) -> int | None:
         from accel.accelerator import _resume as resume
 
+        if self._snapshots is not None:
+            self._snapshots.settle()
         found = resume.agreed_step(self, step)
         if found is None:
             return None
@@ -528,6 +552,8 @@ class Accelerator(ProcessApi, FolderApi):
         for obj, sd in zip(self._custom_objects, state.get("custom") or [], strict=False):
             obj.load_state_dict(sd)
         self._gradient_state.step = int(state.get("accumulation_step") or 0)
+        if self._snapshots is not None:  # the count goes on from the checkpoint's
+            self._snapshots.count = int(state.get("optimizer_steps") or found)
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.extra_state = state.get("extra")

@@ -272,6 +272,27 @@ FIELDS: tuple[Field, ...] = (
         maximum=DAY,
     ),
     Field(
+        "checkpoints.snapshot_every",
+        "int",
+        None,
+        "Under accel launch: snapshot the training state into shared memory every this "
+        "many optimizer steps (1: every step), overlapped with the next step; null: off.",
+        minimum=1,
+        maximum=1_000_000,
+        nullable=True,
+    ),
+    Field(
+        "checkpoints.persist_every",
+        "int",
+        None,
+        "With snapshot_every: the launcher commits the snapshot of every this many "
+        "optimizer steps as a checkpoint (a multiple of snapshot_every); null: only when a "
+        "worker fails.",
+        minimum=1,
+        maximum=1_000_000,
+        nullable=True,
+    ),
+    Field(
         "cache.max_size",
         "size",
         None,

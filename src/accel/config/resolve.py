@@ -172,6 +172,8 @@ OWN_ENV_VARS = frozenset(
         "ACCEL_RDZV_LAST_CALL",
         "ACCEL_SYNC_ENDPOINT_URL",  # the S3 endpoint (sync/_remote.py)
         "ACCEL_NO_FAST_EXIT",  # the CLI's exit without teardown, off
+        "ACCEL_SNAPSHOT_DIR",  # the memory tier's folder, set by the launcher (store/memtier.py)
+        "ACCEL_SHM_DIR",  # where the launcher makes it: a tmpfs, /dev/shm by default
     }
 )
 

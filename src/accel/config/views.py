@@ -47,6 +47,8 @@ class CheckpointSettings:
     async_save: bool
     collective_timeout: float
     arrival_timeout: float
+    snapshot_every: int | None
+    persist_every: int | None
 
 
 @dataclass(frozen=True)

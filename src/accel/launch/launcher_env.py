@@ -43,12 +43,16 @@ def accel_env(workspace: Path, run_id: str, run_name: str) -> dict[str, str]:
     }
 
 
-def run_env(run_dir: Path, launcher_pid: int) -> dict[str, str]:
-    """Set by the runner when the run starts (the launcher's pid is not the plan's)."""
-    return {"ACCEL_LAUNCHER_PID": str(launcher_pid), "ACCEL_RUN_DIR": str(run_dir)}
+def run_env(run_dir: Path, launcher_pid: int, tier: Path | None = None) -> dict[str, str]:
+    """Set by the runner when the run starts (the launcher's pid is not the plan's);
+    ``ACCEL_SNAPSHOT_DIR``: the memory tier's folder (accel.store.memtier), when it is on."""
+    env = {"ACCEL_LAUNCHER_PID": str(launcher_pid), "ACCEL_RUN_DIR": str(run_dir)}
+    if tier is not None:
+        env["ACCEL_SNAPSHOT_DIR"] = str(tier)
+    return env
 
 
-_ACCEL_NAMES = frozenset(accel_env(Path(), "", "")) | frozenset(run_env(Path(), 0))
+_ACCEL_NAMES = frozenset(accel_env(Path(), "", "")) | frozenset(run_env(Path(), 0, Path()))
 
 
 def launcher_sets(name: str) -> bool:

@@ -57,6 +57,7 @@ from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
     from accel.launch.teardown import Teardown
+    from accel.store.memtier import Persister
     from accel.workspace import Workspace
 
 Notify = Callable[[str], None]
@@ -95,6 +96,9 @@ def launch(
     """Run the plan to its end; the caller turns the outcome into an exit code."""
     if plan.nnodes > 1:
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
+    from accel.store.memtier import snapshot_settings
+
+    snapshot_settings(ws.settings.checkpoints)  # one line for a bad pair, before anything
     ws.ensure()
     _check_series(ws, plan)  # before anything starts
     guard = Guard(plan.run_id).start()  # forked before torch is imported: cheap and safe
@@ -108,7 +112,9 @@ def launch(
                 from accel.launch.preload import template
 
                 plan = stack.enter_context(template(plan, scratch, guard.remove_at_end))
-            return _Run(plan, scratch, sink, notify or (lambda _: None)).execute()
+            run = _Run(plan, scratch, sink, notify or (lambda _: None))
+            run.persister = _memory_tier(ws, plan, stack, guard, run.notify)
+            return run.execute()
     finally:
         guard.stop()
 
@@ -133,8 +139,43 @@ def _check_series(ws: Workspace, plan: LaunchPlan) -> None:
         raise UsageError(held_message(plan.run_name, holder))
 
 
+def _memory_tier(
+    ws: Workspace, plan: LaunchPlan, stack: contextlib.ExitStack[Any], guard: Guard, notify: Notify
+) -> Persister | None:
+    """``checkpoints.snapshot_every``: the run's shared-memory folder and its persister,
+    both ended with the run (the guard removes the folder if the launcher is killed)."""
+    from accel.store import memtier
+
+    settings = ws.settings.checkpoints
+    every = memtier.snapshot_settings(settings)[0]
+    if every is None:
+        return None
+    if plan.nnodes > 1:
+        notify(
+            "accel: checkpoints.snapshot_every keeps snapshots on one node only; this run "
+            "has several, so its checkpoints are saved blocking every persist_every steps"
+        )
+        return None
+    tier = memtier.make_tier(plan.run_id)
+    guard.remove_at_end(tier)
+    stack.callback(memtier.remove_tier, tier)
+    store = ws.checkpoints
+    persister = memtier.Persister(
+        tier,
+        store.commit_files,
+        plan.nproc_per_node,
+        settings.persist_every,
+        run_id=plan.run_id,
+        notify=notify,
+    )
+    stack.callback(persister.stop)  # before the folder goes: callbacks run last-in first
+    return persister.start()
+
+
 class _Run:
     """One run on this node: implements the agent's hooks and keeps the record."""
+
+    persister: Persister | None = None
 
     def __init__(self, plan: LaunchPlan, scratch: Path, sink: ConsoleSink | None, notify: Notify):
         self.plan = plan
@@ -182,7 +223,7 @@ class _Run:
             with (
                 signals_raise(),
                 early_warning_stops(),
-                _worker_environ(self.plan),
+                _worker_environ(self.plan, self.persister.tier if self.persister else None),
                 native_stderr_to(self.plan.run_dir / LAUNCHER_LOG),
             ):
                 status, code = self._run_agent()
@@ -290,6 +331,7 @@ class _Run:
         self.notify(f"accel: {ended.message}")
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
+        self._persist_newest()  # first: the newest whole snapshot outlives the failure
         self._judge(attempt, failures)
         root = self.verdict.first
         left = self.plan.max_restarts - attempt
@@ -334,7 +376,16 @@ class _Run:
 
     # -- end ----------------------------------------------------------------------------
 
+    def _persist_newest(self) -> None:
+        if self.persister is None:
+            return
+        step = self.persister.persist_newest()
+        if step is not None:
+            self.notify(f"accel: saved the snapshot of step {step} as a checkpoint")
+
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
+        if status != RunStatus.SUCCEEDED:
+            self._persist_newest()  # stopped (a signal, a preemption) or failed for good
         if status == RunStatus.INTERRUPTED and self.pids:
             self._judge(self.attempt, {}, BY_SIGNAL)
         verdict = self.verdict if status != RunStatus.SUCCEEDED else Verdict(())
@@ -372,14 +423,14 @@ def _may_host(plan: LaunchPlan) -> bool:
 
 
 @contextlib.contextmanager
-def _worker_environ(plan: LaunchPlan) -> Iterator[None]:
+def _worker_environ(plan: LaunchPlan, tier: Path | None) -> Iterator[None]:
     """torch's agent hands ``os.environ`` to the workers: set ours there, for the run only."""
     from accel.launch._torch_compat import agent_environment
     from accel.launch.launcher_env import run_env
 
     wanted = {
         **plan.worker_env,
-        **run_env(plan.run_dir, os.getpid()),
+        **run_env(plan.run_dir, os.getpid(), tier),
         **agent_environment(HANDLED_SIGNALS, plan.max_restarts > 0 or plan.elastic, os.environ),
     }
     saved = {name: os.environ.get(name) for name in wanted}

@@ -332,6 +332,35 @@ class Checkpoints:
         self._pending = AsyncSave(persist, f"accel-save-{step}").start()
         return None
 
+    def commit_files(
+        self,
+        step: int,
+        series: str,
+        files: dict[str, tuple[Path, dict[str, Any]]],
+        world_size: int,
+        tag: str,
+        run_id: str | None = None,
+    ) -> CheckpointInfo:
+        """Commit files written elsewhere (the memory tier's snapshot of ``step``) as
+        checkpoint ``step`` of ``series``: each copied in and checked against its recorded
+        size and checksum, then the same manifest, commit and retention as :meth:`save`."""
+        from accel.store.memtier import copy_checked
+
+        check_step(step)
+        series = check_series(series)
+        tmp = self._prepare(series, step, run_id)
+        try:
+            copied = {}
+            for name, (source, digest) in files.items():
+                with phase("persist-copy"):
+                    copied[name] = copy_checked(source, tmp / name, digest)
+            # The launcher commits alone: the manifest names the world that wrote the files.
+            done = self._commit(tmp, series, step, tag, copied, DistContext(0, world_size), run_id)
+        finally:
+            remove_tree(tmp)  # a no-op once committed: the folder was renamed
+        self._reaper.join()
+        return info_from_json(done)
+
     def fence(self) -> None:
         """Wait until the async save in flight has its copy of the state (not its write):
         from then on the state may change."""
@@ -389,10 +418,10 @@ class Checkpoints:
             if ctx.rank == 0:
                 remove_tree(tmp)  # a no-op once committed: the folder was renamed
 
-    def _prepare(self, series_name: str, step: int) -> Path:
+    def _prepare(self, series_name: str, step: int, run_id: str | None = None) -> Path:
         """Rank 0: take the lease, finish an interrupted re-save, make the temp folder."""
         ensure(self.layout)
-        run_id = os.environ.get("ACCEL_RUN_ID")
+        run_id = run_id or os.environ.get("ACCEL_RUN_ID")
         self._lease = ensure_lease(self.layout, series_name, run_id) or self._lease
         folder = self.series_dir(series_name)
         tmp = folder / stage_dir_name(step)
@@ -412,9 +441,10 @@ class Checkpoints:
         tag: str | None,
         files: dict[str, Any],
         ctx: DistContext,
+        run_id: str | None = None,
     ) -> dict[str, Any]:
         """Rank 0: manifest last, rename into place (or swap), then retention."""
-        manifest = new_manifest(series_name, step, tag, files, ctx.world_size)
+        manifest = new_manifest(series_name, step, tag, files, ctx.world_size, run_id)
         target = commit(tmp, manifest, self._reaper)
         with phase("retention"):
             self._apply_retention(series_name, keep_step=step)

@@ -259,14 +259,19 @@ def _resolve(folder: Path, found: _Sorting) -> SeriesView:
 
 
 def new_manifest(
-    series: str, step: int, tag: str | None, files: dict[str, Any], world_size: int
+    series: str,
+    step: int,
+    tag: str | None,
+    files: dict[str, Any],
+    world_size: int,
+    run_id: str | None = None,
 ) -> Manifest:
     return Manifest(
         series=series,
         step=step,
         created=time.time(),
         tag=tag,
-        run_id=os.environ.get("ACCEL_RUN_ID"),
+        run_id=run_id or os.environ.get("ACCEL_RUN_ID"),
         world_size=world_size,
         files={n: FileDigest(int(f["size"]), str(f["checksum"])) for n, f in files.items()},
     )

@@ -141,6 +141,8 @@ CONFIG_CARRIED = frozenset(
         "checkpoints.async_save",
         "checkpoints.collective_timeout",
         "checkpoints.arrival_timeout",
+        "checkpoints.snapshot_every",  # shared memory for two or three snapshots a rank
+        "checkpoints.persist_every",
         "cache.max_size",
         "logs.level",
         "logs.rotate_max_bytes",

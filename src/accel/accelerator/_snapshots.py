@@ -1,0 +1,251 @@
+"""``checkpoints.snapshot_every``: a snapshot of the training state every N optimizer steps,
+taken beside training and kept in the launcher's memory tier (:mod:`accel.store.memtier`).
+
+The count is the Accelerator's count of optimizer steps (a gated or skipped step is not
+one), saved in every checkpoint as ``optimizer_steps`` and restored by ``load_state``.
+A snapshot of step *k* holds what ``save_state(k)`` at the end of iteration *k* writes,
+taken in two moments:
+
+- right after the optimizer's *k*-th ``step()`` (a step post-hook): the models' and
+  optimizers' tensors (rank 0), the loaders' positions and the RNG states. What only an
+  optimizer changes is copied in a thread while the next forward and backward run
+  (:class:`accel.store.async_save.SnapshotPool`); module buffers are copied at once;
+- when the iteration ends, at the next optimizer ``step()`` (a pre-hook), ``save_state``,
+  ``load_state`` or ``end()``: the LR schedulers, the gradient scaler and the registered
+  objects, which step after the optimizer.
+
+The pre-hook then waits for the copy (the global fence), and the thread writes the
+snapshot into this rank's slot of the tier. Without a tier (no ``accel launch``, several
+nodes, FSDP's sharded state, or shared memory too small: one line says which) every
+``persist_every``-th step is saved blocking instead, at the same moment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accel.store.async_save import Snapshot
+
+
+class _Taken:
+    """A snapshot between its two moments."""
+
+    def __init__(self, step: int, snapshot: Snapshot | None, early: dict[str, Any]) -> None:
+        self.step = step
+        self.snapshot = snapshot
+        self.early = early
+        self.late: dict[str, Any] = {}
+        self.closed = threading.Event()
+
+
+class Snapshots:
+    def __init__(self, acc: Any, every: int, persist: int | None) -> None:
+        # ``acc``: the Accelerator (not imported: it imports this module)
+        from accel.store.async_save import SnapshotPool
+        from accel.store.memtier import DIR_ENV, SlotWriter
+
+        self.acc = acc
+        self.every = every
+        self.persist = persist
+        self.count = 0
+        tier = os.environ.get(DIR_ENV)
+        self.writer = SlotWriter(Path(tier), acc.rank) if tier else None
+        self._pool = SnapshotPool()
+        self._taken: _Taken | None = None
+        self._thread: threading.Thread | None = None
+        self._due: int | None = None  # a blocking save at the end of this iteration
+        self._checked = False
+        self._said: set[str] = set()
+        if self.writer is None:
+            self._say(
+                "accel: checkpoints.snapshot_every keeps snapshots only under accel launch; "
+                + (
+                    f"saving a checkpoint every {persist} steps instead"
+                    if persist
+                    else "no snapshots are taken"
+                )
+            )
+
+    def hook(self, optimizer: Any) -> None:
+        """Count ``optimizer``'s steps (the first prepared optimizer's)."""
+        optimizer.register_step_pre_hook(lambda *_: self.close())
+        optimizer.register_step_post_hook(lambda *_: self.after_step())
+
+    # -- the two moments ------------------------------------------------------------------
+
+    def after_step(self) -> None:
+        self.count += 1
+        if self.count % self.every:
+            return
+        self.join()  # the last snapshot's write: the pool's buffers are used again
+        if self.writer is not None and not self._checked:
+            self._check_space()
+        if self.writer is None:
+            if self.persist and self.count % self.persist == 0:
+                self._due = self.count
+            return
+        from accel.accelerator._rng import rng_state
+        from accel.store.async_save import outside_optimizers
+
+        acc = self.acc
+        snapshot = None
+        if acc.rank == 0:  # the replicated state: rank 0 alone writes it, as a save does
+            models, optimizers, _ = acc._state_dicts()
+            later = outside_optimizers(acc._optimizers)
+            copy_later = lambda tensor: not later(tensor)  # noqa: E731
+            snapshot = self._pool.take((models, optimizers), copy_later)
+        early = {
+            "loaders": [loader.state_dict() for loader in acc._loaders],
+            "accumulation_step": acc._gradient_state.step,
+            "rng": rng_state(),
+        }
+        taken = self._taken = _Taken(self.count, snapshot, early)
+        self._thread = threading.Thread(
+            target=self._write, args=(taken,), name=f"accel-snapshot-{self.count}", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """The iteration ended: what steps after the optimizer is read now."""
+        due, self._due = self._due, None
+        if due is not None:
+            self.acc._save(due, async_save=False)
+        taken, self._taken = self._taken, None
+        if taken is None:
+            return
+        acc = self.acc
+        taken.late = {
+            "schedulers": [s.state_dict() for s in acc._schedulers],
+            "scaler": acc.scaler.state_dict() if acc.scaler is not None else None,
+            "custom": [obj.state_dict() for obj in acc._custom_objects],
+        }
+        taken.closed.set()
+
+    def join(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def settle(self) -> None:
+        """Before a save, a load or the end: the snapshot in flight finished."""
+        self.close()
+        self.join()
+
+    # -- the writer's thread --------------------------------------------------------------
+
+    def _write(self, taken: _Taken) -> None:
+        from accel.errors import AccelError
+        from accel.layout import rank_name
+        from accel.store.async_save import yield_cores
+        from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
+
+        snapshot, early = taken.snapshot, taken.early
+        if snapshot is not None:
+            snapshot.copy()  # at full speed: the next optimizer step may be waiting
+        taken.closed.wait()
+        yield_cores()
+        if snapshot is not None and snapshot.torn:
+            self._say(
+                f"accel: the snapshot of step {taken.step} was skipped: "
+                f"{snapshot.torn[0]} changed while it was copied (change what an optimizer "
+                "owns only in its step())"
+            )
+            return
+        acc, late = self.acc, taken.late
+        trees: dict[str, Any] = {rank_name(acc.rank, TENSORS_SUFFIX): {"rng": early["rng"]}}
+        if snapshot is not None:
+            models, optimizers = snapshot.tree
+            trees = {
+                STATE_TENSORS: checkpoint_state(
+                    taken.step,
+                    models,
+                    optimizers,
+                    [],
+                    late["schedulers"],
+                    early["loaders"],
+                    late["scaler"],
+                    None,
+                    late["custom"],
+                    early["accumulation_step"],
+                    taken.step,
+                ),
+                **trees,
+            }
+        assert self.writer is not None
+        due = self.persist is not None and taken.step % self.persist == 0
+        timeout = acc.checkpoints.settings.collective_timeout
+        try:
+            self.writer.write(
+                taken.step, acc.checkpoints.series_name, trees, keep=timeout if due else None
+            )
+        except (AccelError, OSError) as exc:
+            self._say(str(exc))
+
+    def _check_space(self) -> None:
+        """Once, before the first snapshot, on every rank alike: can the tier hold two
+        snapshots of every rank? If not, one line, and blocking saves instead."""
+        from accel.store.collectives import current_context
+        from accel.store.memtier import HEADROOM, full_message, tree_bytes
+
+        assert self.writer is not None
+        self._checked = True
+        acc = self.acc
+        if acc._sharder is not None:  # the same on every rank: FSDP is a launch setting
+            self._say(
+                "accel: checkpoints.snapshot_every does not snapshot FSDP's sharded state; "
+                "checkpoints are saved blocking every persist_every steps instead"
+            )
+            self.writer = None
+            return
+        store = acc.checkpoints
+        store.wait()  # its collectives and ours share a group: one at a time
+        mine = 1 << 20
+        if acc.rank == 0:
+            mine += tree_bytes(acc._state_dicts()[:2])
+        ctx = store._dist = current_context(store._dist, store.settings.collective_timeout)
+        sizes = ctx.all_gather([mine, self.writer.free_bytes()])
+        slots = 3 if self.persist else 2  # the two newest, and one being persisted
+        needed = slots * sum(size for size, _ in sizes) + HEADROOM
+        if needed > sizes[0][1]:  # rank 0's view decides, the same on every rank
+            self._say(full_message(self.writer.tier, needed))
+            self.writer = None
+
+    def _say(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            print(line, file=sys.stderr, flush=True)
+
+
+def checkpoint_state(
+    step: int,
+    models: list[Any],
+    optimizers: list[Any],
+    sharded: list[str],
+    schedulers: list[Any],
+    loaders: list[Any],
+    scaler: Any,
+    extra: Any,
+    custom: list[Any],
+    accumulation_step: int,
+    optimizer_steps: int | None,
+) -> dict[str, Any]:
+    """The state tree of a checkpoint: one function for ``save_state`` and the snapshots
+    of ``checkpoints.snapshot_every``, which must write the same bytes."""
+    return {
+        "step": step,
+        "models": models,
+        "optimizers": optimizers,
+        "sharded": sharded,
+        "schedulers": schedulers,
+        "loaders": loaders,
+        "scaler": scaler,
+        "extra": extra,
+        "custom": custom,
+        "accumulation_step": accumulation_step,
+        "optimizer_steps": optimizer_steps,
+    }

@@ -1,0 +1,423 @@
+"""The memory tier: each rank's newest snapshots, in shared memory the launcher owns.
+
+::
+
+    <ACCEL_SHM_DIR or /dev/shm>/accel-<run id>/  made by accel launch (0700), gone at its end
+        owner                                   the launcher's pid (a dead one's folder is swept)
+        persisted                               the newest step the launcher committed
+        rank-<N>/slot-0/, rank-<N>/slot-1/      two slots a rank: the newest whole snapshot
+                                                stays whole while the next one is written
+        rank-<N>/slot-keep/                     a step to persist, kept until it is committed
+            state.tensors                       rank 0: the replicated state, as in a checkpoint
+            rank-<N>.tensors                    the rank's own state (its RNG)
+            meta.json                           written last: step, series, files' digests
+
+A worker (:class:`SlotWriter`) writes a snapshot into the slot that does not hold its
+newest one: it removes that slot's ``meta.json`` first, then the files (new inodes, so a
+reader that opened the old ones keeps reading them whole), writes the new files and
+``meta.json`` last. The files live in the launcher's folder, not in the worker: a
+snapshot outlives the worker that took it.
+
+The launcher (:class:`Persister`) commits the newest step that every rank holds whole as
+a normal checkpoint (:meth:`accel.store.checkpoints.Checkpoints.commit_files`): every
+``checkpoints.persist_every`` steps on a thread of its own (not the training process's
+GIL), and at once when a worker fails (tag ``failure``), before the restart. Every file is
+copied with its checksum checked against the one its writer recorded; a slot rewritten
+under the copy fails that check and is not committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel._fs import atomic_write, atomic_write_json, read_json, remove_tree
+from accel.errors import AccelError, TierFull, UsageError
+from accel.layout import SNAPSHOT_META, rank_name
+from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
+from accel.store.series import is_series_name
+from accel.store.tensorfile import save_tensor_file
+
+__all__ = [
+    "DIR_ENV",
+    "Persister",
+    "SlotWriter",
+    "TierFull",
+    "common_steps",
+    "copy_checked",
+    "make_tier",
+    "remove_tier",
+    "snapshot_settings",
+]
+
+DIR_ENV = "ACCEL_SNAPSHOT_DIR"  # set by accel launch for every worker when the tier is on
+BASE_ENV = "ACCEL_SHM_DIR"  # where the tier's folder goes (a tmpfs); /dev/shm by default
+SLOTS = ("slot-0", "slot-1")
+KEEP = "slot-keep"  # a step to persist: not overwritten before the launcher committed it
+META = SNAPSHOT_META
+OWNER = "owner"
+PERSISTED = "persisted"  # the launcher's: the newest step it committed
+PREFIX = "accel-"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_META_LIMIT = 1 << 20
+HEADROOM = 64 << 20  # left free in the tmpfs beyond the two slots: others use it too
+
+
+def snapshot_settings(settings: Any) -> tuple[int | None, int | None]:
+    """(``snapshot_every``, ``persist_every``) of a :class:`CheckpointSettings`, checked
+    together: a persisted step must be a snapshot's."""
+    every, persist = settings.snapshot_every, settings.persist_every
+    if persist is not None and every is None:
+        raise UsageError(
+            "checkpoints.persist_every needs checkpoints.snapshot_every: set both, or "
+            "neither (save_state saves without them)"
+        )
+    if every is not None and persist is not None and persist % every:
+        raise UsageError(
+            f"checkpoints.persist_every ({persist}) must be a multiple of "
+            f"checkpoints.snapshot_every ({every}): only snapshots are persisted"
+        )
+    return every, persist
+
+
+def base_dir() -> Path:
+    return Path(os.environ.get(BASE_ENV) or "/dev/shm")
+
+
+def make_tier(run_id: str) -> Path:
+    """The launcher's folder for the run's snapshots (0700, its pid inside)."""
+    if _RUN_ID.fullmatch(run_id) is None:
+        raise ValueError(f"not a run id: {run_id!r}")
+    base = base_dir()
+    sweep_dead(base)
+    path = base / (PREFIX + run_id)
+    path.mkdir(mode=0o700)
+    (path / OWNER).write_text(str(os.getpid()))
+    return path
+
+
+def remove_tier(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        remove_tree(path)
+
+
+def sweep_dead(base: Path) -> list[Path]:
+    """Remove the tiers of launchers that died without removing them (SIGKILL); only
+    folders named as accel names them, holding only an ``owner`` of a dead pid, are ours."""
+    gone = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(base):
+            if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            if _RUN_ID.fullmatch(entry.name[len(PREFIX) :]) is None:
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                    continue  # another user's
+                pid = int(Path(entry.path, OWNER).read_text()[:20])
+            except (OSError, ValueError):
+                continue
+            if pid > 0 and not _alive(pid):
+                remove_tier(Path(entry.path))
+                gone.append(Path(entry.path))
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def files_of(rank: int) -> tuple[str, ...]:
+    """The files a rank's snapshot holds: the allowlist a reader accepts."""
+    own = rank_name(rank, TENSORS_SUFFIX)
+    return (STATE_TENSORS, own) if rank == 0 else (own,)
+
+
+# -- the worker's side ----------------------------------------------------------------------
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of the tensors in ``tree`` (what a snapshot file of it needs, near enough)."""
+    import torch
+
+    if isinstance(tree, dict):
+        return sum(tree_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tree_bytes(v) for v in tree)
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    return 0
+
+
+class SlotWriter:
+    """One rank's two slots in the launcher's folder."""
+
+    def __init__(self, tier: Path, rank: int) -> None:
+        self.tier = tier
+        self.rank = rank
+        self.folder = tier / rank_name(rank)
+        for slot in (*SLOTS, KEEP):
+            (self.folder / slot).mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._newest: str | None = None
+
+    def free_bytes(self) -> int:
+        """What the tmpfs can still take, counting the slot the next write replaces."""
+        st = os.statvfs(self.tier)
+        reusable = _size(self.folder / self._next_slot())
+        return st.f_bavail * st.f_frsize + reusable
+
+    def _next_slot(self) -> str:
+        return SLOTS[1] if self._newest == SLOTS[0] else SLOTS[0]
+
+    def write(
+        self, step: int, series: str, trees: dict[str, Any], *, keep: float | None = None
+    ) -> None:
+        """Write ``trees`` (file name -> tree) as the snapshot of ``step``.
+
+        ``keep``: a step the launcher persists: it goes to the slot that is kept until
+        the launcher committed it, after waiting (up to ``keep`` seconds) for the launcher
+        to commit the one there before. :class:`TierFull` when shared memory runs out:
+        the slot is left empty, the newest complete snapshot stays."""
+        if keep is not None:
+            slot = self.folder / KEEP
+            self._wait_persisted(slot, keep)
+        else:
+            slot = self.folder / self._next_slot()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(slot / META)  # first: from now on this slot is no snapshot
+        for entry in os.scandir(slot):
+            os.unlink(entry.path)
+        files = {}
+        try:
+            for name, tree in trees.items():
+                files[name] = save_tensor_file(tree, slot / name).to_json()
+            meta = {"step": step, "series": series, "rank": self.rank, "files": files}
+            atomic_write_json(slot / META, meta, durable=False)
+        except OSError as exc:  # a WriteFailed is an OSError too
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+            for entry in os.scandir(slot):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                raise TierFull(full_message(self.tier)) from None
+            raise
+        if keep is None:
+            self._newest = slot.name
+
+    def _wait_persisted(self, slot: Path, timeout: float) -> None:
+        """Until the launcher committed the step ``slot`` holds (or ``timeout`` passed: a
+        launcher that cannot commit must not stop training; that step is then lost)."""
+        held = read_slot(slot, self.rank)
+        if held is None:
+            return
+        deadline = time.monotonic() + timeout
+        while persisted_step(self.tier) < held.step and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def persisted_step(tier: Path) -> int:
+    """The newest step the launcher committed from ``tier`` (-1: none)."""
+    try:
+        text = (tier / PERSISTED).read_text()[:24]
+        return int(text)
+    except (OSError, ValueError):
+        return -1
+
+
+def full_message(tier: Path, needed: int | None = None) -> str:
+    need = "" if needed is None else f" ({needed / (1 << 20):.0f} MiB needed)"
+    return (
+        f"accel: shared memory at {tier.parent} cannot hold the snapshots{need}; "
+        "checkpoints are saved blocking instead (free memory there, or set "
+        f"{BASE_ENV} to a larger tmpfs)"
+    )
+
+
+def _size(path: Path) -> int:
+    total = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            with contextlib.suppress(OSError):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+# -- the launcher's side --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A rank's complete snapshot of one step, as its ``meta.json`` describes it."""
+
+    rank: int
+    step: int
+    series: str
+    path: Path
+    files: dict[str, dict[str, Any]]
+
+
+def read_slot(folder: Path, rank: int) -> Slot | None:
+    """The slot's snapshot, or None when it holds none whole (or holds what no accel
+    worker writes: a hand-edited or hostile ``meta.json`` is data, and refused)."""
+    try:
+        meta = read_json(folder / META, limit=_META_LIMIT)
+    except (OSError, ValueError, AccelError):
+        return None
+    if not isinstance(meta, dict) or set(meta) != {"step", "series", "rank", "files"}:
+        return None
+    step, series, files = meta["step"], meta["series"], meta["files"]
+    if type(step) is not int or step < 0 or meta["rank"] != rank:
+        return None
+    if not isinstance(series, str) or not is_series_name(series):
+        return None
+    if not isinstance(files, dict) or set(files) != set(files_of(rank)):
+        return None
+    for digest in files.values():
+        if not isinstance(digest, dict) or set(digest) != {"size", "checksum"}:
+            return None
+        if type(digest["size"]) is not int or not isinstance(digest["checksum"], str):
+            return None
+    return Slot(rank, step, series, folder, files)
+
+
+def slots(tier: Path, world_size: int) -> dict[int, list[Slot]]:
+    """Every rank's complete snapshots (up to two each)."""
+    found: dict[int, list[Slot]] = {}
+    for rank in range(world_size):
+        for name in (*SLOTS, KEEP):
+            slot = read_slot(tier / rank_name(rank) / name, rank)
+            if slot is not None:
+                found.setdefault(rank, []).append(slot)
+    return found
+
+
+def common_steps(tier: Path, world_size: int) -> dict[int, dict[int, Slot]]:
+    """Steps that every rank holds whole, each with its ranks' slots, newest last."""
+    found = slots(tier, world_size)
+    if len(found) < world_size:
+        return {}
+    by_step: dict[int, dict[int, Slot]] = {}
+    for rank, held in found.items():
+        for slot in held:
+            by_step.setdefault(slot.step, {})[rank] = slot
+    whole = {
+        step: ranks
+        for step, ranks in by_step.items()
+        if len(ranks) == world_size and len({s.series for s in ranks.values()}) == 1
+    }
+    return dict(sorted(whole.items()))
+
+
+class Persister:
+    """The launcher's writer: commits whole steps of the memory tier as checkpoints."""
+
+    def __init__(
+        self,
+        tier: Path,
+        commit: Callable[..., Any],
+        world_size: int,
+        every: int | None,
+        *,
+        run_id: str | None = None,
+        poll: float = 0.05,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        self.tier = tier
+        self.run_id = run_id
+        self._commit = commit
+        self.world_size = world_size
+        self.every = every
+        self.poll = poll
+        self.notify = notify or (lambda _: None)
+        self.persisted: list[tuple[int, str]] = []  # (step, tag) committed, in order
+        self._last = -1
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Persister:
+        if self.every is not None:
+            self._thread = threading.Thread(target=self._main, name="accel-persist", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _main(self) -> None:
+        while not self._stop.wait(self.poll):
+            with contextlib.suppress(Exception):  # a torn slot: the next poll tries again
+                self.persist_due()
+
+    def persist_due(self) -> int | None:
+        """Commit the newest whole step that is a multiple of ``every``, if new."""
+        every = self.every
+        if every is None:
+            return None
+        due = [s for s in common_steps(self.tier, self.world_size) if s % every == 0]
+        return self._persist(due[-1], "snapshot") if due else None
+
+    def persist_newest(self) -> int | None:
+        """At a failure: commit the newest step every rank holds whole (tag ``failure``);
+        the step, or None when there is none newer than the last committed."""
+        steps = list(common_steps(self.tier, self.world_size))
+        for step in reversed(steps):  # a slot rewritten meanwhile: the one before
+            try:
+                return self._persist(step, "failure")
+            except (OSError, AccelError) as exc:
+                self.notify(f"accel: could not persist the snapshot of step {step}: {exc}")
+        return None
+
+    def _persist(self, step: int, tag: str) -> int | None:
+        with self._lock:
+            if step <= self._last:
+                return None
+            ranks = common_steps(self.tier, self.world_size).get(step)
+            if ranks is None:
+                return None
+            files = {
+                name: (slot.path / name, digest)
+                for slot in ranks.values()
+                for name, digest in slot.files.items()
+            }
+            series = next(iter(ranks.values())).series
+            self._commit(step, series, files, self.world_size, tag, self.run_id)
+            atomic_write(self.tier / PERSISTED, str(step), durable=False)  # the slot is free
+            self._last = step
+            self.persisted.append((step, tag))
+            return step
+
+
+def copy_checked(source: Path, target: Path, digest: dict[str, Any]) -> dict[str, Any]:
+    """Copy ``source`` to a new ``target`` (fsynced), checking it against ``digest``."""
+    from accel.store.hashing import ALGORITHM, new_hasher
+
+    hasher = new_hasher()
+    size = 0
+    with open(source, "rb") as src, open(target, "xb") as dst:
+        while chunk := src.read(8 << 20):
+            hasher.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
+    checksum = f"{ALGORITHM}:{hasher.hexdigest()}"
+    if size != digest["size"] or checksum != digest["checksum"]:
+        raise OSError(errno.EIO, f"{source.name} changed while it was copied")
+    return {"size": size, "checksum": checksum}

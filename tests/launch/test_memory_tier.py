@@ -1,0 +1,163 @@
+"""checkpoints.snapshot_every under accel launch: snapshots in the launcher's shared
+memory, persisted every persist_every steps and at a failure (accel.store.memtier)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from launchutil import SCRIPTS, assert_no_orphans, refused
+
+from accel.store.manifest import STATE_TENSORS as STATE
+from accel.store.memtier import PREFIX
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train.py"
+Accel = Callable[..., subprocess.CompletedProcess[str]]
+TRAIN = ["--steps", "12", "--log-every", "4"]
+
+
+def snapshots(every: int, persist: int | None = None) -> dict[str, str]:
+    env = {"ACCEL_CHECKPOINTS_SNAPSHOT_EVERY": str(every)}
+    if persist is not None:
+        env["ACCEL_CHECKPOINTS_PERSIST_EVERY"] = str(persist)
+    return env
+
+
+def manifests(project: Path, series: str) -> dict[int, dict[str, object]]:
+    folder = project / ".accelerate" / "checkpoints" / series
+    found = {}
+    for step_dir in sorted(folder.glob("step-*")):
+        manifest = json.loads((step_dir / "manifest.json").read_text())
+        found[manifest["step"]] = manifest
+    return found
+
+
+def checksums(manifest: dict[str, object]) -> dict[str, str]:
+    files = manifest["files"]
+    assert isinstance(files, dict)
+    return {name: digest["checksum"] for name, digest in files.items()}
+
+
+def run_id(result: subprocess.CompletedProcess[str]) -> str:
+    line = next(x for x in result.stderr.splitlines() if x.startswith("accel: run "))
+    return line.split()[2].rstrip(":")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_persisted_snapshots_hold_the_bytes_a_save_at_that_step_writes(
+    accel: Accel, project: Path
+) -> None:
+    import torch
+
+    from accel.workspace import Workspace
+
+    # The reference counts optimizer steps too (a snapshot never due), and saves at 5, 10.
+    ref = accel(
+        "launch", "-n", "2", "--run-name", "ref", str(EXAMPLE), *TRAIN, "--save-every", "5",
+        env=snapshots(1000), timeout=150,
+    )  # fmt: skip
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    snap = accel(
+        "launch", "-n", "2", "--run-name", "snap", str(EXAMPLE), *TRAIN, "--save-every", "1000",
+        env=snapshots(1, 5), timeout=150,
+    )  # fmt: skip
+    assert snap.returncode == 0, snap.stdout + snap.stderr
+    expected, got = manifests(project, "ref"), manifests(project, "snap")
+    assert sorted(got) == [5, 10, 12]  # 5 and 10 persisted by the launcher, 12 the script's
+    ws = Workspace(project / ".accelerate")
+    for step in (5, 10, 12):
+        if step != 12:
+            assert got[step]["tag"] == "snapshot" and expected[step]["tag"] is None
+        assert checksums(got[step])[STATE] == checksums(expected[step])[STATE], step
+        # Each rank's file: the same bytes but for Python's and numpy's RNG, which nothing
+        # seeds in the example (two runs differ there from their first line).
+        for rank in (0, 1):
+            mine = ws.checkpoints.load_rank_state(step, series="snap", rank=rank)["rng"]
+            theirs = ws.checkpoints.load_rank_state(step, series="ref", rank=rank)["rng"]
+            assert torch.equal(mine["torch"], theirs["torch"]), (step, rank)
+    assert not list(Path("/dev/shm").glob(PREFIX + run_id(snap)))
+    assert_no_orphans(run_id(snap))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from_it(
+    accel: Accel, project: Path
+) -> None:
+    import torch
+
+    from accel.workspace import Workspace
+
+    clean = accel(
+        "launch", "-n", "2", "--run-name", "clean", str(EXAMPLE), *TRAIN, "--save-every", "1000",
+        env=snapshots(1000), timeout=150,
+    )  # fmt: skip
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    # Rank 1 raises in its 8th optimizer step: its snapshot of step 7 is its newest.
+    crashed = accel(
+        "launch", "-n", "2", "--run-name", "crashed", "--max-restarts", "1",
+        str(SCRIPTS / "crash_once.py"), str(EXAMPLE), "8", *TRAIN, "--save-every", "1000",
+        env=snapshots(1), timeout=150,
+    )  # fmt: skip
+    assert crashed.returncode == 0, crashed.stdout + crashed.stderr
+    assert "saved the snapshot of step 7 as a checkpoint" in crashed.stderr
+    assert "resumed from the checkpoint of step 7" in crashed.stdout
+    found = manifests(project, "crashed")
+    assert found[7]["tag"] == "failure"
+
+    ws = Workspace(project / ".accelerate")
+    a = ws.checkpoints.load(series="clean")
+    b = ws.checkpoints.load(series="crashed")
+    assert a["step"] == b["step"] == b["optimizer_steps"] == 12
+    for name, tensor in a["models"][0].items():
+        assert torch.equal(tensor, b["models"][0][name]), name
+    assert not list(Path("/dev/shm").glob(PREFIX + run_id(crashed)))
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(folder: Path) -> Iterator[Path]:
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("mounting a tmpfs needs root: " + mounted.stderr.decode().strip())
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_shared_memory_too_small_says_so_once_and_saves_blocking(
+    accel: Accel, project: Path, tmp_path: Path
+) -> None:
+    with tiny_tmpfs(tmp_path / "shm") as shm:
+        result = accel(
+            "launch", "-n", "2", "--run-name", "small", str(EXAMPLE), *TRAIN,
+            "--save-every", "1000", env={**snapshots(1, 5), "ACCEL_SHM_DIR": str(shm)},
+            timeout=150,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = [x for x in result.stderr.splitlines() if "cannot hold the snapshots" in x]
+        assert len(lines) == 2, result.stderr  # once per rank, not per step
+        assert f"shared memory at {shm}" in lines[0] and "saved blocking instead" in lines[0]
+        found = manifests(project, "small")
+        assert sorted(found) == [5, 10, 12]
+        assert all(m["tag"] is None for m in found.values())  # saved by the workers
+        assert not list(shm.iterdir())  # the launcher removed its folder
+
+
+def test_a_persist_interval_that_is_no_multiple_of_the_snapshots_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_SNAPSHOT_EVERY", "10")
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_PERSIST_EVERY", "15")
+    line = refused(capsys, "-n", "1")
+    assert "checkpoints.persist_every (15) must be a multiple of" in line

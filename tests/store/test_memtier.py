@@ -1,0 +1,128 @@
+"""The memory tier's files, read as the launcher reads them: whole steps only, a hostile
+``meta.json`` refused, a slot rewritten under a copy never committed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from accel.errors import UsageError
+from accel.store import memtier
+from accel.workspace import Workspace
+
+
+def tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(memtier.BASE_ENV, str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    return memtier.make_tier("run-1")
+
+
+def write(folder: Path, rank: int, step: int, *, keep: bool = False) -> memtier.SlotWriter:
+    import torch
+
+    writer = memtier.SlotWriter(folder, rank)
+    trees = {
+        name: {"step": step, "w": torch.full((4,), float(step))} for name in memtier.files_of(rank)
+    }
+    writer.write(step, "main", trees, keep=0.0 if keep else None)
+    return writer
+
+
+def test_only_steps_every_rank_holds_whole_are_common(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    w0 = write(folder, 0, 1)
+    write(folder, 1, 1)
+    assert list(memtier.common_steps(folder, 2)) == [1]
+    w0.write(2, "main", {n: {"s": 2} for n in memtier.files_of(0)})
+    assert list(memtier.common_steps(folder, 2)) == [1]  # rank 1 has no step 2 yet
+    w0.write(3, "main", {n: {"s": 3} for n in memtier.files_of(0)})
+    assert list(memtier.common_steps(folder, 2)) == []  # rank 0 rewrote step 1's slot
+    assert sorted(s.step for s in memtier.slots(folder, 2)[0]) == [2, 3]
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"step": 1, "series": "main", "rank": 1, "files": {}},  # another rank's
+        {"step": -1, "series": "main", "rank": 0, "files": {}},
+        {"step": True, "series": "main", "rank": 0, "files": {}},
+        {"step": 1, "series": "../x", "rank": 0, "files": {}},
+        {"step": 1, "series": "main", "rank": 0, "files": {"../../etc/passwd": {}}},
+        {"step": 1, "series": "main", "rank": 0, "files": {}, "extra": 1},
+        [],
+    ],
+)
+def test_a_hostile_meta_is_no_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meta: object
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    write(folder, 0, 1)
+    slot = folder / "rank-0" / memtier.SLOTS[0]
+    (slot / memtier.META).write_text(json.dumps(meta))
+    assert memtier.read_slot(slot, 0) is None
+    assert memtier.common_steps(folder, 1) == {}
+
+
+def test_the_persister_commits_a_checkpoint_that_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    import torch
+
+    folder = tier(tmp_path, monkeypatch)
+    write(folder, 0, 5, keep=True)
+    write(folder, 1, 5, keep=True)
+    store = ws.checkpoints
+    persister = memtier.Persister(folder, store.commit_files, 2, 5, run_id="run-1")
+    assert persister.persist_due() == 5
+    assert persister.persist_due() is None  # once
+    assert memtier.persisted_step(folder) == 5
+    info = store.get(5, series="main")
+    assert info is not None
+    assert torch.equal(store.load(5, series="main")["w"], torch.full((4,), 5.0))
+    assert store.load_rank_state(5, series="main", rank=1)["step"] == 5
+
+
+def test_a_slot_rewritten_during_the_copy_is_not_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    write(folder, 0, 3)
+    state = folder / "rank-0" / memtier.SLOTS[0] / "state.tensors"
+    data = bytearray(state.read_bytes())
+    data[-1] ^= 0xFF  # what a copy sees when the worker rewrites the file under it
+    state.write_bytes(bytes(data))
+    store = ws.checkpoints
+    persister = memtier.Persister(folder, store.commit_files, 1, None)
+    assert persister.persist_newest() is None
+    assert store.list(series="main") == []
+    assert not [p for p in store.series_dir("main").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_a_dead_launchers_tier_is_swept_a_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live = tier(tmp_path, monkeypatch)
+    dead = tmp_path / "shm" / "accel-run-0"
+    dead.mkdir()
+    (dead / memtier.OWNER).write_text("999999999")
+    other = tmp_path / "shm" / "not-ours"
+    other.mkdir()
+    assert memtier.sweep_dead(tmp_path / "shm") == [dead]
+    assert live.is_dir() and other.is_dir() and not dead.exists()
+    assert (live / memtier.OWNER).read_text() == str(os.getpid())
+
+
+def test_persist_every_must_be_a_multiple_of_snapshot_every() -> None:
+    class Settings:
+        snapshot_every, persist_every = 4, 6
+
+    with pytest.raises(UsageError, match="must be a multiple"):
+        memtier.snapshot_settings(Settings())
+    Settings.snapshot_every = None
+    with pytest.raises(UsageError, match="needs checkpoints.snapshot_every"):
+        memtier.snapshot_settings(Settings())
