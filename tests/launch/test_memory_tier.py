@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from launchutil import SCRIPTS, assert_no_orphans, refused
+from launchutil import SCRIPTS, assert_no_orphans, refused, wait_for
 
 from accel.store.manifest import STATE_TENSORS as STATE
 from accel.store.memtier import PREFIX
@@ -117,6 +117,75 @@ def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from
     for name, tensor in a["models"][0].items():
         assert torch.equal(tensor, b["models"][0][name]), name
     assert not list(Path("/dev/shm").glob(PREFIX + run_id(crashed)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where", ["step", "write"])
+def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapshot(
+    accel: Accel, project: Path, where: str
+) -> None:
+    import torch
+
+    from accel.workspace import Workspace
+
+    clean = accel(
+        "launch", "-n", "2", "--run-name", "clean", str(EXAMPLE), *TRAIN, "--save-every", "1000",
+        env=snapshots(1000), timeout=150,
+    )  # fmt: skip
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    # Rank 1 is SIGKILLed as its 8th step begins (its snapshot of step 7 may be half
+    # written: then 6 is its newest whole one), or while it writes its snapshot of step 7.
+    killed = accel(
+        "launch", "-n", "2", "--run-name", "killed", "--max-restarts", "1",
+        str(SCRIPTS / "kill_once.py"), where, str(EXAMPLE), "8" if where == "step" else "7",
+        *TRAIN, "--save-every", "1000", env=snapshots(1), timeout=150,
+    )  # fmt: skip
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    expected = {6, 7} if where == "step" else {6}
+    failure = [s for s, m in manifests(project, "killed").items() if m["tag"] == "failure"]
+    assert len(failure) == 1 and failure[0] in expected, killed.stderr
+    assert f"resumed from the checkpoint of step {failure[0]}" in killed.stdout
+
+    ws = Workspace(project / ".accelerate")
+    a = ws.checkpoints.load(series="clean")
+    b = ws.checkpoints.load(series="killed")
+    assert a["step"] == b["step"] == 12
+    for name, tensor in a["models"][0].items():
+        assert torch.equal(tensor, b["models"][0][name]), name
+    assert not list(Path("/dev/shm").glob(PREFIX + run_id(killed)))
+    assert_no_orphans(run_id(killed))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_sigkilled_launcher_leaves_no_tier_and_only_whole_checkpoints(
+    start_accel: Callable[..., subprocess.Popen[str]],
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel.workspace import Workspace
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    for name, value in {**snapshots(1, 2), "ACCEL_SHM_DIR": str(shm)}.items():
+        monkeypatch.setenv(name, value)
+    proc = start_accel(
+        "launch", "-n", "2", "--run-name", "doomed", str(EXAMPLE), "--steps", "1000000",
+        "--save-every", "1000000", "--log-every", "1000000",
+    )  # fmt: skip
+    ws = Workspace(project / ".accelerate")
+    wait_for(lambda: len(ws.checkpoints.list(series="doomed")) >= 2, 90, "two persisted steps")
+    run = next((project / ".accelerate" / "logs" / "runs").iterdir()).name
+    proc.kill()  # SIGKILL: no handler of the launcher's runs, its guard's does
+    proc.wait()
+    wait_for(lambda: not list(shm.iterdir()), 30, "the guard to remove the memory tier")
+    assert_no_orphans(run)
+    found = ws.checkpoints.list(series="doomed")
+    assert found and all(info.path.name.startswith("step-") for info in found)
+    for info in found:  # every checkpoint listed is whole: it loads and verifies
+        assert ws.checkpoints.load(info.step, series="doomed")["optimizer_steps"] == info.step
 
 
 @contextlib.contextmanager

@@ -41,8 +41,10 @@ def test_only_steps_every_rank_holds_whole_are_common(
     w0.write(2, "main", {n: {"s": 2} for n in memtier.files_of(0)})
     assert list(memtier.common_steps(folder, 2)) == [1]  # rank 1 has no step 2 yet
     w0.write(3, "main", {n: {"s": 3} for n in memtier.files_of(0)})
+    assert list(memtier.common_steps(folder, 2)) == [1]  # three slots: 1 is still there
+    w0.write(4, "main", {n: {"s": 4} for n in memtier.files_of(0)})
     assert list(memtier.common_steps(folder, 2)) == []  # rank 0 rewrote step 1's slot
-    assert sorted(s.step for s in memtier.slots(folder, 2)[0]) == [2, 3]
+    assert sorted(s.step for s in memtier.slots(folder, 2)[0]) == [2, 3, 4]
 
 
 @pytest.mark.parametrize(

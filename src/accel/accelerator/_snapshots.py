@@ -187,10 +187,11 @@ class Snapshots:
             self._say(str(exc))
 
     def _check_space(self) -> None:
-        """Once, before the first snapshot, on every rank alike: can the tier hold two
-        snapshots of every rank? If not, one line, and blocking saves instead."""
+        """Once, before the first snapshot, on every rank alike: can the tier hold three
+        snapshots of every rank (four with persist_every)? If not, one line, and blocking
+        saves instead."""
         from accel.store.collectives import current_context
-        from accel.store.memtier import HEADROOM, full_message, tree_bytes
+        from accel.store.memtier import HEADROOM, SLOTS, full_message, tree_bytes
 
         assert self.writer is not None
         self._checked = True
@@ -209,7 +210,7 @@ class Snapshots:
             mine += tree_bytes(acc._state_dicts()[:2])
         ctx = store._dist = current_context(store._dist, store.settings.collective_timeout)
         sizes = ctx.all_gather([mine, self.writer.free_bytes()])
-        slots = 3 if self.persist else 2  # the two newest, and one being persisted
+        slots = len(SLOTS) + (1 if self.persist else 0)  # and one being persisted
         needed = slots * sum(size for size, _ in sizes) + HEADROOM
         if needed > sizes[0][1]:  # rank 0's view decides, the same on every rank
             self._say(full_message(self.writer.tier, needed))

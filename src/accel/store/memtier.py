@@ -5,8 +5,8 @@
     <ACCEL_SHM_DIR or /dev/shm>/accel-<run id>/  made by accel launch (0700), gone at its end
         owner                                   the launcher's pid (a dead one's folder is swept)
         persisted                               the newest step the launcher committed
-        rank-<N>/slot-0/, rank-<N>/slot-1/      two slots a rank: the newest whole snapshot
-                                                stays whole while the next one is written
+        rank-<N>/slot-0/ ... slot-2/            three slots a rank: the newest whole snapshots
+                                                stay whole while the next one is written
         rank-<N>/slot-keep/                     a step to persist, kept until it is committed
             state.tensors                       rank 0: the replicated state, as in a checkpoint
             rank-<N>.tensors                    the rank's own state (its RNG)
@@ -60,7 +60,10 @@ __all__ = [
 
 DIR_ENV = "ACCEL_SNAPSHOT_DIR"  # set by accel launch for every worker when the tier is on
 BASE_ENV = "ACCEL_SHM_DIR"  # where the tier's folder goes (a tmpfs); /dev/shm by default
-SLOTS = ("slot-0", "slot-1")
+# Three: the ranks of a data-parallel job are at most two snapshots apart when one dies
+# (the survivor finishes the step the dead one began, and writes it as it exits; the dead
+# one's last snapshot may be half written), so three hold a step that every rank has whole.
+SLOTS = ("slot-0", "slot-1", "slot-2")
 KEEP = "slot-keep"  # a step to persist: not overwritten before the launcher committed it
 META = SNAPSHOT_META
 OWNER = "owner"
@@ -172,7 +175,7 @@ class SlotWriter:
         self.folder = tier / rank_name(rank)
         for slot in (*SLOTS, KEEP):
             (self.folder / slot).mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._newest: str | None = None
+        self._order: list[str] = []  # the slots written, oldest first
 
     def free_bytes(self) -> int:
         """What the tmpfs can still take, counting the slot the next write replaces."""
@@ -181,7 +184,8 @@ class SlotWriter:
         return st.f_bavail * st.f_frsize + reusable
 
     def _next_slot(self) -> str:
-        return SLOTS[1] if self._newest == SLOTS[0] else SLOTS[0]
+        unused = [slot for slot in SLOTS if slot not in self._order]
+        return unused[0] if unused else self._order[0]
 
     def write(
         self, step: int, series: str, trees: dict[str, Any], *, keep: float | None = None
@@ -216,7 +220,7 @@ class SlotWriter:
                 raise TierFull(full_message(self.tier)) from None
             raise
         if keep is None:
-            self._newest = slot.name
+            self._order = [name for name in self._order if name != slot.name] + [slot.name]
 
     def _wait_persisted(self, slot: Path, timeout: float) -> None:
         """Until the launcher committed the step ``slot`` holds (or ``timeout`` passed: a
@@ -295,7 +299,7 @@ def read_slot(folder: Path, rank: int) -> Slot | None:
 
 
 def slots(tier: Path, world_size: int) -> dict[int, list[Slot]]:
-    """Every rank's complete snapshots (up to two each)."""
+    """Every rank's complete snapshots (up to four each)."""
     found: dict[int, list[Slot]] = {}
     for rank in range(world_size):
         for name in (*SLOTS, KEEP):
