@@ -8,10 +8,10 @@ a ``--layers``-deep MLP of ``--width`` (5 x 2048: about 21M parameters) with Ada
 mode trains ``--steps`` steps per round, the modes in turn (reversed every other round):
 
 - no checkpoint (the baseline);
-- a memory snapshot every step: accel's snapshot (``SnapshotPool.take`` with what only
-  the optimizer changes copied in a background thread, fenced by the optimizer step
-  pre-hook), never written: the copy the memory tier of issue 27 item 2 takes every step
-  and persists every N (``accel.store`` has no public call for it yet);
+- a memory snapshot every step: accel's memory tier (``checkpoints.snapshot_every: 1``):
+  the Accelerator's snapshot, what only the optimizer changes copied in a background
+  thread and fenced by the next optimizer step, then written into the run's folder in
+  /dev/shm (``accel.store.memtier``, as under accel launch, not persisted);
 - ``save_state(step, async_save=True)`` every step (each one written to disk) and every
   10 steps: the overlapped snapshot, then the write in the background;
 - ``save_state(step, async_save=False)`` every 10 steps: the sync save;
@@ -46,7 +46,6 @@ import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,31 +76,27 @@ def _free_port() -> int:
 # -- the savers: each returns the seconds its call blocked ------------------------------
 
 
-class MemorySnapshots:
-    """accel's overlapped snapshot of the state save_state would save, never written."""
+class MemoryTier:
+    """accel's memory tier (``checkpoints.snapshot_every: 1``): the Accelerator's
+    ``Snapshots`` writing into the run's shared-memory folder, as under accel launch.
 
-    def __init__(self, acc: Any, opt: Any) -> None:
-        from accel.store.async_save import SnapshotPool
+    The optimizer's hooks are not installed (the modes switch at run time): the call
+    after ``opt.step()`` is the post-hook's, and the next call (or ``finish``) ends the
+    iteration, as the next step's pre-hook does; the copy is fenced by ``fence_all``.
+    """
 
-        self.acc, self.opt = acc, opt
-        self.pool = SnapshotPool()
-        self.thread: threading.Thread | None = None
+    def __init__(self, acc: Any) -> None:
+        from accel.accelerator._snapshots import Snapshots
+
+        self.snaps = Snapshots(acc, 1, None)
 
     def __call__(self, step: int) -> None:
-        from accel.store.async_save import outside_optimizers
-
-        self.finish()  # done: the optimizer's step fenced it
-        model = self.acc.unwrap_model(self.acc._models[0])
-        state = {"models": [model.state_dict()], "optimizers": [self.opt.state_dict()]}
-        copy_now = outside_optimizers([self.opt])
-        snapshot = self.pool.take(state, lambda tensor: not copy_now(tensor))
-        self.thread = threading.Thread(target=snapshot.copy, name="bench-snapshot")
-        self.thread.start()
+        self.snaps.close()
+        self.snaps.count = step - 1
+        self.snaps.after_step()
 
     def finish(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
+        self.snaps.settle()
 
 
 class SaveState:
@@ -201,7 +196,7 @@ def _rank(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
 
     savers: dict[str, Any] = {
         "no checkpoint": NoSave(),
-        "memory snapshot every step": MemorySnapshots(acc, opt),
+        "memory snapshot every step": MemoryTier(acc),
         "save_state overlapped every step": SaveState(acc, overlap=True, async_save=True),
         "save_state overlapped every 10": SaveState(acc, overlap=True, async_save=True),
         "save_state sync every 10": SaveState(acc, overlap=True, async_save=False),
@@ -356,12 +351,18 @@ def main() -> int:
     from torch.multiprocessing.spawn import spawn
 
     from accel import Workspace
+    from accel.store import memtier
 
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         args.dir = folder
         Workspace(Path(folder) / ".accelerate").ensure()
         out = str(Path(folder) / "result.json")
-        spawn(_rank, args=(_free_port(), args, out), nprocs=2, join=True)  # type: ignore[no-untyped-call]
+        tier = memtier.make_tier(f"bench-stall-{os.getpid()}")  # as accel launch makes it
+        os.environ[memtier.DIR_ENV] = str(tier)
+        try:
+            spawn(_rank, args=(_free_port(), args, out), nprocs=2, join=True)  # type: ignore[no-untyped-call]
+        finally:
+            memtier.remove_tier(tier)
         data = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
     return 0 if _report(data, args) else 1
 

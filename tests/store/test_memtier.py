@@ -89,15 +89,43 @@ def test_the_persister_commits_a_checkpoint_that_loads(
     assert store.load_rank_state(5, series="main", rank=1)["step"] == 5
 
 
-def test_a_slot_rewritten_during_the_copy_is_not_committed(
+def test_a_slot_rewritten_while_it_is_opened_is_not_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    writer = write(folder, 0, 3)
+    store = ws.checkpoints
+    rewrites = []
+
+    def commit(*args: object) -> None:
+        raise AssertionError("committed a rewritten slot")
+
+    persister = memtier.Persister(folder, commit, 1, None)
+    real_open = open
+
+    def open_then_rewrite(path: object, *args: object, **kwargs: object) -> object:
+        handle = real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+        if not rewrites:  # the worker rewrites the slot right after the launcher opened it
+            rewrites.append(path)
+            for step in (4, 5, 6):
+                writer.write(step, "main", {n: {"s": step} for n in memtier.files_of(0)})
+        return handle
+
+    monkeypatch.setattr("builtins.open", open_then_rewrite)
+    assert persister.persist_newest() is None  # every step it found was rewritten
+    monkeypatch.undo()
+    assert rewrites and store.list(series="main") == []
+
+
+def test_a_recorded_size_that_is_not_the_files_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
 ) -> None:
     folder = tier(tmp_path, monkeypatch)
     write(folder, 0, 3)
-    state = folder / "rank-0" / memtier.SLOTS[0] / "state.tensors"
-    data = bytearray(state.read_bytes())
-    data[-1] ^= 0xFF  # what a copy sees when the worker rewrites the file under it
-    state.write_bytes(bytes(data))
+    meta_path = folder / "rank-0" / memtier.SLOTS[0] / memtier.META
+    meta = json.loads(meta_path.read_text())
+    meta["files"]["state.tensors"]["size"] += 1
+    meta_path.write_text(json.dumps(meta))
     store = ws.checkpoints
     persister = memtier.Persister(folder, store.commit_files, 1, None)
     assert persister.persist_newest() is None

@@ -55,9 +55,12 @@ class Snapshots:
         self.count = 0
         tier = os.environ.get(DIR_ENV)
         self.writer = SlotWriter(Path(tier), acc.rank) if tier else None
-        self._pool = SnapshotPool()
+        # Two pools, used in turn: a snapshot's write may go on through the next step
+        # while the next snapshot copies into the other pool.
+        self._pools = (SnapshotPool(), SnapshotPool())
+        self._turn = 0
         self._taken: _Taken | None = None
-        self._thread: threading.Thread | None = None
+        self._writers: list[tuple[threading.Thread, threading.Event]] = []  # oldest first
         self._due: int | None = None  # a blocking save at the end of this iteration
         self._checked = False
         self._said: set[str] = set()
@@ -82,7 +85,8 @@ class Snapshots:
         self.count += 1
         if self.count % self.every:
             return
-        self.join()  # the last snapshot's write: the pool's buffers are used again
+        while len(self._writers) > 1:  # the write that used this turn's pool, done
+            self._join_oldest()
         if self.writer is not None and not self._checked:
             self._check_space()
         if self.writer is None:
@@ -98,17 +102,24 @@ class Snapshots:
             models, optimizers, _ = acc._state_dicts()
             later = outside_optimizers(acc._optimizers)
             copy_later = lambda tensor: not later(tensor)  # noqa: E731
-            snapshot = self._pool.take((models, optimizers), copy_later)
+            snapshot = self._pools[self._turn].take((models, optimizers), copy_later)
+            self._turn = 1 - self._turn
         early = {
             "loaders": [loader.state_dict() for loader in acc._loaders],
             "accumulation_step": acc._gradient_state.step,
             "rng": rng_state(),
         }
         taken = self._taken = _Taken(self.count, snapshot, early)
-        self._thread = threading.Thread(
-            target=self._write, args=(taken,), name=f"accel-snapshot-{self.count}", daemon=True
+        before = self._writers[-1][1] if self._writers else None
+        done = threading.Event()
+        thread = threading.Thread(
+            target=self._write,
+            args=(taken, before, done),
+            name=f"accel-snapshot-{self.count}",
+            daemon=True,
         )
-        self._thread.start()
+        self._writers.append((thread, done))
+        thread.start()
 
     def close(self) -> None:
         """The iteration ended: what steps after the optimizer is read now."""
@@ -126,10 +137,13 @@ class Snapshots:
         }
         taken.closed.set()
 
+    def _join_oldest(self) -> None:
+        thread, _ = self._writers.pop(0)
+        thread.join()
+
     def join(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        while self._writers:
+            self._join_oldest()
 
     def settle(self) -> None:
         """Before a save, a load or the end: the snapshot in flight finished."""
@@ -138,7 +152,13 @@ class Snapshots:
 
     # -- the writer's thread --------------------------------------------------------------
 
-    def _write(self, taken: _Taken) -> None:
+    def _write(self, taken: _Taken, before: threading.Event | None, done: threading.Event) -> None:
+        try:
+            self._write_in_turn(taken, before)
+        finally:
+            done.set()
+
+    def _write_in_turn(self, taken: _Taken, before: threading.Event | None) -> None:
         from accel.errors import AccelError
         from accel.layout import rank_name
         from accel.store.async_save import yield_cores
@@ -148,6 +168,8 @@ class Snapshots:
         if snapshot is not None:
             snapshot.copy()  # at full speed: the next optimizer step may be waiting
         taken.closed.wait()
+        if before is not None:
+            before.wait()  # snapshots reach the tier in their order
         yield_cores()
         if snapshot is not None and snapshot.torn:
             self._say(

@@ -332,6 +332,8 @@ class _Run:
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
         self._persist_newest()  # first: the newest whole snapshot outlives the failure
+        if self.persister is not None:
+            self.persister.clear()
         self._judge(attempt, failures)
         root = self.verdict.first
         left = self.plan.max_restarts - attempt

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from accel import _locks
 from accel._fs import remove_tree
@@ -336,14 +336,14 @@ class Checkpoints:
         self,
         step: int,
         series: str,
-        files: dict[str, tuple[Path, dict[str, Any]]],
+        files: dict[str, tuple[BinaryIO, int]],
         world_size: int,
         tag: str,
         run_id: str | None = None,
     ) -> CheckpointInfo:
-        """Commit files written elsewhere (the memory tier's snapshot of ``step``) as
-        checkpoint ``step`` of ``series``: each copied in and checked against its recorded
-        size and checksum, then the same manifest, commit and retention as :meth:`save`."""
+        """Commit files written elsewhere (the memory tier's snapshot of ``step``, open,
+        each with the size its writer recorded) as checkpoint ``step`` of ``series``:
+        copied in and hashed, then the same manifest, commit and retention as :meth:`save`."""
         from accel.store.memtier import copy_checked
 
         check_step(step)
@@ -351,9 +351,9 @@ class Checkpoints:
         tmp = self._prepare(series, step, run_id)
         try:
             copied = {}
-            for name, (source, digest) in files.items():
+            for name, (source, size) in files.items():
                 with phase("persist-copy"):
-                    copied[name] = copy_checked(source, tmp / name, digest)
+                    copied[name] = copy_checked(source, tmp / name, size)
             # The launcher commits alone: the manifest names the world that wrote the files.
             done = self._commit(tmp, series, step, tag, copied, DistContext(0, world_size), run_id)
         finally:

@@ -21,9 +21,11 @@ snapshot outlives the worker that took it.
 The launcher (:class:`Persister`) commits the newest step that every rank holds whole as
 a normal checkpoint (:meth:`accel.store.checkpoints.Checkpoints.commit_files`): every
 ``checkpoints.persist_every`` steps on a thread of its own (not the training process's
-GIL), and at once when a worker fails (tag ``failure``), before the restart. Every file is
-copied with its checksum checked against the one its writer recorded; a slot rewritten
-under the copy fails that check and is not committed.
+GIL), and at once when a worker fails (tag ``failure``), before the restart. A worker
+writes no checksum (the copy into memory is its one pass over the bytes): the launcher
+opens a step's files, checks that the slots still hold that step (a writer removes
+``meta.json`` first and writes new files, so what it opened is whole), and hashes them
+while it copies them to disk.
 """
 
 from __future__ import annotations
@@ -37,14 +39,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from accel._fs import atomic_write, atomic_write_json, read_json, remove_tree
 from accel.errors import AccelError, TierFull, UsageError
 from accel.layout import SNAPSHOT_META, rank_name
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
 from accel.store.series import is_series_name
-from accel.store.tensorfile import save_tensor_file
+from accel.store.tensorfile import write_in_memory
 
 __all__ = [
     "DIR_ENV",
@@ -208,7 +210,7 @@ class SlotWriter:
         files = {}
         try:
             for name, tree in trees.items():
-                files[name] = save_tensor_file(tree, slot / name).to_json()
+                files[name] = {"size": write_in_memory(tree, slot / name)}
             meta = {"step": step, "series": series, "rank": self.rank, "files": files}
             atomic_write_json(slot / META, meta, durable=False)
         except OSError as exc:  # a WriteFailed is an OSError too
@@ -291,9 +293,9 @@ def read_slot(folder: Path, rank: int) -> Slot | None:
     if not isinstance(files, dict) or set(files) != set(files_of(rank)):
         return None
     for digest in files.values():
-        if not isinstance(digest, dict) or set(digest) != {"size", "checksum"}:
+        if not isinstance(digest, dict) or set(digest) != {"size"}:
             return None
-        if type(digest["size"]) is not int or not isinstance(digest["checksum"], str):
+        if type(digest["size"]) is not int or digest["size"] < 0:
             return None
     return Slot(rank, step, series, folder, files)
 
@@ -395,33 +397,50 @@ class Persister:
             ranks = common_steps(self.tier, self.world_size).get(step)
             if ranks is None:
                 return None
-            files = {
-                name: (slot.path / name, digest)
-                for slot in ranks.values()
-                for name, digest in slot.files.items()
-            }
-            series = next(iter(ranks.values())).series
-            self._commit(step, series, files, self.world_size, tag, self.run_id)
+            with contextlib.ExitStack() as stack:
+                files = {
+                    name: (stack.enter_context(open(slot.path / name, "rb")), digest["size"])
+                    for slot in ranks.values()
+                    for name, digest in slot.files.items()
+                }
+                # A writer removes meta.json before it touches a file and writes new files
+                # (new inodes): the slots still naming this step means what was opened is
+                # the snapshot whole, whatever happens to the slots from now on.
+                if _where(common_steps(self.tier, self.world_size).get(step)) != _where(ranks):
+                    raise OSError(errno.EAGAIN, f"the snapshot of step {step} was rewritten")
+                series = next(iter(ranks.values())).series
+                self._commit(step, series, files, self.world_size, tag, self.run_id)
             atomic_write(self.tier / PERSISTED, str(step), durable=False)  # the slot is free
             self._last = step
             self.persisted.append((step, tag))
             return step
 
+    def clear(self) -> None:
+        """Before a restart: the dead attempt's snapshots go (a nondeterministic run's
+        new attempt must never mix its steps with theirs)."""
+        with self._lock:
+            for rank in range(self.world_size):
+                remove_tier(self.tier / rank_name(rank))
 
-def copy_checked(source: Path, target: Path, digest: dict[str, Any]) -> dict[str, Any]:
-    """Copy ``source`` to a new ``target`` (fsynced), checking it against ``digest``."""
+
+def _where(ranks: dict[int, Slot] | None) -> dict[int, Path] | None:
+    return None if ranks is None else {rank: slot.path for rank, slot in ranks.items()}
+
+
+def copy_checked(source: BinaryIO, target: Path, size: int) -> dict[str, Any]:
+    """Copy the open ``source`` to a new ``target`` (fsynced), hashing it as it goes; its
+    size must be the one its writer recorded. The digest, for the manifest."""
     from accel.store.hashing import ALGORITHM, new_hasher
 
     hasher = new_hasher()
-    size = 0
-    with open(source, "rb") as src, open(target, "xb") as dst:
-        while chunk := src.read(8 << 20):
+    copied = 0
+    with open(target, "xb") as dst:
+        while chunk := source.read(8 << 20):
             hasher.update(chunk)
             dst.write(chunk)
-            size += len(chunk)
+            copied += len(chunk)
         dst.flush()
         os.fsync(dst.fileno())
-    checksum = f"{ALGORITHM}:{hasher.hexdigest()}"
-    if size != digest["size"] or checksum != digest["checksum"]:
-        raise OSError(errno.EIO, f"{source.name} changed while it was copied")
-    return {"size": size, "checksum": checksum}
+    if copied != size:
+        raise OSError(errno.EIO, f"{target.name}: {copied} bytes in memory, {size} recorded")
+    return {"size": copied, "checksum": f"{ALGORITHM}:{hasher.hexdigest()}"}

@@ -61,6 +61,7 @@ __all__ = [
     "require_tensor_tree",
     "save_tensor_file",
     "tensor_tree_problem",
+    "write_in_memory",
     "write_tree",
 ]
 
@@ -211,6 +212,27 @@ def write_tree(tree: Any, path: Path, *, chunk: int = _stream.CHUNK) -> tuple[in
             source.close()  # after a failed write, queued copies land before the ring is reused
         out.finish()
     return out.written, f"{ALGORITHM}:{hasher.hexdigest()}"
+
+
+def write_in_memory(tree: Any, path: Path) -> int:
+    """Write ``tree`` to a new file in a tmpfs (the memory tier); its size.
+
+    Neither hashed nor fsynced: the one pass over the bytes is the copy into the file.
+    Whoever persists it hashes it while copying it to disk (accel.store.memtier)."""
+    tensors, prefix = _layout(tree)
+    written = 0
+    with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
+        source = _pieces(prefix, tensors, _stream.CHUNK, rings)
+        try:
+            for piece in _gathered(source):
+                while piece.nbytes:
+                    n = fh.write(piece)
+                    assert n is not None
+                    written += n
+                    piece = piece[n:]
+        finally:
+            source.close()
+    return written
 
 
 def _layout(tree: Any) -> tuple[list[Any], bytes]:

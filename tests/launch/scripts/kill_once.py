@@ -46,7 +46,7 @@ elif doomed and where == "write":
                 path.write_bytes(b"half a snapshot")
                 die()
 
-            memtier.save_tensor_file = torn
+            memtier.write_in_memory = torn
         return original_write(self, step, series, trees, **kwargs)
 
     memtier.SlotWriter.write = write
