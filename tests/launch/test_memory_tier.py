@@ -8,10 +8,12 @@ import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from launchutil import SCRIPTS, assert_no_orphans, refused, wait_for
 
+import run_helpers
 from accel.store.manifest import STATE_TENSORS as STATE
 from accel.store.memtier import PREFIX
 
@@ -45,6 +47,24 @@ def checksums(manifest: dict[str, object]) -> dict[str, str]:
 def run_id(result: subprocess.CompletedProcess[str]) -> str:
     line = next(x for x in result.stderr.splitlines() if x.startswith("accel: run "))
     return line.split()[2].rstrip(":")
+
+
+@pytest.fixture(scope="module")
+def clean_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted run's final weights (12 steps): one run per module and process."""
+    from accel.workspace import Workspace
+
+    project = tmp_path_factory.mktemp("clean")
+    alone = {"HOME": str(project), "XDG_CONFIG_HOME": str(project / ".config")}
+    clean = run_helpers.accel(
+        project, "launch", "-n", "2", "--run-name", "clean", str(EXAMPLE), *TRAIN,
+        "--save-every", "1000", env={**snapshots(1000), **alone}, timeout=150,
+    )  # fmt: skip
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    state = Workspace(project / ".accelerate").checkpoints.load(series="clean")
+    assert state["step"] == 12
+    weights: dict[str, Any] = state["models"][0]
+    return weights
 
 
 @pytest.mark.slow
@@ -87,17 +107,12 @@ def test_persisted_snapshots_hold_the_bytes_a_save_at_that_step_writes(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from_it(
-    accel: Accel, project: Path
+    accel: Accel, project: Path, clean_weights: dict[str, Any]
 ) -> None:
     import torch
 
     from accel.workspace import Workspace
 
-    clean = accel(
-        "launch", "-n", "2", "--run-name", "clean", str(EXAMPLE), *TRAIN, "--save-every", "1000",
-        env=snapshots(1000), timeout=150,
-    )  # fmt: skip
-    assert clean.returncode == 0, clean.stdout + clean.stderr
     # Rank 1 raises in its 8th optimizer step: its snapshot of step 7 is its newest.
     crashed = accel(
         "launch", "-n", "2", "--run-name", "crashed", "--max-restarts", "1",
@@ -111,10 +126,9 @@ def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from
     assert found[7]["tag"] == "failure"
 
     ws = Workspace(project / ".accelerate")
-    a = ws.checkpoints.load(series="clean")
     b = ws.checkpoints.load(series="crashed")
-    assert a["step"] == b["step"] == b["optimizer_steps"] == 12
-    for name, tensor in a["models"][0].items():
+    assert b["step"] == b["optimizer_steps"] == 12
+    for name, tensor in clean_weights.items():
         assert torch.equal(tensor, b["models"][0][name]), name
     assert not list(Path("/dev/shm").glob(PREFIX + run_id(crashed)))
 
@@ -123,17 +137,12 @@ def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("where", ["step", "write"])
 def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapshot(
-    accel: Accel, project: Path, where: str
+    accel: Accel, project: Path, where: str, clean_weights: dict[str, Any]
 ) -> None:
     import torch
 
     from accel.workspace import Workspace
 
-    clean = accel(
-        "launch", "-n", "2", "--run-name", "clean", str(EXAMPLE), *TRAIN, "--save-every", "1000",
-        env=snapshots(1000), timeout=150,
-    )  # fmt: skip
-    assert clean.returncode == 0, clean.stdout + clean.stderr
     # Rank 1 is SIGKILLed as its 8th step begins (its snapshot of step 7 may be half
     # written: then 6 is its newest whole one), or while it writes its snapshot of step 7.
     killed = accel(
@@ -148,10 +157,9 @@ def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapsho
     assert f"resumed from the checkpoint of step {failure[0]}" in killed.stdout
 
     ws = Workspace(project / ".accelerate")
-    a = ws.checkpoints.load(series="clean")
     b = ws.checkpoints.load(series="killed")
-    assert a["step"] == b["step"] == 12
-    for name, tensor in a["models"][0].items():
+    assert b["step"] == 12
+    for name, tensor in clean_weights.items():
         assert torch.equal(tensor, b["models"][0][name]), name
     assert not list(Path("/dev/shm").glob(PREFIX + run_id(killed)))
     assert_no_orphans(run_id(killed))

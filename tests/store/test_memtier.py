@@ -47,6 +47,38 @@ def test_only_steps_every_rank_holds_whole_are_common(
     assert sorted(s.step for s in memtier.slots(folder, 2)[0]) == [2, 3, 4]
 
 
+def test_a_rank_never_overwrites_the_newest_step_every_rank_holds_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    folder = tier(tmp_path, monkeypatch)
+    r0, r1 = memtier.SlotWriter(folder, 0, 2), memtier.SlotWriter(folder, 1, 2)
+
+    def snap(writer: memtier.SlotWriter, step: int, wait: float = 0.0) -> None:
+        writer.write(
+            step, "main", {n: {"s": step} for n in memtier.files_of(writer.rank)}, wait=wait
+        )
+
+    snap(r1, 1)
+    for step in (1, 2, 3):  # rank 0 runs ahead: its writer is faster, or rank 1 died
+        snap(r0, step)
+    assert list(memtier.common_steps(folder, 2)) == [1]
+    caught_up = threading.Event()
+
+    def rank_1_catches_up() -> None:
+        snap(r1, 2)
+        caught_up.set()
+
+    later = threading.Timer(0.2, rank_1_catches_up)
+    later.start()
+    snap(r0, 4, wait=30)  # every slot holds 1 (common) or newer: it waits for rank 1
+    assert caught_up.is_set()
+    later.join()
+    assert list(memtier.common_steps(folder, 2)) == [2]
+    assert sorted(s.step for s in memtier.slots(folder, 2)[0]) == [2, 3, 4]
+
+
 @pytest.mark.parametrize(
     "meta",
     [

@@ -54,7 +54,7 @@ class Snapshots:
         self.persist = persist
         self.count = 0
         tier = os.environ.get(DIR_ENV)
-        self.writer = SlotWriter(Path(tier), acc.rank) if tier else None
+        self.writer = SlotWriter(Path(tier), acc.rank, acc.world_size) if tier else None
         # Two pools, used in turn: a snapshot's write may go on through the next step
         # while the next snapshot copies into the other pool.
         self._pools = (SnapshotPool(), SnapshotPool())
@@ -203,7 +203,11 @@ class Snapshots:
         timeout = acc.checkpoints.settings.collective_timeout
         try:
             self.writer.write(
-                taken.step, acc.checkpoints.series_name, trees, keep=timeout if due else None
+                taken.step,
+                acc.checkpoints.series_name,
+                trees,
+                keep=timeout if due else None,
+                wait=timeout,
             )
         except (AccelError, OSError) as exc:
             self._say(str(exc))

@@ -62,9 +62,9 @@ __all__ = [
 
 DIR_ENV = "ACCEL_SNAPSHOT_DIR"  # set by accel launch for every worker when the tier is on
 BASE_ENV = "ACCEL_SHM_DIR"  # where the tier's folder goes (a tmpfs); /dev/shm by default
-# Three: the ranks of a data-parallel job are at most two snapshots apart when one dies
-# (the survivor finishes the step the dead one began, and writes it as it exits; the dead
-# one's last snapshot may be half written), so three hold a step that every rank has whole.
+# Three: a rank never overwrites the newest step every rank holds whole, nor a newer one
+# (SlotWriter._next_slot), so one slot keeps that step, one takes the write in progress,
+# and a third lets a rank's writer run a snapshot ahead of the slowest rank's.
 SLOTS = ("slot-0", "slot-1", "slot-2")
 KEEP = "slot-keep"  # a step to persist: not overwritten before the launcher committed it
 META = SNAPSHOT_META
@@ -171,13 +171,13 @@ def tree_bytes(tree: Any) -> int:
 class SlotWriter:
     """One rank's two slots in the launcher's folder."""
 
-    def __init__(self, tier: Path, rank: int) -> None:
+    def __init__(self, tier: Path, rank: int, world_size: int = 1) -> None:
         self.tier = tier
         self.rank = rank
+        self.world_size = max(world_size, rank + 1)
         self.folder = tier / rank_name(rank)
         for slot in (*SLOTS, KEEP):
             (self.folder / slot).mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._order: list[str] = []  # the slots written, oldest first
 
     def free_bytes(self) -> int:
         """What the tmpfs can still take, counting the slot the next write replaces."""
@@ -185,24 +185,50 @@ class SlotWriter:
         reusable = _size(self.folder / self._next_slot())
         return st.f_bavail * st.f_frsize + reusable
 
-    def _next_slot(self) -> str:
-        unused = [slot for slot in SLOTS if slot not in self._order]
-        return unused[0] if unused else self._order[0]
+    def _next_slot(self, wait: float = 0.0) -> str:
+        """The slot to write next: never the newest step every rank holds whole, nor one
+        newer (the others may not have it yet), so that a step every rank holds whole is
+        always there, however far apart the ranks' writers are when one dies. Read with
+        the others' slots changing: a stale view only keeps more. When every slot is
+        that new, wait (up to ``wait`` seconds) for the others to catch up; then the
+        oldest goes."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = slots(self.tier, self.world_size)
+            mine = {slot.path.name: slot.step for slot in found.get(self.rank, [])}
+            empty = [name for name in SLOTS if name not in mine]
+            if empty:
+                return empty[0]
+            floor = max(_common(found, self.world_size), default=-1)
+            older = [name for name in SLOTS if mine[name] < floor]
+            if older:
+                return min(older, key=mine.__getitem__)
+            if time.monotonic() >= deadline:
+                return min(SLOTS, key=mine.__getitem__)
+            time.sleep(0.002)
 
     def write(
-        self, step: int, series: str, trees: dict[str, Any], *, keep: float | None = None
+        self,
+        step: int,
+        series: str,
+        trees: dict[str, Any],
+        *,
+        keep: float | None = None,
+        wait: float = 0.0,
     ) -> None:
         """Write ``trees`` (file name -> tree) as the snapshot of ``step``.
 
         ``keep``: a step the launcher persists: it goes to the slot that is kept until
         the launcher committed it, after waiting (up to ``keep`` seconds) for the launcher
-        to commit the one there before. :class:`TierFull` when shared memory runs out:
+        to commit the one there before; ``wait``: how long to wait for the other ranks
+        when every slot holds a step they may not have (:meth:`_next_slot`).
+        :class:`TierFull` when shared memory runs out:
         the slot is left empty, the newest complete snapshot stays."""
         if keep is not None:
             slot = self.folder / KEEP
             self._wait_persisted(slot, keep)
         else:
-            slot = self.folder / self._next_slot()
+            slot = self.folder / self._next_slot(wait)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(slot / META)  # first: from now on this slot is no snapshot
         for entry in os.scandir(slot):
@@ -221,8 +247,6 @@ class SlotWriter:
             if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise TierFull(full_message(self.tier)) from None
             raise
-        if keep is None:
-            self._order = [name for name in self._order if name != slot.name] + [slot.name]
 
     def _wait_persisted(self, slot: Path, timeout: float) -> None:
         """Until the launcher committed the step ``slot`` holds (or ``timeout`` passed: a
@@ -313,7 +337,10 @@ def slots(tier: Path, world_size: int) -> dict[int, list[Slot]]:
 
 def common_steps(tier: Path, world_size: int) -> dict[int, dict[int, Slot]]:
     """Steps that every rank holds whole, each with its ranks' slots, newest last."""
-    found = slots(tier, world_size)
+    return _common(slots(tier, world_size), world_size)
+
+
+def _common(found: dict[int, list[Slot]], world_size: int) -> dict[int, dict[int, Slot]]:
     if len(found) < world_size:
         return {}
     by_step: dict[int, dict[int, Slot]] = {}
