@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,11 +47,25 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and raw(a) == raw(b)
 
 
+@pytest.fixture(scope="module")
+def saved_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The saver run once per module (and test process), in a project of its own: a
+    run of it cost 4-5 s of the suite for each of the 16 tests that use its output."""
+    folder = tmp_path_factory.mktemp("saved")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    env.update(HOME=str(folder), XDG_CONFIG_HOME=str(folder / ".config"))
+    subprocess.run([sys.executable, str(SAVER)], cwd=folder, check=True, timeout=120, env=env)
+    return folder
+
+
 @pytest.fixture
-def saved(ws: Workspace, project: Path) -> dict[str, Any]:
+def saved(ws: Workspace, project: Path, saved_once: Path) -> dict[str, Any]:
     """Accelerator.save_state at steps 10 and 20 (series default), a plain state dict at
-    step 5 of series 'plain'; ``state``: the model's state dict at step 20 and 5."""
-    subprocess.run([sys.executable, str(SAVER)], cwd=project, check=True, timeout=120)
+    step 5 of series 'plain'; ``state``: the model's state dict at step 20 and 5. The
+    checkpoints are a copy of the module's one saver run (:func:`saved_once`)."""
+    source = saved_once / ".accelerate" / "checkpoints"
+    shutil.copytree(source, ws.checkpoints_dir, symlinks=True, dirs_exist_ok=True)
+    shutil.copy2(saved_once / "expected.pt", project / "expected.pt")
     return {"state": torch.load(project / "expected.pt", weights_only=True)}
 
 
