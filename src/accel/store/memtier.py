@@ -403,26 +403,26 @@ class Persister:
         every = self.every
         if every is None:
             return None
-        due = [s for s in common_steps(self.tier, self.world_size) if s % every == 0]
-        return self._persist(due[-1], "snapshot") if due else None
+        common = common_steps(self.tier, self.world_size)
+        due = [step for step in common if step % every == 0]
+        return self._persist(due[-1], common[due[-1]], "snapshot") if due else None
 
     def persist_newest(self) -> int | None:
         """At a failure: commit the newest step every rank holds whole (tag ``failure``);
         the step, or None when there is none newer than the last committed."""
-        steps = list(common_steps(self.tier, self.world_size))
-        for step in reversed(steps):  # a slot rewritten meanwhile: the one before
+        common = common_steps(self.tier, self.world_size)
+        for step in reversed(common):  # a slot rewritten meanwhile: the one before
             try:
-                return self._persist(step, "failure")
+                return self._persist(step, common[step], "failure")
             except (OSError, AccelError) as exc:
                 self.notify(f"accel: could not persist the snapshot of step {step}: {exc}")
         return None
 
-    def _persist(self, step: int, tag: str) -> int | None:
+    def _persist(self, step: int, ranks: dict[int, Slot], tag: str) -> int | None:
+        """Commit ``step`` from the slots ``ranks`` (as the caller read them: if they were
+        rewritten since, the check after opening refuses them)."""
         with self._lock:
             if step <= self._last:
-                return None
-            ranks = common_steps(self.tier, self.world_size).get(step)
-            if ranks is None:
                 return None
             with contextlib.ExitStack() as stack:
                 files = {
