@@ -6,8 +6,10 @@ The ``accel`` and ``start_accel`` fixtures of tests/conftest.py are built on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -102,7 +104,9 @@ def two_ranks(
     script: Path, args: list[str], env: dict[str, str], errors: Path | None = None
 ) -> list[int]:
     """Two ranks of ``script`` with the torchrun environment, without the elastic agent;
-    with ``errors``, rank N's stderr goes to ``errors/err-N.txt``."""
+    with ``errors``, rank N's stderr goes to ``errors/err-N.txt``. A rank still running
+    after 120 s prints its Python stacks (faulthandler, on SIGABRT) before it is killed:
+    a hang in CI says where it hung."""
     port = str(free_port())
     procs = []
     for rank in range(2):
@@ -111,14 +115,23 @@ def two_ranks(
             RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
-        cmd = [sys.executable, str(script), *args]
+        cmd = [sys.executable, "-X", "faulthandler", str(script), *args]
         if errors is None:
             procs.append(subprocess.Popen(cmd, env=rank_env))
             continue
         with (errors / f"err-{rank}.txt").open("w") as err:
             procs.append(subprocess.Popen(cmd, env=rank_env, stderr=err))
     try:
-        return [p.wait(timeout=120) for p in procs]
+        deadline = time.monotonic() + 120
+        return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGABRT)  # faulthandler prints the stacks
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+        raise
     finally:
         for p in procs:
             p.kill()  # a no-op for those that exited
