@@ -12,7 +12,8 @@ taken in two moments:
   (:class:`accel.store.async_save.SnapshotPool`); module buffers are copied at once;
 - when the iteration ends, at the next optimizer ``step()`` (a pre-hook), ``save_state``,
   ``load_state`` or ``end()``: the LR schedulers, the gradient scaler and the registered
-  objects, which step after the optimizer.
+  objects, which step after the optimizer. Without any of them the snapshot is whole at
+  the first moment, and closes there: its write need not wait for the next step.
 
 The pre-hook then waits for the copy (the global fence), and the thread writes the
 snapshot into this rank's slot of the tier. Without a tier (no ``accel launch``, several
@@ -120,6 +121,8 @@ class Snapshots:
         )
         self._writers.append((thread, done))
         thread.start()
+        if not (acc._schedulers or acc._custom_objects or acc.scaler is not None):
+            self.close()  # nothing steps after the optimizer: the snapshot is whole now
 
     def close(self) -> None:
         """The iteration ended: what steps after the optimizer is read now."""
@@ -161,7 +164,6 @@ class Snapshots:
     def _write_in_turn(self, taken: _Taken, before: threading.Event | None) -> None:
         from accel.errors import AccelError
         from accel.layout import rank_name
-        from accel.store.async_save import yield_cores
         from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
 
         snapshot, early = taken.snapshot, taken.early
@@ -170,7 +172,10 @@ class Snapshots:
         taken.closed.wait()
         if before is not None:
             before.wait()  # snapshots reach the tier in their order
-        yield_cores()
+        # At training's own priority, unlike a save's write (nice 10): a snapshot must
+        # reach the tier within the next step for a crash to lose one step. Niced, on
+        # two saturated cores it lagged: 2 steps lost in 3 of 4 kills, 1 in 4 of 4
+        # without (docs/benchmarks.md, "What a crash costs").
         if snapshot is not None and snapshot.torn:
             self._say(
                 f"accel: the snapshot of step {taken.step} was skipped: "
