@@ -199,3 +199,64 @@ def test_deleting_a_step_caught_mid_resave_deletes_both_copies(tmp_path: Path, f
     assert reader.view().swaps and _value(Workspace(ws.path), 4) == 2.0  # the new copy
     assert reader.delete(4) is True
     assert reader.list() == [] and reader.get(4) is None
+
+
+# -- persisting the memory tier ----------------------------------------------------------------
+
+
+def _snapshot(tier: Path, step: int, series: str) -> None:
+    """Two ranks' whole snapshots of ``step`` in ``tier``, as their workers write them."""
+    from accel.store import memtier
+
+    for rank in (0, 1):
+        trees = {
+            name: {"model": {"w": torch.full((16,), float(step))}, "rank": rank}
+            for name in memtier.files_of(rank)
+        }
+        memtier.SlotWriter(tier, rank, 2).write(step, series, trees)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_kill_at_every_step_of_a_persist_leaves_the_checkpoint_whole_or_absent(
+    tmp_path: Path, fork: Ctx
+) -> None:
+    """The launcher killed while it commits a failure's snapshot (keep_last 1, step 6 on
+    disk): step 7 is listed whole or not at all, step 6 is never lost before 7 is there,
+    and the next launch's persist finishes the job from the same slots."""
+    from accel.store import memtier
+
+    def fresh(name: str) -> tuple[Workspace, Path]:
+        ws = _fresh(tmp_path, name, keep_last=1)
+        _child(fork, workers.resave, str(ws.path), 6, 6.0)
+        tier = tmp_path / name / "tier"
+        tier.mkdir()
+        _snapshot(tier, 7, ws.checkpoints.series_name)  # the series step 6 is in
+        return ws, tier
+
+    ws, tier = fresh("record")
+    seen = _points(fork, None, workers.persist_newest, str(ws.path), str(tier), 2)
+    assert seen is not None and seen.count("persist.copied") == 3, seen
+    for point in ("commit.manifest-written", "commit.renamed", "retire.detached"):
+        assert point in seen, seen
+    assert [i.step for i in Workspace(ws.path).checkpoints.list()] == [7]
+    for index, point in enumerate(seen):
+        ws, tier = fresh(f"kill-{index}")
+        _points(fork, index, workers.persist_newest, str(ws.path), str(tier), 2)
+        reader = Workspace(ws.path).checkpoints
+        steps = [i.step for i in reader.list()]
+        assert steps in ([6], [6, 7], [7]), (point, steps)
+        assert reader.unreadable() == [], point  # no step folder without its manifest
+        if 7 in steps:  # whole: every file verified against the manifest
+            assert _value(Workspace(ws.path), 7) == 7.0, point
+            assert reader.load_rank_state(7, 1)["rank"] == 1, point
+        else:
+            assert _value(Workspace(ws.path), 6) == 6.0, point
+        assert list(memtier.common_steps(tier, 2)) == [7], point  # the slots untouched
+        _child(fork, workers.persist_newest, str(ws.path), str(tier), 2)
+        after = Workspace(ws.path)
+        assert [i.step for i in after.checkpoints.list()] == [7], point
+        assert _value(after, 7) == 7.0, point
+        clean(after, now=time.time() + LATER)
+        assert after.checkpoints.debris() == [], point
+        assert len(os.listdir(after.checkpoints.series_dir())) == 1, point

@@ -159,3 +159,16 @@ def put_value(ws_path: str, key: str, value: Any) -> None:
 
 def delete_key(ws_path: str, key: str) -> None:
     Workspace(ws_path).cache.delete(key)
+
+
+# -- the memory tier ---------------------------------------------------------------------
+
+
+def persist_newest(ws_path: str, tier: str, world_size: int) -> None:
+    """What the launcher does when a worker fails: commit the newest whole snapshot."""
+    from pathlib import Path
+
+    from accel.store.memtier import Persister
+
+    persister = Persister(Path(tier), Workspace(ws_path).checkpoints.commit_files, world_size, None)
+    assert persister.persist_newest() is not None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from accel import _locks
+from accel import _faults, _locks
 from accel._fs import remove_tree
 from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError, WriteFailed, write_failed
@@ -354,6 +354,7 @@ class Checkpoints:
             for name, (source, size) in files.items():
                 with phase("persist-copy"):
                     copied[name] = copy_checked(source, tmp / name, size)
+                _faults.point("persist.copied")
             # The launcher commits alone: the manifest names the world that wrote the files.
             done = self._commit(tmp, series, step, tag, copied, DistContext(0, world_size), run_id)
         finally:

@@ -283,6 +283,7 @@ def commit(tmp: Path, manifest: Manifest, reaper: Reaper) -> Path:
     try:
         with phase("manifest"):
             write_manifest(tmp, manifest)
+        _faults.point("commit.manifest-written")
         with phase("fsync-dir"):
             fsync_dir(tmp)
         with phase("rename"):
@@ -290,6 +291,7 @@ def commit(tmp: Path, manifest: Manifest, reaper: Reaper) -> Path:
                 swap_in(tmp, target, reaper)
             else:
                 os.rename(tmp, target)
+                _faults.point("commit.renamed")
                 fsync_dir(tmp.parent)
     except OSError as exc:
         raise write_failed(target, exc) from exc
