@@ -135,7 +135,7 @@ def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("where", ["step", "write"])
+@pytest.mark.parametrize("where", ["step", "write", "both"])
 def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapshot(
     accel: Accel, project: Path, where: str, clean_weights: dict[str, Any]
 ) -> None:
@@ -144,14 +144,15 @@ def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapsho
     from accel.workspace import Workspace
 
     # Rank 1 is SIGKILLed as its 8th step begins (its snapshot of step 7 may be half
-    # written: then 6 is its newest whole one), or while it writes its snapshot of step 7.
+    # written: then 6 is its newest whole one), or while it writes its snapshot of step 7;
+    # or both ranks are, at once, as their 8th step begins.
     killed = accel(
         "launch", "-n", "2", "--run-name", "killed", "--max-restarts", "1",
-        str(SCRIPTS / "kill_once.py"), where, str(EXAMPLE), "8" if where == "step" else "7",
+        str(SCRIPTS / "kill_once.py"), where, str(EXAMPLE), "7" if where == "write" else "8",
         *TRAIN, "--save-every", "1000", env=snapshots(1), timeout=150,
     )  # fmt: skip
     assert killed.returncode == 0, killed.stdout + killed.stderr
-    expected = {6, 7} if where == "step" else {6}
+    expected = {6} if where == "write" else {6, 7}
     failure = [s for s, m in manifests(project, "killed").items() if m["tag"] == "failure"]
     assert len(failure) == 1 and failure[0] in expected, killed.stderr
     assert f"resumed from the checkpoint of step {failure[0]}" in killed.stdout
@@ -197,10 +198,10 @@ def test_a_sigkilled_launcher_leaves_no_tier_and_only_whole_checkpoints(
 
 
 @contextlib.contextmanager
-def tiny_tmpfs(folder: Path) -> Iterator[Path]:
+def tiny_tmpfs(folder: Path, size: str = "1m") -> Iterator[Path]:
     folder.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
     )
     if mounted.returncode != 0:
         pytest.skip("mounting a tmpfs needs root: " + mounted.stderr.decode().strip())
@@ -229,6 +230,38 @@ def test_shared_memory_too_small_says_so_once_and_saves_blocking(
         assert sorted(found) == [5, 10, 12]
         assert all(m["tag"] is None for m in found.values())  # saved by the workers
         assert not list(shm.iterdir())  # the launcher removed its folder
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_restart_that_finds_shared_memory_full_says_so_and_resumes_from_the_failure(
+    accel: Accel, project: Path, tmp_path: Path, clean_weights: dict[str, Any]
+) -> None:
+    import torch
+
+    from accel.workspace import Workspace
+
+    # 96 MiB hold the first attempt's tier (three slots and 64 MiB of headroom); rank 1
+    # dies as step 8 begins, and before the restart trains, rank 0 fills the tmpfs.
+    with tiny_tmpfs(tmp_path / "shm", size="96m") as shm:
+        result = accel(
+            "launch", "-n", "2", "--run-name", "full", "--max-restarts", "1",
+            str(SCRIPTS / "kill_once.py"), "full", str(EXAMPLE), "8", *TRAIN,
+            "--save-every", "1000", env={**snapshots(1), "ACCEL_SHM_DIR": str(shm)},
+            timeout=150,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        failure = [s for s, m in manifests(project, "full").items() if m["tag"] == "failure"]
+        assert len(failure) == 1 and failure[0] in (6, 7), result.stderr
+        assert f"resumed from the checkpoint of step {failure[0]}" in result.stdout
+        lines = [x for x in result.stderr.splitlines() if "cannot hold the snapshots" in x]
+        assert len(lines) == 2, result.stderr  # the restart's ranks, once each
+        assert [p.name for p in shm.iterdir()] == ["filler"]  # the tier went with the run
+    b = Workspace(project / ".accelerate").checkpoints.load(series="full")
+    assert b["step"] == 12
+    for name, tensor in clean_weights.items():
+        assert torch.equal(tensor, b["models"][0][name]), name
+    assert_no_orphans(run_id(result))
 
 
 def test_a_persist_interval_that_is_no_multiple_of_the_snapshots_is_refused(

@@ -2,8 +2,11 @@
 
 argv: WHERE EXAMPLE N [example args...]
 
-WHERE is ``step`` (at the start of its N-th optimizer step) or ``write`` (while it
-writes its snapshot of step N into the memory tier, after the file's first bytes).
+WHERE is ``step`` (at the start of its N-th optimizer step), ``write`` (while it
+writes its snapshot of step N into the memory tier, after the file's first bytes),
+``both`` (every rank, at the start of its N-th step) or ``full`` (as ``step``; then, in
+the restart, rank 0 fills the shared memory at ``ACCEL_SHM_DIR`` before training,
+leaving 8 MiB, as another job on the machine would).
 """
 
 import os
@@ -15,14 +18,21 @@ import torch
 
 where, example, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.argv = [example, *sys.argv[4:]]
-doomed = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["RANK"] == "1"
+first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+doomed = first and (os.environ["RANK"] == "1" or where == "both")
 
 
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-if doomed and where == "step":
+if where == "full" and not first and os.environ["RANK"] == "0":
+    base = os.environ["ACCEL_SHM_DIR"]
+    stats = os.statvfs(base)
+    with open(os.path.join(base, "filler"), "wb") as filler:
+        filler.write(b"\0" * (stats.f_bavail * stats.f_frsize - (8 << 20)))
+
+if doomed and where in ("step", "both", "full"):
     calls = 0
     original_step = torch.optim.SGD.step
 
