@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("where", ["step", "write", "both"])
+@pytest.mark.parametrize("where", ["step", "write", "both", "persisting", "restore"])
 def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapshot(
     accel: Accel, project: Path, where: str, clean_weights: dict[str, Any]
 ) -> None:
@@ -145,17 +146,29 @@ def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapsho
 
     # Rank 1 is SIGKILLed as its 8th step begins (its snapshot of step 7 may be half
     # written: then 6 is its newest whole one), or while it writes its snapshot of step 7;
-    # or both ranks are, at once, as their 8th step begins.
+    # or both ranks are, at once, as their 8th step begins; or as in "step" while the
+    # launcher persists every step; or as in "step", and again while the restart
+    # restores the failure's checkpoint (the second restart restores it whole).
     killed = accel(
-        "launch", "-n", "2", "--run-name", "killed", "--max-restarts", "1",
-        str(SCRIPTS / "kill_once.py"), where, str(EXAMPLE), "7" if where == "write" else "8",
-        *TRAIN, "--save-every", "1000", env=snapshots(1), timeout=150,
+        "launch", "-n", "2", "--run-name", "killed", "--max-restarts",
+        "2" if where == "restore" else "1", str(SCRIPTS / "kill_once.py"),
+        "step" if where == "persisting" else where, str(EXAMPLE),
+        "7" if where == "write" else "8", *TRAIN, "--save-every", "1000",
+        env=snapshots(1, 1 if where == "persisting" else None), timeout=150,
     )  # fmt: skip
     assert killed.returncode == 0, killed.stdout + killed.stderr
     expected = {6} if where == "write" else {6, 7}
     failure = [s for s, m in manifests(project, "killed").items() if m["tag"] == "failure"]
+    if where == "persisting" and not failure:
+        # The newest whole step was committed every step (tag snapshot, and retention
+        # has retired it since): the restart's own line says which it resumed from.
+        failure = [
+            int(n) for n in re.findall(r"resumed from the checkpoint of step (\d+)", killed.stdout)
+        ]
     assert len(failure) == 1 and failure[0] in expected, killed.stderr
     assert f"resumed from the checkpoint of step {failure[0]}" in killed.stdout
+    if where == "restore":
+        assert "restart 2 of 2" in killed.stderr, killed.stderr
 
     ws = Workspace(project / ".accelerate")
     b = ws.checkpoints.load(series="killed")

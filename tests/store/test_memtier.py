@@ -188,3 +188,18 @@ def test_persist_every_must_be_a_multiple_of_snapshot_every() -> None:
     Settings.snapshot_every = None
     with pytest.raises(UsageError, match="needs checkpoints.snapshot_every"):
         memtier.snapshot_settings(Settings())
+
+
+def test_a_step_to_persist_never_replaces_a_ranks_only_copy_of_the_common_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # persist_every == snapshot_every: every step is due. Rank 1 lags at step 1; rank 0
+    # goes on to 3 (the launcher keeps up: no wait). Step 1 must stay whole on both.
+    folder = tier(tmp_path, monkeypatch)
+    write(folder, 1, 1, keep=True)
+    w0 = write(folder, 0, 1, keep=True)
+    for step in (2, 3):
+        w0.write(step, "main", {n: {"s": step} for n in memtier.files_of(0)}, keep=0.0)
+    assert list(memtier.common_steps(folder, 2)) == [1]
+    kept = memtier.read_slot(folder / "rank-0" / memtier.KEEP, 0)
+    assert kept is not None and kept.step == 3  # the launcher's next step to commit

@@ -218,17 +218,39 @@ class SlotWriter:
     ) -> None:
         """Write ``trees`` (file name -> tree) as the snapshot of ``step``.
 
-        ``keep``: a step the launcher persists: it goes to the slot that is kept until
-        the launcher committed it, after waiting (up to ``keep`` seconds) for the launcher
-        to commit the one there before; ``wait``: how long to wait for the other ranks
-        when every slot holds a step they may not have (:meth:`_next_slot`).
+        ``wait``: how long to wait for the other ranks when every slot holds a step they
+        may not have (:meth:`_next_slot`). ``keep``: a step the launcher persists: once
+        written, its files are also linked into the slot that is kept until the launcher
+        committed it, after waiting (up to ``keep`` seconds) for the launcher to commit
+        the one there before. (Written into that slot instead, a due step replaced a
+        rank's only copy of the newest step every rank held whole: with persist_every
+        equal to snapshot_every, a SIGKILL lost a step more.)
         :class:`TierFull` when shared memory runs out:
         the slot is left empty, the newest complete snapshot stays."""
+        slot = self.folder / self._next_slot(wait)
+        meta = self._write_slot(slot, step, series, trees)
         if keep is not None:
-            slot = self.folder / KEEP
-            self._wait_persisted(slot, keep)
-        else:
-            slot = self.folder / self._next_slot(wait)
+            kept = self.folder / KEEP
+            self._wait_persisted(kept, keep)
+            try:
+                self._link(slot, kept, meta)
+            except OSError:
+                _empty(kept)
+                raise
+
+    def _link(self, slot: Path, kept: Path, meta: dict[str, Any]) -> None:
+        """``slot``'s files in ``kept`` too (the same inodes: no bytes copied), its
+        ``meta.json`` last; a writer never changes a file in place, it unlinks it."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(kept / META)  # first: from now on this slot is no snapshot
+        _empty(kept)
+        for name in meta["files"]:
+            os.link(slot / name, kept / name)
+        atomic_write_json(kept / META, meta, durable=False)
+
+    def _write_slot(
+        self, slot: Path, step: int, series: str, trees: dict[str, Any]
+    ) -> dict[str, Any]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(slot / META)  # first: from now on this slot is no snapshot
         for entry in os.scandir(slot):
@@ -241,12 +263,11 @@ class SlotWriter:
             atomic_write_json(slot / META, meta, durable=False)
         except OSError as exc:  # a WriteFailed is an OSError too
             cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-            for entry in os.scandir(slot):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+            _empty(slot)
             if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise TierFull(full_message(self.tier)) from None
             raise
+        return meta
 
     def _wait_persisted(self, slot: Path, timeout: float) -> None:
         """Until the launcher committed the step ``slot`` holds (or ``timeout`` passed: a
@@ -257,6 +278,12 @@ class SlotWriter:
         deadline = time.monotonic() + timeout
         while persisted_step(self.tier) < held.step and time.monotonic() < deadline:
             time.sleep(0.005)
+
+
+def _empty(slot: Path) -> None:
+    for entry in os.scandir(slot):
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
 
 
 def persisted_step(tier: Path) -> int:
