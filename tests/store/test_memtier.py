@@ -203,3 +203,32 @@ def test_a_step_to_persist_never_replaces_a_ranks_only_copy_of_the_common_step(
     assert list(memtier.common_steps(folder, 2)) == [1]
     kept = memtier.read_slot(folder / "rank-0" / memtier.KEEP, 0)
     assert kept is not None and kept.step == 3  # the launcher's next step to commit
+
+
+def test_a_step_linked_into_slot_keep_while_it_is_opened_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    # Rank 1 wrote step 6 to a rotating slot and links it into slot-keep just after the
+    # launcher opened it: the same files under another name, still the snapshot whole.
+    folder = tier(tmp_path, monkeypatch)
+    trees = {r: {n: {"s": 6, "rank": r} for n in memtier.files_of(r)} for r in (0, 1)}
+    memtier.SlotWriter(folder, 0, 2).write(6, "main", trees[0], keep=0.0)
+    w1 = memtier.SlotWriter(folder, 1, 2)
+    w1.write(6, "main", trees[1])
+    (slot,) = memtier.slots(folder, 2)[1]
+    linked = []
+    real_open = open
+
+    def open_then_link(path: object, *args: object, **kwargs: object) -> object:
+        handle = real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+        if not linked:
+            linked.append(path)
+            meta = {"step": 6, "series": "main", "rank": 1, "files": slot.files}
+            w1._link(slot.path, folder / "rank-1" / memtier.KEEP, meta)
+        return handle
+
+    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, None)
+    monkeypatch.setattr("builtins.open", open_then_link)
+    assert persister.persist_newest() == 6
+    monkeypatch.undo()
+    assert linked and ws.checkpoints.load_rank_state(6, series="main", rank=1)["rank"] == 1

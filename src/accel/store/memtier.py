@@ -458,9 +458,14 @@ class Persister:
                     for name, digest in slot.files.items()
                 }
                 # A writer removes meta.json before it touches a file and writes new files
-                # (new inodes): the slots still naming this step means what was opened is
+                # (new inodes): a slot that still names this step holding the very files
+                # opened (the same inodes: slot-keep links them) means what was opened is
                 # the snapshot whole, whatever happens to the slots from now on.
-                if _where(common_steps(self.tier, self.world_size).get(step)) != _where(ranks):
+                if _inodes(common_steps(self.tier, self.world_size).get(step)) != {
+                    (rank, name): os.fstat(files[name][0].fileno()).st_ino
+                    for rank, slot in ranks.items()
+                    for name in slot.files
+                }:
                     raise OSError(errno.EAGAIN, f"the snapshot of step {step} was rewritten")
                 series = next(iter(ranks.values())).series
                 self._commit(step, series, files, self.world_size, tag, self.run_id)
@@ -477,8 +482,19 @@ class Persister:
                 remove_tier(self.tier / rank_name(rank))
 
 
-def _where(ranks: dict[int, Slot] | None) -> dict[int, Path] | None:
-    return None if ranks is None else {rank: slot.path for rank, slot in ranks.items()}
+def _inodes(ranks: dict[int, Slot] | None) -> dict[tuple[int, str], int] | None:
+    """The inode of every file of ``ranks``' slots now (None: no such step, or a slot
+    rewritten while it is read)."""
+    if ranks is None:
+        return None
+    try:
+        return {
+            (rank, name): os.stat(slot.path / name).st_ino
+            for rank, slot in ranks.items()
+            for name in slot.files
+        }
+    except OSError:
+        return None
 
 
 def copy_checked(source: BinaryIO, target: Path, size: int) -> dict[str, Any]:
