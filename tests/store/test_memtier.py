@@ -232,3 +232,22 @@ def test_a_step_linked_into_slot_keep_while_it_is_opened_is_committed(
     assert persister.persist_newest() == 6
     monkeypatch.undo()
     assert linked and ws.checkpoints.load_rank_state(6, series="main", rank=1)["rank"] == 1
+
+
+def test_every_due_step_is_committed_in_order_none_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    # A fast loop: step 10 is whole in the rotating slots (its link into slot-keep waits
+    # for 5's commit) before the launcher's thread polls once.
+    folder = tier(tmp_path, monkeypatch)
+    writers = [memtier.SlotWriter(folder, r, 2) for r in (0, 1)]
+    for step, keep in ((5, 0.0), (10, None)):
+        for w in writers:
+            w.write(step, "main", {n: {"s": step} for n in memtier.files_of(w.rank)}, keep=keep)
+    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, 5)
+    assert [persister.persist_due(), persister.persist_due(), persister.persist_due()] == [
+        5,
+        10,
+        None,
+    ]
+    assert [i.step for i in ws.checkpoints.list(series="main")] == [5, 10]

@@ -426,13 +426,16 @@ class Persister:
                 self.persist_due()
 
     def persist_due(self) -> int | None:
-        """Commit the newest whole step that is a multiple of ``every``, if new."""
+        """Commit the oldest whole step that is a multiple of ``every`` and not committed
+        yet. Oldest first: each is in slot-keep until committed, while the next may
+        already be whole in the rotating slots (a fast loop writes five steps between two
+        polls); the newest first would skip it."""
         every = self.every
         if every is None:
             return None
         common = common_steps(self.tier, self.world_size)
-        due = [step for step in common if step % every == 0]
-        return self._persist(due[-1], common[due[-1]], "snapshot") if due else None
+        due = [step for step in common if step % every == 0 and step > self._last]
+        return self._persist(due[0], common[due[0]], "snapshot") if due else None
 
     def persist_newest(self) -> int | None:
         """At a failure: commit the newest step every rank holds whole (tag ``failure``);
