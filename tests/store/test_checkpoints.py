@@ -405,3 +405,26 @@ def test_the_names_checkpoints_exports_are_their_homes_own() -> None:
     assert checkpoints.series_from_env is series.series_from_env
     assert checkpoints.read_manifest is manifest.read_manifest
     assert checkpoints.STATE_TENSORS == "state.tensors"
+
+
+def test_a_listing_read_across_a_save_and_its_retention_still_shows_the_new_step(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # keep_last 1 in a live run: step 2 is committed and step 1 retired between the
+    # reader's directory listing (step 1 only) and its read of step 1's manifest.
+    from accel.store import series
+
+    ws.checkpoints.save({"w": torch.zeros(2)}, 1, async_save=False)
+    real_read = series.read_manifest
+    raced: list[Path] = []
+
+    def read_across_a_save(path: Path) -> object:
+        if not raced and path.name.endswith("1"):
+            raced.append(path)
+            ws.checkpoints.save({"w": torch.ones(2)}, 2, async_save=False)
+            ws.checkpoints.delete(1)
+        return real_read(path)
+
+    monkeypatch.setattr(series, "read_manifest", read_across_a_save)
+    assert [info.step for info in ws.checkpoints.list()] == [2]
+    assert raced

@@ -174,18 +174,31 @@ class _Sorting:
     debris: list[Path] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)
+    vanished: bool = False  # a folder listed was gone by the time it was read
+
+
+_RESCANS = 20
 
 
 def view(folder: Path) -> SeriesView:
-    """What ``folder`` holds, read without changing anything and without following links."""
-    try:
-        with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError:
-        return SeriesView(folder)
+    """What ``folder`` holds, read without changing anything and without following links.
+
+    A live save commits its step before retention retires the one before; a listing
+    taken before the commit and read after the retirement would hold neither. So when a
+    folder listed is gone by the time it is read, the folder is listed again (a few
+    times at most: each listing is a few reads, a save many)."""
     found = _Sorting()
-    for entry in entries:
-        _sort(Path(entry.path), entry.is_dir(follow_symlinks=False), found)
+    for _ in range(_RESCANS):
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return SeriesView(folder)
+        found = _Sorting()
+        for entry in entries:
+            _sort(Path(entry.path), entry.is_dir(follow_symlinks=False), found)
+        if not found.vanished:
+            break
     return _resolve(folder, found)
 
 
@@ -203,6 +216,9 @@ def _sort(path: Path, is_dir: bool, found: _Sorting) -> None:
     try:
         manifest = read_manifest(path)
     except ManifestMissing:
+        if not os.path.lexists(path):  # renamed away (retired, swapped) since listed
+            found.vanished = True
+            return
         _leftover(path, found, owned=True)
         return
     except IntegrityError as exc:
