@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from run_helpers import free_port
+from run_helpers import aborted_in_teardown, free_port
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent))
@@ -54,10 +54,7 @@ def run_both(script: str, project: Path, accel_exe: list[str]) -> dict[str, Any]
                 timeout=280,
                 env=env,
             )
-            # The baseline is only a reference: torch 2.13's gloo sometimes aborts a
-            # torchrun worker in teardown after its script finished (accel's bootstrap
-            # records such a rank as finished). Ask the baseline again.
-            if done.returncode == 0 or "terminate called" not in done.stderr:
+            if not aborted_in_teardown(done):  # the baseline's, asked again
                 break
         assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr}"
         found[name] = {
