@@ -41,7 +41,14 @@ from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
 from accel.store._trace import phase
 from accel.store.async_save import AsyncSave, Snapshot, SnapshotPool, yield_cores
-from accel.store.collectives import DistContext, arrive, attempt, collect, current_context
+from accel.store.collectives import (
+    DistContext,
+    arrive,
+    attempt,
+    collect,
+    current_context,
+    on_every_rank,
+)
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX, parse_manifest, read_manifest
 from accel.store.series import (
@@ -233,7 +240,10 @@ class Checkpoints:
         self._arrive("Checkpoints.load_sharded")
         ctx = self._dist = current_context(self._dist, self._collective_timeout())
         wanted = attempt(ctx, lambda: self._resolve(step, series).manifest.step)
-        found = self._resolve(collect(ctx.broadcast(wanted)), series)
+        chosen = collect(ctx.broadcast(wanted))
+        # A rank that cannot find the main rank's step (a node whose disk does not hold
+        # it) fails every rank with its line, instead of leaving them in the next gather.
+        found: Found = on_every_rank(ctx, lambda: self._resolve(chosen, series))
         files = found.manifest.files
         problems = ctx.all_gather(sharded_mod.verify_share(found.path, files, ctx))
         problem = next((p for p in problems if p), None)
@@ -243,8 +253,7 @@ class Checkpoints:
             raise UsageError(f"{found.path} holds no sharded state")
         folder = found.path / sharded_mod.FOLDER
         # Every rank reads and checks the metadata; one rank's refusal is every rank's.
-        metadata, error = attempt(ctx, lambda: sharded_mod.read_metadata(folder, files))
-        collect((metadata, next((e for e in ctx.all_gather(error) if e), None)))
+        metadata = on_every_rank(ctx, lambda: sharded_mod.read_metadata(folder, files))
         sharded_mod.load(target, folder, metadata, files, ctx)
         return found.manifest.step
 

@@ -185,6 +185,17 @@ def attempt(ctx: DistContext, fn: Callable[[], Any]) -> Outcome:
         return None, f"AccelError:rank {ctx.rank}: {type(exc).__name__}: {exc}"
 
 
+def on_every_rank(ctx: DistContext, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on every rank, which all fail together: the first failure in rank order is
+    raised on every rank, so no rank goes on to a collective that another left (a rank
+    that caught its error and went on would meet the others' next collective, not its
+    own). A collective itself: every rank calls it."""
+    value, error = attempt(ctx, fn)
+    if ctx.world_size == 1:
+        return value
+    return collect((value, next((e for e in ctx.all_gather(error) if e), None)))
+
+
 def collect(outcome: Outcome, default: type[AccelError] = AccelError) -> Any:
     """The value of ``outcome``, or its error raised as the class it names."""
     value, error = outcome

@@ -1,6 +1,8 @@
 """Two ranks save a DTensor through the checkpoints' sharded path and load it back.
 
-Then rank 0 flips a byte in rank 1's shard file: every rank must refuse the load.
+Then rank 0 flips a byte in rank 1's shard file: every rank must refuse the load. Then
+rank 1 cannot find the step rank 0 chose (as a node whose disk does not hold it): every
+rank must fail with rank 1's line and stay in step with the others.
 Exits 0 when all of that holds on this rank.
 """
 
@@ -12,7 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 import accel
-from accel.errors import IntegrityError
+from accel.errors import IntegrityError, UsageError
 
 
 def main() -> None:
@@ -41,6 +43,16 @@ def main() -> None:
         assert "__1_0.distcp" in str(exc), exc
     else:
         raise AssertionError("a corrupt shard was loaded")
+
+    if acc.process_index == 1:
+        ckpts._find = lambda step, series: None  # type: ignore[method-assign]
+    try:
+        ckpts.load_sharded(target, 5)
+    except UsageError as exc:
+        assert str(exc).startswith("rank 1: no checkpoint at step 5"), exc
+    else:
+        raise AssertionError("rank 1 found no step 5, yet this rank loaded it")
+    dist.barrier()  # every rank is back in step
     acc.end()
 
 
