@@ -103,11 +103,19 @@ def _clean_prompt(accel_exe: list[str], project: Path, answer: bytes | None) -> 
     for path in (old_run / "run.json", old_run):
         os.utime(path, (old, old))
     main_fd, sub_fd = pty.openpty()
-    proc = subprocess.Popen(
-        [*accel_exe, "clean", "--older-than", "1d"], cwd=project, stdin=sub_fd, stdout=sub_fd,
-        stderr=sub_fd,
-        env={**os.environ, "TERM": "dumb", "PYTHONFAULTHANDLER": "1"},
-    )  # fmt: skip
+    # accel starts with SIGINT at its default, as from a terminal's shell: a runner started
+    # by `cmd &` in a script (a CI wrapper, nohup) ignores SIGINT, its children inherit
+    # that, and Python then installs no KeyboardInterrupt (Ctrl-C cannot reach such a
+    # process from a terminal either). The handler set here is reset to the default by exec.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [*accel_exe, "clean", "--older-than", "1d"], cwd=project, stdin=sub_fd,
+            stdout=sub_fd, stderr=sub_fd,
+            env={**os.environ, "TERM": "dumb", "PYTHONFAULTHANDLER": "1"},
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     os.close(sub_fd)
     seen, deadline = b"", time.monotonic() + 40
     try:
