@@ -36,6 +36,7 @@ class ExitWatch:
         self._exits: dict[int, Exit] = {}
         self._generation = 0
         self._threads: list[threading.Thread] = []
+        self._pids: dict[int, int] = {}
 
     def watch(self, pids: Mapping[int, int]) -> None:
         """Start watching ``rank -> pid`` (a new attempt: what was seen before is dropped)."""
@@ -43,6 +44,7 @@ class ExitWatch:
             self._generation += 1
             self._exits = {}
             self._threads = []
+            self._pids = dict(pids)
             generation = self._generation
         if not hasattr(os, "waitid"):
             return  # no waitid (not POSIX): callers fall back to torch's poll times
@@ -56,6 +58,32 @@ class ExitWatch:
             with self._lock:
                 self._threads.append(thread)
             thread.start()
+
+    def stopping(self) -> float:
+        """The launcher begins stopping the workers: when (epoch seconds), taken after
+        noting every worker that has already ended.
+
+        A watch thread stamps an end when it runs, which on a loaded machine can be
+        after the launcher began stopping the rest (seen: 0.4 ms after), and blame
+        would call a rank SIGKILLed by the kernel one that accel stopped. What the
+        kernel knows at this moment is read here, in the launcher's thread, without
+        reaping (``WNOHANG | WNOWAIT``): those ends come before the stop.
+        """
+        with self._lock:
+            generation, pids = self._generation, dict(self._pids)
+        for rank, pid in pids.items():
+            if rank in self.exits():
+                continue
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # reaped by torch already: it has ended
+                self._note(generation, rank, Exit(self._clock(), None))
+                continue
+            except (OSError, AttributeError):
+                continue
+            if info is not None and info.si_pid == pid:
+                self._note(generation, rank, Exit(self._clock(), _exitcode(info)))
+        return time.time()
 
     def settle(self, timeout: float) -> None:
         """Let the watch note workers that have ended, ``timeout`` seconds at most.

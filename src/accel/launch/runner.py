@@ -322,7 +322,9 @@ class _Run:
         self.observer.attempt_started(attempt, pids)
 
     def stopping(self) -> None:
-        self.stop_times.setdefault(self.attempt, time.time())
+        if self.attempt not in self.stop_times:
+            # The ends the kernel already knows of are noted first: they are no stop's.
+            self.stop_times[self.attempt] = self.exits.stopping()
 
     def teardown(self, ended: Teardown) -> None:
         self.finished[ended.rank] = ended.code  # the script's result, not the teardown's
