@@ -19,6 +19,7 @@ from accel import Workspace
 from accel.clean import held_series
 from accel.errors import IntegrityError, UsageError
 from accel.layout import OWNER_MARKER, make_owned_dir
+from accel.store import async_save
 from accel.store._trace import recording
 from accel.store.checkpoints import MANIFEST, Checkpoints
 from accel.store.hashing import hash_file
@@ -215,8 +216,12 @@ def test_async_save(ws: Workspace) -> None:
     assert latest["step"] == 2
 
 
-def test_async_snapshot_of_large_tensors(ws: Workspace) -> None:
-    big = {"a": torch.arange(3_000_000, dtype=torch.float32), "b": torch.ones(5, 7).t()}
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "threads"])
+def test_async_snapshot_of_large_tensors(ws: Workspace, threaded: bool) -> None:
+    # Copied before save returns: below async_save._THREADED bytes in the caller's thread,
+    # from there on as 8 MiB pieces on a few threads.
+    numel = async_save._THREADED // 4 + (1_000_000 if threaded else -4_000_000)
+    big = {"a": torch.arange(numel, dtype=torch.float32), "b": torch.ones(5, 7).t()}
     expected = {k: v.clone() for k, v in big.items()}
     for step in (1, 2):  # the second save reuses the snapshot buffers
         ws.checkpoints.save(big, step, async_save=True)
@@ -225,6 +230,7 @@ def test_async_snapshot_of_large_tensors(ws: Workspace) -> None:
         loaded = ws.checkpoints.load(step)
         assert torch.equal(loaded["a"], expected["a"]) and torch.equal(loaded["b"], big["b"])
         expected["a"].add_(1.0)
+    assert (ws.checkpoints._pool._threads is not None) == threaded
 
 
 def test_async_save_from_config(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:

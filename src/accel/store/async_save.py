@@ -4,11 +4,12 @@
 saves: copying into buffers already touched by the previous save avoids page faults,
 which cost more than the copy itself for large states. :meth:`SnapshotPool.take` copies
 the containers and the tensors that training may change at any moment (module buffers,
-which forward rewrites without a trace) before ``save`` returns, as 8 MiB memcpys on a
-few threads (numpy releases the GIL); the rest (what only an optimizer changes) is
-copied by :meth:`Snapshot.copy` in the writer's thread while the next forward and
-backward run. :meth:`Snapshot.fence` waits for that copy; every optimizer's ``step()``
-calls it first (a global step pre-hook), so the copy is whole before the state moves.
+which forward rewrites without a trace) before ``save`` returns (32 MiB or more of them
+as 8 MiB memcpys on a few threads: numpy releases the GIL); the rest (what only an
+optimizer changes) is copied by :meth:`Snapshot.copy` in the writer's thread while the
+next forward and backward run. :meth:`Snapshot.fence` waits for that copy; every
+optimizer's ``step()`` calls it first (a global step pre-hook), so the copy is whole
+before the state moves.
 
 :class:`AsyncSave` writes the snapshot in a thread of its own and keeps its error for
 :meth:`Checkpoints.wait`. While it runs, a note beside the worker's error file
@@ -106,6 +107,10 @@ class AsyncSave(Generic[T]):
 # -- the snapshot -----------------------------------------------------------------------
 
 _CHUNK = 8 << 20
+# Copies due before ``take`` returns go to a few threads only from this many bytes on:
+# below it, handing them to the pool's threads (each woken by the scheduler, on cores the
+# training processes keep busy) cost more than the copy (the RNG states: a few KiB).
+_THREADED = 4 * _CHUNK
 
 #: Test seams (None in normal use): ``_before_copy`` runs in the copying thread before
 #: the background copies start; ``_on_fence`` runs in the fencing thread before it waits.
@@ -216,7 +221,7 @@ class SnapshotPool:
         self._jobs, self._later = [], []
         copy = self._copy(tree, [0], later, None)
         jobs, self._jobs = self._jobs, []
-        if len(jobs) > 1:
+        if sum(job[1].nbytes for job in jobs) >= _THREADED:
             if self._threads is None:
                 # Imported here: the launcher imports this module for saving_note alone.
                 from concurrent.futures import ThreadPoolExecutor
