@@ -71,18 +71,9 @@ class ExitWatch:
         """
         with self._lock:
             generation, pids = self._generation, dict(self._pids)
-        for rank, pid in pids.items():
-            if rank in self.exits():
-                continue
-            try:
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # reaped by torch already: it has ended
-                self._note(generation, rank, Exit(self._clock(), None))
-                continue
-            except (OSError, AttributeError):
-                continue
-            if info is not None and info.si_pid == pid:
-                self._note(generation, rank, Exit(self._clock(), _exitcode(info)))
+        if hasattr(os, "waitid"):  # as in watch(): without it, torch's poll times
+            for rank, pid in pids.items():  # one already noted keeps its first time
+                self._look(generation, rank, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         return time.time()
 
     def settle(self, timeout: float) -> None:
@@ -105,15 +96,19 @@ class ExitWatch:
             return dict(self._exits)
 
     def _wait(self, generation: int, rank: int, pid: int) -> None:
+        self._look(generation, rank, pid, os.WEXITED | os.WNOWAIT)
+
+    def _look(self, generation: int, rank: int, pid: int, options: int) -> None:
+        """Note the worker's end if ``waitid`` (with ``options``, never reaping) finds it."""
         try:
-            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            info = os.waitid(os.P_PID, pid, options)
         except ChildProcessError:
             # Reaped by torch before this thread got to wait: it ended by now.
             self._note(generation, rank, Exit(self._clock(), None))
             return
         except OSError:
             return
-        if info is None:
+        if info is None:  # WNOHANG: still running
             return
         self._note(generation, rank, Exit(self._clock(), _exitcode(info)))
 
