@@ -251,3 +251,144 @@ def test_every_due_step_is_committed_in_order_none_skipped(
         None,
     ]
     assert [i.step for i in ws.checkpoints.list(series="main")] == [5, 10]
+
+
+# -- a slot's files rewritten in place ---------------------------------------------------
+
+
+def tensors(step: int, n: int = 1000) -> dict[str, object]:
+    import torch
+
+    return {"step": step, "w": torch.arange(n, dtype=torch.float32) * step, "b": [step] * 3}
+
+
+def snap(writer: memtier.SlotWriter, step: int, n: int = 1000, **kw: object) -> None:
+    writer.write(step, "main", {name: tensors(step, n) for name in memtier.files_of(0)}, **kw)  # type: ignore[arg-type]
+
+
+def as_written(tmp_path: Path, tree: object) -> bytes:
+    """The bytes of ``tree``'s file written new, as every slot's file was before."""
+    from accel.store.tensorfile import write_in_memory
+
+    path = tmp_path / f"new-{len(list(tmp_path.glob('new-*')))}"
+    write_in_memory(tree, path)
+    return path.read_bytes()
+
+
+def test_a_slot_is_rewritten_in_place_with_the_bytes_a_new_file_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    writer = memtier.SlotWriter(folder, 0)
+    state = folder / "rank-0" / memtier.SLOTS[0] / "state.tensors"
+    snap(writer, 1)
+    # Open, unlocked (no reader of accel's): a file replaced would stay what it was here.
+    seen = os.open(state, os.O_RDONLY)
+    try:
+        # steps 4, 7 and 10 land in slot 0: the same size, then larger, then smaller
+        for step in range(2, 11):
+            n = {7: 5000, 10: 300}.get(step, 1000)
+            snap(writer, step, n)
+            if step % 3 == 1:
+                expected = as_written(tmp_path, tensors(step, n))
+                assert state.read_bytes() == expected, step
+                assert os.fstat(seen).st_ino == state.stat().st_ino  # the same file
+                assert os.pread(seen, len(expected) + 1, 0) == expected, step
+                slot = memtier.read_slot(state.parent, 0)
+                assert slot is not None and slot.step == step
+                assert slot.files["state.tensors"]["size"] == len(expected)
+    finally:
+        os.close(seen)
+
+
+def test_a_file_the_launcher_holds_is_never_rewritten_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    folder = tier(tmp_path, monkeypatch)
+    writer = memtier.SlotWriter(folder, 0)
+    snap(writer, 1)
+    state = folder / "rank-0" / memtier.SLOTS[0] / "state.tensors"
+    with open(state, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)  # as the persister does
+        for step in (2, 3, 4):  # 4 goes to slot 0
+            snap(writer, step)
+        assert held.read() == as_written(tmp_path, tensors(1))
+        assert os.fstat(held.fileno()).st_ino != state.stat().st_ino
+    assert state.read_bytes() == as_written(tmp_path, tensors(4))
+    for step in (5, 6, 7):  # released: slot 0's new file is rewritten in place
+        inode = state.stat().st_ino
+        snap(writer, step)
+    assert state.stat().st_ino == inode
+
+
+def test_a_file_linked_into_slot_keep_is_never_rewritten_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    writer = memtier.SlotWriter(folder, 0)
+    snap(writer, 1, keep=0.0)  # linked into slot-keep for the launcher to commit
+    for step in (2, 3, 4):
+        snap(writer, step)
+    kept = memtier.read_slot(folder / "rank-0" / memtier.KEEP, 0)
+    assert kept is not None and kept.step == 1
+    assert (kept.path / "state.tensors").read_bytes() == as_written(tmp_path, tensors(1))
+
+
+def test_a_slot_rewritten_while_the_launcher_copies_it_commits_what_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    import torch
+
+    # The worker goes on while the launcher copies step 1 to disk: its rewrite of slot 0
+    # (step 4) must not land in the file the launcher is reading.
+    folder = tier(tmp_path, monkeypatch)
+    writer = memtier.SlotWriter(folder, 0)
+    snap(writer, 1)
+    store = ws.checkpoints
+
+    def commit(*args: object) -> object:
+        for step in (2, 3, 4):
+            snap(writer, step)
+        return store.commit_files(*args)  # type: ignore[arg-type]
+
+    persister = memtier.Persister(folder, commit, 1, None)
+    assert persister.persist_newest() == 1
+    saved = store.load(1, series="main")
+    assert saved["step"] == 1 and torch.equal(saved["w"], tensors(1)["w"])  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_process_forked_from_the_worker_lets_go_of_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A DataLoader's workers are forked from the training process: were the tier's files
+    # still open or mapped there, a file the worker replaces would stay in shared memory
+    # until they end.
+    folder = tier(tmp_path, monkeypatch)
+    writer = memtier.SlotWriter(folder, 0)
+    for step in (1, 2, 3, 4):  # slot 0's files written, then rewritten through a mapping
+        snap(writer, step)
+    assert str(folder) in Path("/proc/self/maps").read_text()
+    mapped = next(iter(writer._mapped.values()))
+    read, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what it still holds, and leave at once
+        try:
+            maps = Path("/proc/self/maps").read_text()
+            try:
+                os.fstat(mapped.fd)
+                fd_open = True
+            except OSError:
+                fd_open = False
+            held = [str(fd_open), str(bool(writer._mapped)), str(str(folder) in maps)]
+            os.write(write_end, " ".join(held).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read) as answer:
+        assert answer.read() == "False False False"
+    assert os.waitpid(pid, 0)[1] == 0
+    assert str(folder) in Path("/proc/self/maps").read_text()  # the worker's own: kept

@@ -214,6 +214,7 @@ class Accelerator(ProcessApi, FolderApi):
         try:
             if self._snapshots is not None:
                 self._snapshots.settle()
+                self._snapshots.unmap()
             self.workspace.checkpoints.wait()
             # Destroying the groups while a peer is still inside its last collective
             # (e.g. the checkpoint commit) aborts that peer ("terminate called without

@@ -153,6 +153,11 @@ class Snapshots:
         self.close()
         self.join()
 
+    def unmap(self) -> None:
+        """At the end (settled): let go of the tier's files (they stay for the launcher)."""
+        if self.writer is not None:
+            self.writer.close()
+
     # -- the writer's thread --------------------------------------------------------------
 
     def _write(self, taken: _Taken, before: threading.Event | None, done: threading.Event) -> None:

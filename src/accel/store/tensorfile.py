@@ -55,6 +55,7 @@ from accel.store.hashing import ALGORITHM, FileDigest, new_hasher
 __all__ = [
     "FileDigest",
     "TensorRef",
+    "in_memory_pieces",
     "load_tensor_file",
     "read_outline",
     "read_tree",
@@ -62,6 +63,7 @@ __all__ = [
     "save_tensor_file",
     "tensor_tree_problem",
     "write_in_memory",
+    "write_pieces",
     "write_tree",
 ]
 
@@ -219,20 +221,37 @@ def write_in_memory(tree: Any, path: Path) -> int:
 
     Neither hashed nor fsynced: the one pass over the bytes is the copy into the file.
     Whoever persists it hashes it while copying it to disk (accel.store.memtier)."""
-    tensors, prefix = _layout(tree)
+    with in_memory_pieces(tree) as (_, source), open(path, "xb", buffering=0) as fh:
+        return write_pieces(fh.fileno(), source)
+
+
+def write_pieces(fd: int, pieces: Iterator[memoryview]) -> int:
+    """Write ``pieces`` to ``fd`` at its offset, small ones gathered; the bytes written."""
     written = 0
-    with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
+    for piece in _gathered(pieces):
+        while piece.nbytes:
+            n = os.write(fd, piece)
+            written += n
+            piece = piece[n:]
+    return written
+
+
+@contextlib.contextmanager
+def in_memory_pieces(tree: Any) -> Iterator[tuple[int, Iterator[memoryview]]]:
+    """``tree``'s file as its size and its bytes in order, in pieces: the bytes
+    :func:`write_in_memory` writes, for a writer that puts them in place itself (the
+    memory tier rewrites a slot's file where it is mapped)."""
+    tensors, prefix = _layout(tree)
+    size = len(prefix)
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        size += nbytes + _pad(nbytes)
+    with contextlib.ExitStack() as rings:
         source = _pieces(prefix, tensors, _stream.CHUNK, rings)
         try:
-            for piece in _gathered(source):
-                while piece.nbytes:
-                    n = fh.write(piece)
-                    assert n is not None
-                    written += n
-                    piece = piece[n:]
+            yield size, source
         finally:
             source.close()
-    return written
 
 
 def _layout(tree: Any) -> tuple[list[Any], bytes]:

@@ -11,6 +11,7 @@ rank 1 of the first restart is SIGKILLed while it restores the checkpoint, after
 reading its state and before using it).
 """
 
+import contextlib
 import os
 import runpy
 import signal
@@ -62,15 +63,23 @@ elif doomed and where == "write":
     from accel.store import memtier
 
     original_write = memtier.SlotWriter.write
+    original_pieces = memtier.in_memory_pieces
+
+    @contextlib.contextmanager
+    def torn(tree):
+        # The file's first bytes go where the writer puts them (in place, into the file
+        # it wrote steps ago, or into a new one), and then it dies.
+        with original_pieces(tree) as (size, source):
+
+            def first_then_die():
+                yield next(source)
+                die()
+
+            yield size, first_then_die()
 
     def write(self, step, series, trees, **kwargs):
         if step == kill_at:
-
-            def torn(tree, path):
-                path.write_bytes(b"half a snapshot")
-                die()
-
-            memtier.write_in_memory = torn
+            memtier.in_memory_pieces = torn
         return original_write(self, step, series, trees, **kwargs)
 
     memtier.SlotWriter.write = write
