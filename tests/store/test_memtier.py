@@ -267,11 +267,11 @@ def snap(writer: memtier.SlotWriter, step: int, n: int = 1000, **kw: object) -> 
 
 
 def as_written(tmp_path: Path, tree: object) -> bytes:
-    """The bytes of ``tree``'s file written new, as every slot's file was before."""
-    from accel.store.tensorfile import write_in_memory
+    """The bytes of ``tree``'s file as a checkpoint holds it (a new file, hashed)."""
+    from accel.store.tensorfile import save_tensor_file
 
     path = tmp_path / f"new-{len(list(tmp_path.glob('new-*')))}"
-    write_in_memory(tree, path)
+    save_tensor_file(tree, path)
     return path.read_bytes()
 
 

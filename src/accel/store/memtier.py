@@ -57,7 +57,7 @@ from accel.errors import AccelError, TierFull, UsageError
 from accel.layout import SNAPSHOT_META, rank_name
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
 from accel.store.series import is_series_name
-from accel.store.tensorfile import in_memory_pieces, write_in_memory, write_pieces
+from accel.store.tensorfile import in_memory_pieces, write_pieces
 
 __all__ = [
     "DIR_ENV",
@@ -287,16 +287,11 @@ class SlotWriter:
         return meta
 
     def _write_file(self, path: Path, tree: Any) -> int:
-        """``tree``'s file at ``path`` (the bytes :func:`write_in_memory` writes): in
+        """``tree``'s file at ``path`` (the bytes a checkpoint's file of it holds): in
         place when this writer wrote the file there and nothing else holds it, else a new
         file. Its size."""
-        try:
-            import numpy as np  # its copies leave the GIL to the training thread
-        except ImportError:
-            self._drop(path)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return write_in_memory(tree, path)
+        import numpy as np  # a dependency: its copies leave the GIL to the training thread
+
         with in_memory_pieces(tree) as (size, pieces):
             mapped = self._reuse(path, size)
             if mapped is None:

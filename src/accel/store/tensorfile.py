@@ -62,7 +62,6 @@ __all__ = [
     "require_tensor_tree",
     "save_tensor_file",
     "tensor_tree_problem",
-    "write_in_memory",
     "write_pieces",
     "write_tree",
 ]
@@ -216,15 +215,6 @@ def write_tree(tree: Any, path: Path, *, chunk: int = _stream.CHUNK) -> tuple[in
     return out.written, f"{ALGORITHM}:{hasher.hexdigest()}"
 
 
-def write_in_memory(tree: Any, path: Path) -> int:
-    """Write ``tree`` to a new file in a tmpfs (the memory tier); its size.
-
-    Neither hashed nor fsynced: the one pass over the bytes is the copy into the file.
-    Whoever persists it hashes it while copying it to disk (accel.store.memtier)."""
-    with in_memory_pieces(tree) as (_, source), open(path, "xb", buffering=0) as fh:
-        return write_pieces(fh.fileno(), source)
-
-
 def write_pieces(fd: int, pieces: Iterator[memoryview]) -> int:
     """Write ``pieces`` to ``fd`` at its offset, small ones gathered; the bytes written."""
     written = 0
@@ -239,8 +229,9 @@ def write_pieces(fd: int, pieces: Iterator[memoryview]) -> int:
 @contextlib.contextmanager
 def in_memory_pieces(tree: Any) -> Iterator[tuple[int, Iterator[memoryview]]]:
     """``tree``'s file as its size and its bytes in order, in pieces: the bytes
-    :func:`write_in_memory` writes, for a writer that puts them in place itself (the
-    memory tier rewrites a slot's file where it is mapped)."""
+    :func:`save_tensor_file` writes, neither hashed nor fsynced, for the memory tier,
+    which puts them in place itself (whoever persists them hashes them while copying
+    them to disk: accel.store.memtier)."""
     tensors, prefix = _layout(tree)
     size = len(prefix)
     for t in tensors:
