@@ -372,7 +372,7 @@ def test_a_process_forked_from_the_worker_lets_go_of_its_files(
     for step in (1, 2, 3, 4):  # slot 0's files written, then rewritten through a mapping
         snap(writer, step)
     assert str(folder) in Path("/proc/self/maps").read_text()
-    mapped = next(iter(writer._mapped.values()))
+    mapped = next(iter(writer._files._files.values()))
     read, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report what it still holds, and leave at once
@@ -383,7 +383,7 @@ def test_a_process_forked_from_the_worker_lets_go_of_its_files(
                 fd_open = True
             except OSError:
                 fd_open = False
-            held = [str(fd_open), str(bool(writer._mapped)), str(str(folder) in maps)]
+            held = [str(fd_open), str(bool(writer._files._files)), str(str(folder) in maps)]
             os.write(write_end, " ".join(held).encode())
         finally:
             os._exit(0)

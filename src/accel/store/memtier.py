@@ -17,13 +17,9 @@ newest one: it removes that slot's ``meta.json`` first, then writes the files an
 ``meta.json`` last. The files live in the launcher's folder, not in the worker: a
 snapshot outlives the worker that took it.
 
-A file the worker wrote before is rewritten in place, through the mapping it kept: a
-copy into tmpfs pages that are already there runs at memory speed, and a new file's
-pages cost four to five times that (docs/benchmarks.md). Only a file that nothing else
-holds is: the worker takes its lock (``flock``, exclusive, without waiting) and checks
-that the slot's name is its only link. A file the launcher is reading (it holds a shared
-lock) or that ``slot-keep`` links is left to its holder, and a new file (a new inode)
-takes its name.
+A file the worker wrote before is rewritten in place when nothing else holds it
+(:mod:`accel.store._inplace`): a file the launcher is reading (it holds a shared lock)
+or that ``slot-keep`` links is left to its holder, and a new file takes its name.
 
 The launcher (:class:`Persister`) commits the newest step that every rank holds whole as
 a normal checkpoint (:meth:`accel.store.checkpoints.Checkpoints.commit_files`): every
@@ -41,12 +37,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import mmap
 import os
 import re
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +49,9 @@ from typing import Any, BinaryIO
 from accel._fs import atomic_write, atomic_write_json, read_json, remove_tree
 from accel.errors import AccelError, TierFull, UsageError
 from accel.layout import SNAPSHOT_META, rank_name
+from accel.store._inplace import InPlaceFiles
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
 from accel.store.series import is_series_name
-from accel.store.tensorfile import in_memory_pieces, write_pieces
 
 __all__ = [
     "DIR_ENV",
@@ -189,8 +183,7 @@ class SlotWriter:
         self.folder = tier / rank_name(rank)
         for slot in (*SLOTS, KEEP):
             (self.folder / slot).mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._mapped: dict[Path, _Mapped] = {}  # the files it wrote, to rewrite in place
-        _writers.add(self)
+        self._files = InPlaceFiles()  # the files it wrote, rewritten in place
 
     def free_bytes(self) -> int:
         """What the tmpfs can still take, counting the slot the next write replaces."""
@@ -268,120 +261,27 @@ class SlotWriter:
             os.unlink(slot / META)  # first: from now on this slot is no snapshot
         for entry in os.scandir(slot):
             if entry.name not in trees:
-                self._drop(Path(entry.path))
+                self._files.drop(Path(entry.path))
                 os.unlink(entry.path)
         files = {}
         try:
             for name, tree in trees.items():
-                files[name] = {"size": self._write_file(slot / name, tree)}
+                files[name] = {"size": self._files.write(slot / name, tree)}
             meta = {"step": step, "series": series, "rank": self.rank, "files": files}
             atomic_write_json(slot / META, meta, durable=False)
         except OSError as exc:  # a WriteFailed is an OSError too
             cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
             for name in trees:
-                self._drop(slot / name)
+                self._files.drop(slot / name)
             _empty(slot)
             if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise TierFull(full_message(self.tier)) from None
             raise
         return meta
 
-    def _write_file(self, path: Path, tree: Any) -> int:
-        """``tree``'s file at ``path`` (the bytes a checkpoint's file of it holds): in
-        place when this writer wrote the file there and nothing else holds it, else a new
-        file. Its size."""
-        import numpy as np  # a dependency: its copies leave the GIL to the training thread
-
-        with in_memory_pieces(tree) as (size, pieces):
-            mapped = self._reuse(path, size)
-            if mapped is None:
-                # A new file is written, not mapped: write() fills new tmpfs pages at
-                # about half the cost of faulting them in through a mapping, and a full
-                # tmpfs says ENOSPC instead of SIGBUS. It is mapped when it is reused.
-                mapped = self._create(path)
-                try:
-                    mapped.size = write_pieces(mapped.fd, pieces)
-                finally:
-                    fcntl.flock(mapped.fd, fcntl.LOCK_UN)
-                return mapped.size
-            try:
-                target = np.frombuffer(mapped.map(), dtype=np.uint8)
-                at = 0
-                for piece in pieces:
-                    end = at + piece.nbytes
-                    np.copyto(target[at:end], np.frombuffer(piece, dtype=np.uint8))
-                    at = end
-                del target
-                assert at == size, (at, size)
-            finally:
-                fcntl.flock(mapped.fd, fcntl.LOCK_UN)
-        return size
-
-    def _reuse(self, path: Path, size: int) -> _Mapped | None:
-        """The file at ``path``, locked, at ``size`` bytes, when this writer wrote it and
-        nothing else holds it: no reader's lock, no other link."""
-        mapped = self._mapped.get(path)
-        if mapped is None:
-            return None
-        try:
-            if os.stat(path, follow_symlinks=False).st_ino != mapped.ino:
-                raise FileNotFoundError(path)  # not the file it wrote there
-            if os.fstat(mapped.fd).st_nlink != 1:
-                raise FileExistsError(path)  # slot-keep links it: it must stay as it is
-            fcntl.flock(mapped.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the launcher reads it
-        except OSError:
-            self._drop(path)
-            return None
-        if size != mapped.size:
-            try:
-                if size > mapped.size:  # allocated now: no SIGBUS on a full tmpfs later
-                    os.posix_fallocate(mapped.fd, mapped.size, size - mapped.size)
-                else:
-                    os.ftruncate(mapped.fd, size)
-                mapped.unmap()
-                mapped.size = size
-            except BaseException:
-                self._drop(path)
-                raise
-        return mapped
-
-    def _create(self, path: Path) -> _Mapped:
-        """A new, empty file at ``path``, locked."""
-        self._drop(path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # a reader that opened it keeps it whole
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(path, flags, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # new: nobody else holds it
-            mapped = _Mapped(fd, os.fstat(fd).st_ino)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._mapped[path] = mapped
-        return mapped
-
-    def _drop(self, path: Path) -> None:
-        """Forget the file at ``path``: it is rewritten as a new file next time."""
-        mapped = self._mapped.pop(path, None)
-        if mapped is not None:
-            mapped.close()
-
     def close(self) -> None:
-        """Unmap every file this writer wrote (they stay in the tier)."""
-        for path in list(self._mapped):
-            self._drop(path)
-
-    def _forget_in_child(self) -> None:
-        """In a process forked from the worker (a DataLoader's): let go of the parent's
-        files, which would otherwise stay in memory until that process ends, whatever
-        the parent rewrites. Their locks are the parent's: never unlocked here."""
-        for mapped in self._mapped.values():
-            with contextlib.suppress(OSError):
-                mapped.unmap()
-            with contextlib.suppress(OSError):
-                os.close(mapped.fd)
-        self._mapped.clear()
+        """Let go of the files it wrote (they stay in the tier for the launcher)."""
+        self._files.close()
 
     def _wait_persisted(self, slot: Path, timeout: float) -> None:
         """Until the launcher committed the step ``slot`` holds (or ``timeout`` passed: a
@@ -392,47 +292,6 @@ class SlotWriter:
         deadline = time.monotonic() + timeout
         while persisted_step(self.tier) < held.step and time.monotonic() < deadline:
             time.sleep(0.005)
-
-
-class _Mapped:
-    """A slot's file a writer wrote, kept open (and mapped once reused) to be rewritten in
-    place. Every byte of its ``size`` is allocated: written, or ``posix_fallocate``d."""
-
-    def __init__(self, fd: int, ino: int) -> None:
-        self.fd, self.ino, self.size = fd, ino, 0
-        self.mm: mmap.mmap | None = None
-
-    def map(self) -> mmap.mmap:
-        """The file's bytes, shared, read in at once (faulting them in a page at a time
-        cost twice the copy), and not inherited by a process forked from here."""
-        if self.mm is None:
-            populate = getattr(mmap, "MAP_POPULATE", 0)
-            self.mm = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED | populate)
-            with contextlib.suppress(AttributeError, OSError):
-                self.mm.madvise(mmap.MADV_DONTFORK)
-        return self.mm
-
-    def unmap(self) -> None:
-        mm, self.mm = self.mm, None
-        if mm is not None:
-            with contextlib.suppress(BufferError, ValueError):  # a view alive: goes with it
-                mm.close()
-
-    def close(self) -> None:
-        self.unmap()
-        os.close(self.fd)  # and its lock
-
-
-_writers: weakref.WeakSet[SlotWriter] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for writer in list(_writers):
-        writer._forget_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _empty(slot: Path) -> None:
