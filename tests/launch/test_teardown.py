@@ -157,7 +157,7 @@ def test_a_worker_is_never_ended_while_a_background_save_runs_in_it(
         release.wait(10)
         return 1
 
-    save = AsyncSave(write, "accel-test-save").start()
+    save = AsyncSave(write).start()
     # marked before start() returns, not when the thread gets to run (it raced under load)
     assert os.path.exists(saving_note(fake.error_file))
     try:

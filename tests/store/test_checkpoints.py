@@ -233,6 +233,44 @@ def test_async_snapshot_of_large_tensors(ws: Workspace, threaded: bool) -> None:
     assert (ws.checkpoints._pool._threads is not None) == threaded
 
 
+def test_async_saves_copy_and_write_on_two_threads_the_store_keeps(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thread started for each save cost its caller Thread.start() (up to milliseconds
+    # on busy cores): the store's two threads start with its first save and run every
+    # one after it, the copy at the caller's priority, the write niced.
+    import threading
+
+    from accel.store import async_save
+    from accel.store.checkpoints import Checkpoints
+
+    def where() -> tuple[int, int]:
+        native = threading.get_native_id()
+        return native, os.getpriority(os.PRIO_PROCESS, native)
+
+    seen: dict[str, list[tuple[int, int]]] = {"copy": [], "write": []}
+    real_copy, real_write = async_save.Snapshot.copy, Checkpoints._write
+
+    def copy(self: async_save.Snapshot) -> None:
+        seen["copy"].append(where())
+        real_copy(self)
+
+    def write(self: Checkpoints, *args: object, **kwargs: object) -> object:
+        seen["write"].append(where())
+        return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(async_save.Snapshot, "copy", copy)
+    monkeypatch.setattr(Checkpoints, "_write", write)
+    for step in (1, 2, 3):
+        ws.checkpoints.save(_state(step), step, async_save=True)
+        assert ws.checkpoints.wait().step == step  # type: ignore[union-attr]
+    copier, writer = ({native for native, _ in seen[kind]} for kind in ("copy", "write"))
+    assert len(copier) == 1 and len(writer) == 1 and copier != writer
+    mine = where()[1]
+    assert {nice for _, nice in seen["copy"]} == {mine}
+    assert {nice for _, nice in seen["write"]} == {max(mine, 10)}
+
+
 def test_async_save_from_config(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEL_CHECKPOINTS_ASYNC_SAVE", "true")
     ckpts = Workspace.discover().checkpoints

@@ -40,7 +40,7 @@ from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_rea
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
 from accel.store._trace import phase
-from accel.store.async_save import AsyncSave, Snapshot, SnapshotPool, yield_cores
+from accel.store.async_save import AsyncSave, SaveThreads, Snapshot, SnapshotPool
 from accel.store.collectives import (
     DistContext,
     arrive,
@@ -139,6 +139,7 @@ class Checkpoints:
         self.root = layout.checkpoints_dir
         self._series = None if series is None else check_series(series)
         self._pool = SnapshotPool()
+        self._threads = SaveThreads()
         self._dist: DistContext | None = None
         self._pending: AsyncSave[CheckpointInfo] | None = None
         self._snapshot: Snapshot | None = None
@@ -330,15 +331,16 @@ class Checkpoints:
             snapshot = self._snapshot = self._pool.take((mine, rank_state), later)
         ctx = self._dist
 
-        def persist() -> CheckpointInfo:
+        def copy() -> None:
             with phase("snapshot-copy"):
                 snapshot.copy()  # at full speed: the next optimizer step may be waiting
-            yield_cores()
-            tree = snapshot.tree
+
+        def persist() -> CheckpointInfo:
+            tree = snapshot.tree  # written niced: it has until the next save to finish
             whole = lambda: _whole(snapshot, step)  # noqa: E731 - every rank checks its own
             return self._write(tree[0], tree[1], step, tag, ctx, check=whole)
 
-        self._pending = AsyncSave(persist, f"accel-save-{step}").start()
+        self._pending = AsyncSave(persist, copy=copy, threads=self._threads).start()
         return None
 
     def commit_files(
