@@ -6,6 +6,7 @@ Tensors and plain values only (no numpy arrays), so the state loads with
 
 from __future__ import annotations
 
+import array
 import contextlib
 import random
 import sys
@@ -39,7 +40,8 @@ def saved_form(plain: tuple[Any, bytes, Any]) -> dict[str, Any]:
 
     (version, internal, gauss), torch_state, numpy_state = plain
     state: dict[str, Any] = {
-        "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
+        # as torch.tensor(internal) makes it (int64), from a buffer: a quarter of the time
+        "python": {"version": version, "state": _int64(internal), "gauss": gauss},
         "torch": torch.frombuffer(bytearray(torch_state), dtype=torch.uint8),
         "cuda": [],
     }
@@ -55,6 +57,12 @@ def saved_form(plain: tuple[Any, bytes, Any]) -> dict[str, Any]:
             "cached": float(cached),
         }
     return state
+
+
+def _int64(values: tuple[int, ...]) -> Any:
+    import torch
+
+    return torch.frombuffer(array.array("q", values), dtype=torch.int64)
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
