@@ -60,10 +60,10 @@ if doomed and where in ("step", "both", "full", "restore"):
 
     torch.optim.SGD.step = step
 elif doomed and where == "write":
-    from accel.store import memtier
+    from accel.store import _inplace, memtier
 
     original_write = memtier.SlotWriter.write
-    original_pieces = memtier.in_memory_pieces
+    original_pieces = _inplace.in_memory_pieces
 
     @contextlib.contextmanager
     def torn(tree):
@@ -79,7 +79,7 @@ elif doomed and where == "write":
 
     def write(self, step, series, trees, **kwargs):
         if step == kill_at:
-            memtier.in_memory_pieces = torn
+            _inplace.in_memory_pieces = torn
         return original_write(self, step, series, trees, **kwargs)
 
     memtier.SlotWriter.write = write
