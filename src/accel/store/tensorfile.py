@@ -199,7 +199,7 @@ def write_tree(tree: Any, path: Path, *, chunk: int = _stream.CHUNK) -> tuple[in
     faster on the 2-core machine (docs/benchmarks.md). Pieces are at most ``chunk``
     bytes; small ones are gathered into one buffer first.
     """
-    tensors, prefix = _layout(tree)
+    tensors, prefix, _ = _layout(tree)
     hasher = new_hasher()
     with open(path, "xb", buffering=0) as fh, contextlib.ExitStack() as rings:
         out = _stream.StreamWriter(fh.fileno(), chunk=chunk)
@@ -232,21 +232,18 @@ def in_memory_pieces(tree: Any) -> Iterator[tuple[int, Iterator[memoryview]]]:
     :func:`save_tensor_file` writes, neither hashed nor fsynced, for the memory tier,
     which puts them in place itself (whoever persists them hashes them while copying
     them to disk: accel.store.memtier)."""
-    tensors, prefix = _layout(tree)
-    size = len(prefix)
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        size += nbytes + _pad(nbytes)
+    tensors, prefix, data = _layout(tree)
     with contextlib.ExitStack() as rings:
         source = _pieces(prefix, tensors, _stream.CHUNK, rings)
         try:
-            yield size, source
+            yield len(prefix) + data, source
         finally:
             source.close()
 
 
-def _layout(tree: Any) -> tuple[list[Any], bytes]:
-    """The tensors of ``tree`` in file order, and the file's bytes before the first."""
+def _layout(tree: Any) -> tuple[list[Any], bytes, int]:
+    """The tensors of ``tree`` in file order, the file's bytes before the first, and the
+    bytes from there to the end (the tensors, each padded)."""
     encoder = _Encoder()
     encoded = encoder.encode(tree)
     specs, offset = [], 0
@@ -263,7 +260,7 @@ def _layout(tree: Any) -> tuple[list[Any], bytes]:
         offset += nbytes + _pad(nbytes)
     header = json.dumps({"format": FORMAT, "tree": encoded, "tensors": specs}).encode()
     prefix = MAGIC + struct.pack("<Q", len(header)) + header
-    return encoder.tensors, prefix + bytes(_pad(len(prefix)))
+    return encoder.tensors, prefix + bytes(_pad(len(prefix))), offset
 
 
 def _pieces(
