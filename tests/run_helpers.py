@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -93,11 +94,53 @@ def start(project: Path, *args: str, exe: list[str] | None = None) -> subprocess
     )
 
 
+# Ports the tests hand out for rendezvous endpoints: below the kernel's ephemeral range
+# (32768 and up on Linux), so that no outgoing connection of another test (whose source
+# port the kernel picks from that range) takes one between its check and its bind, and
+# clear of torch's default 29500. Each xdist worker draws from a band of its own.
+PORTS = range(20000, 29000)
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
+def port_band() -> range:
+    """This test process's share of :data:`PORTS` (the whole range outside xdist)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    width = len(PORTS) // max(count, 1)
+    start = PORTS.start + (index % max(count, 1)) * width
+    return range(start, start + width)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous endpoint)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free now and stays so until the test binds it (for
+    a rendezvous endpoint): drawn from :func:`port_band`, below the ephemeral range, never
+    the same twice in one process. (A port the kernel handed out with ``bind(0)`` comes
+    from the ephemeral range, where another test's outgoing connection could take it
+    before the launcher bound it: a flake under load.)"""
+    band = port_band()
+    if band.stop > _ephemeral_low():  # a machine whose ephemeral range starts lower
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    for _ in range(200):
+        port = random.randrange(band.start, band.stop)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or in TIME_WAIT
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {band.start}-{band.stop - 1}")
 
 
 def aborted_in_teardown(done: subprocess.CompletedProcess[str]) -> bool:
