@@ -41,7 +41,7 @@ def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
-        return sys.platform != "linux" and _alive(pid)
+        return sys.platform != "linux" and _can_signal(pid)
     except OSError:
         return False
     for line in text.splitlines():
@@ -50,7 +50,9 @@ def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def _can_signal(pid: int) -> bool:
+    """Whether this process may signal ``pid`` (one it may not is as good as gone here;
+    a liveness probe that must not sweep another user's data is memtier's ``_alive``)."""
     try:
         os.kill(pid, 0)
     except OSError:
