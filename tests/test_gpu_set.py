@@ -37,12 +37,14 @@ def _has_cuda() -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_every_gpu_test_is_collected_by_the_gpu_marker() -> None:
+    # one collection: pytest's summary counts what the marker left out ("N/M tests
+    # collected (K deselected)"), so "N tests collected" alone means every test is marked
     marked = _pytest("--collect-only", "-q", "-m", "gpu", str(GPU_TESTS))
-    everything = _pytest("--collect-only", "-q", str(GPU_TESTS))
     assert marked.returncode == 0, marked.stdout + marked.stderr
     ids = [line for line in marked.stdout.splitlines() if "::" in line]
     assert len(ids) >= 5
-    assert ids == [line for line in everything.stdout.splitlines() if "::" in line]
+    summary = marked.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(rf"{len(ids)} tests? collected in [\d.]+s", summary), summary
     covered = " ".join(ids)
     for topic in ("launch_auto", "resume", "fp16", "nvml", "checkpoints", "compile", "mismatch"):
         assert topic in covered.lower().replace("more_workers_than_gpus", "mismatch"), topic
