@@ -282,3 +282,27 @@ def test_a_stateful_dataloader_over_two_ranks_is_sharded_and_resumed_by_its_stat
         assert all(torch.equal(a, b) for a, b in zip(head + tail, expected, strict=True))
         halves.append(torch.cat(expected))
     assert sorted(torch.cat(halves).tolist()) == list(range(40))
+
+
+@pytest.mark.parametrize("sharding", list(SHARDINGS))
+def test_a_dropped_loader_is_freed_at_once_not_by_the_cycle_collector(
+    project: Path, sharding: str
+) -> None:
+    """A prepared loader and its iterator go when the script lets go of them, as a
+    DataLoader does. Left to the cycle collector, torch's iterator shuts its workers
+    down after the queues' finalizers ran: each worker waits out its 5 s join (a
+    script that stops mid-epoch, persistent workers, 10 s for two)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        loader = SHARDINGS[sharding]().prepare(_loader(0))
+        for _ in range(2):
+            for _batch in loader:
+                break  # mid-epoch, as a script that stops at a step does
+        prepared, inner = weakref.ref(loader), weakref.ref(loader.loader)  # inner: its iterator's
+        del loader
+        assert prepared() is None and inner() is None
+    finally:
+        gc.enable()

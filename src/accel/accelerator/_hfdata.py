@@ -19,7 +19,8 @@ nothing skipped is loaded, and the workers' RNG states are the saved run's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,7 +190,7 @@ def shard_hf(loader: Any, data: HfData, state: GradientState) -> HfLoader:
     hf = HfLoader(rebuilt, data, state, generator, loader.drop_last)
     hf.position = Position(rebuilt, starting)
     if drawing is not None:
-        drawing.owner = hf
+        drawing.owner = weakref.ref(hf)
         hf.draws_from = drawing
     return hf
 
@@ -198,16 +199,25 @@ class _Drawing:
     """A shuffling sampler without a generator, as torch runs it: at each epoch it seeds
     a generator with one draw from the global RNG, when the epoch's first index is
     asked for (after the DataLoader's own draw). Here the loader makes that draw, so
-    it knows the epoch's generator (and a resumed run replays it without a draw)."""
+    it knows the epoch's generator (and a resumed run replays it without a draw).
+
+    Its loader is held weakly: torch's iterator holds the sampler, the loader holds the
+    iterator, and that cycle left both to the cycle collector, which runs the index
+    queues' finalizers before the iterator's: each worker then waited out its 5 s join."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.owner: Any = None
+        self.owner: Callable[[], Any] = lambda: None
 
     def __iter__(self) -> Iterator[int]:
-        generator = self.owner._epoch_generator()
-        self.owner.generator = self.inner.generator = generator
-        self.owner._epoch_start = generator.get_state()
+        owner = self.owner()
+        if owner is None:  # its loader is gone: the DataLoader's own shuffle
+            yield from self.inner
+            return
+        generator = owner._epoch_generator()
+        owner.generator = self.inner.generator = generator
+        owner._epoch_start = generator.get_state()
+        del owner
         try:
             yield from self.inner
         finally:
