@@ -14,7 +14,6 @@ from launchutil import SCRIPTS
 from run_helpers import Start, free_port
 
 # On the oldest supported torch too (.ci/run): this leans on torch's internals.
-pytestmark = pytest.mark.edge
 
 # Short waits: for more nodes once MIN are in (torch: 30 s), and for the messages.
 FAST = {"ACCEL_RDZV_LAST_CALL": "1", "ACCEL_RDZV_REPORT_INTERVAL": "1"}
@@ -75,6 +74,7 @@ def test_an_elastic_job_starts_with_the_nodes_it_has(
     assert [(a["nnodes"], a["world_size"]) for a in record["attempts"]] == [(1, 2)]
 
 
+@pytest.mark.edge
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_a_node_that_joins_grows_the_job(
@@ -101,6 +101,7 @@ def test_a_node_that_joins_grows_the_job(
     assert not any(a.get("failures") for a in node0["attempts"])
 
 
+@pytest.mark.edge
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # the one bound: every wait below is on an event
 def test_a_node_that_dies_shrinks_the_job_on_restart(

@@ -26,7 +26,6 @@ from accel.launch.plan import BOOTSTRAP
 from accel.launch.preload import SHIM, TEMPLATE, first_path, shim_args
 
 # On the oldest supported torch too (.ci/run): this leans on torch's internals.
-pytestmark = pytest.mark.edge
 
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 StartAccel = Callable[..., subprocess.Popen[str]]
@@ -94,8 +93,10 @@ def _ignoring(signals: tuple[signal.Signals, ...]) -> Iterator[None]:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     "ignored",
-    [(), (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)],
-    ids=["from-a-shell", "under-nohup-in-a-script"],
+    [
+        pytest.param((), marks=pytest.mark.edge, id="from-a-shell"),
+        pytest.param((signal.SIGHUP, signal.SIGINT, signal.SIGQUIT), id="under-nohup-in-a-script"),
+    ],
 )
 def test_a_preloaded_worker_sees_what_an_exec_worker_sees(
     accel: Accel,
@@ -200,6 +201,7 @@ def test_preload_and_no_preload_together_are_refused(accel: Accel) -> None:
     assert "give --preload or --no-preload, not both" in done.stderr
 
 
+@pytest.mark.edge
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_telemetry_samples_the_forked_workers_not_their_shims(

@@ -12,9 +12,9 @@ from launchutil import SCRIPTS, assert_no_orphans, pid_alive, run_json
 from run_helpers import Accel, two_ranks
 
 # On the oldest supported torch too (.ci/run): this leans on torch's internals.
-pytestmark = pytest.mark.edge
 
 
+@pytest.mark.edge
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_script_that_never_calls_end_ends_its_group(accel: Accel, project: Path) -> None:
@@ -46,9 +46,13 @@ def test_a_script_that_never_calls_end_ends_its_group(accel: Accel, project: Pat
 @pytest.mark.parametrize(
     ("mode", "flags", "said"),
     [
-        ("abort", (), "rank 1 finished; died of SIGABRT in teardown"),
+        pytest.param(
+            "abort", (), "rank 1 finished; died of SIGABRT in teardown", marks=pytest.mark.edge
+        ),
         ("segv", (), "rank 1 finished; died of SIGSEGV in teardown"),
-        ("hang", (), "rank 1 finished; hung in teardown, ended after 5 s"),
+        pytest.param(
+            "hang", (), "rank 1 finished; hung in teardown, ended after 5 s", marks=pytest.mark.edge
+        ),
         ("hang", ("--preload",), "rank 1 finished; hung in teardown, ended after 5 s"),
         ("handler", (), "rank 1 finished; hung in teardown, ended after 7 s"),
     ],
@@ -98,7 +102,7 @@ def _direct(out: Path, mode: str) -> tuple[list[int], list[str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("mode", ["both", "stuck"])
+@pytest.mark.parametrize("mode", [pytest.param("both", marks=pytest.mark.edge), "stuck"])
 def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(project: Path, mode: str) -> None:
     """A rank whose script raised exits 1, as python does, whatever torch's teardown does
     beside a stuck peer; its group is destroyed (left standing, gloo aborts at exit)."""
@@ -111,6 +115,7 @@ def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(project: Path, mo
             assert (project / "out" / "exit-0").read_text().split()[1] == "False", errors
 
 
+@pytest.mark.edge
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_rank_that_returns_first_waits_for_its_peer_before_destroying_the_group(
