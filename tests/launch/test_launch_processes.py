@@ -374,3 +374,21 @@ def test_a_script_with_torchs_record_is_reported_as_one_without(
     failures = json.loads(run_json.read_text())["attempts"][0]["failures"]
     (ours,) = [f for f in failures if f["rank"] == 1]
     assert (ours["type"], ours["message"]) == ("ValueError", "bad learning rate 7")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_error_file_cut_short_is_a_failure_not_a_launcher_crash(
+    accel: Accel, project: Path
+) -> None:
+    """torch parses a failed worker's error file and raises on one that is not JSON: a
+    worker stopped while it wrote the file (rank 0 as the launcher stops it after rank 1
+    died, seen under load) ended the launcher with an internal error."""
+    done = accel(
+        "launch", "-n", "2", "--stop-grace-period", "2s", str(SCRIPTS / "torn_error_file.py")
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "unexpected" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "rank 1 failed first" in done.stderr, done.stderr
+    record = run_json(project)
+    assert record["status"] == "failed" and record["failed_rank"] == 1, record

@@ -14,6 +14,7 @@ import inspect
 import json
 import re
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,26 @@ def test_torch_reads_the_error_file_the_worker_bootstrap_writes(
     assert failure.error_file_data["accel"]["type"] == "ValueError"
     assert failure.message["message"] == "ValueError: bad batch"
     assert failure.timestamp == int(json.loads(error_file.read_text())["accel"]["time"])
+
+
+def test_a_torn_error_file_is_set_aside_where_torch_keeps_the_workers_files(
+    tmp_path: Path,
+) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+
+    envs: dict[int, dict[str, str]] = {0: {"TORCHELASTIC_RESTART_COUNT": "0", "RANK": "0"}}
+    logs = DefaultLogsSpecs(log_dir=str(tmp_path))
+    context = SubprocessContext("probe", sys.executable, {0: ("-c", "pass")}, envs, logs)
+    path = Path(context.error_files[0])  # the attribute the launcher's guard reads
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"message": {"message": "Runt')
+    with pytest.raises(ValueError):  # torch still raises on it: the guard is still needed
+        ProcessFailure(local_rank=0, pid=123, exitcode=1, error_file=str(path))
+    assert compat.set_aside_torn_error_files(context) is True
+    failure = ProcessFailure(local_rank=0, pid=123, exitcode=1, error_file=str(path))
+    assert failure.exitcode == 1 and not path.exists()
+    assert Path(f"{path}{compat.TORN}").read_text().startswith('{"message"')
+    assert compat.set_aside_torn_error_files(context) is False  # nothing left to set aside
 
 
 def _outer(fn: Any) -> str:

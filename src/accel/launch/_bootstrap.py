@@ -122,9 +122,10 @@ def _record_error(exc: BaseException, formatted: str) -> None:
             "time": time.time(),
         },
     }
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
+    try:  # whole or not at all: the launcher may stop this worker while it writes
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(data, fh)
+        os.replace(path + ".tmp", path)
     except OSError:
         pass
 

@@ -37,7 +37,10 @@ Imported only when launching: it imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import json
+import os
 import re
 import signal
 import sys
@@ -55,6 +58,8 @@ from accel.launch.teardown import Teardown, TeardownJudge
 # The releases this module knows; pyproject.toml declares the same range.
 OLDEST = (2, 6)
 NEWEST = (2, 15)
+
+TORN = ".torn"  # suffix of a worker's error file that torch could not parse, set aside
 
 # Environment variables torch reads (public names, private semantics).
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
@@ -161,9 +166,38 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
         return pids
 
     def _monitor_workers(self, worker_group: Any) -> Any:
-        result = super()._monitor_workers(worker_group)
+        while True:
+            try:
+                result = super()._monitor_workers(worker_group)
+                break
+            except ValueError:  # json's, from torch parsing a failed worker's error file
+                if not set_aside_torn_error_files(self._pcontext):
+                    raise
         self.workers_monitored(result)
         return result
+
+
+def set_aside_torn_error_files(pcontext: Any) -> bool:
+    """Rename every worker error file that is not JSON to ``<name>.torn``; True if any.
+
+    torch parses a failed worker's ``TORCHELASTIC_ERROR_FILE`` when it finds the worker
+    gone and raises on one that does not parse, which ended the launcher with an internal
+    error: a worker stopped while it wrote the file (torch's ``@record`` writes it in
+    place) leaves it empty or cut short. Set aside, the worker is reported by its exit
+    code, and the poll that raised is run again (it had not yet counted that worker).
+    """
+    moved = False
+    for path in dict(getattr(pcontext, "error_files", None) or {}).values():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                json.load(fh)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                os.replace(path, f"{path}{TORN}")
+                moved = True
+    return moved
 
 
 def close_with_grace(
