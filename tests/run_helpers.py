@@ -111,10 +111,10 @@ def _ephemeral_low() -> int:
 def port_band() -> range:
     """This test process's share of :data:`PORTS` (the whole range outside xdist)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    width = len(PORTS) // max(count, 1)
-    start = PORTS.start + (index % max(count, 1)) * width
+    width = len(PORTS) // count
+    start = PORTS.start + (index % count) * width
     return range(start, start + width)
 
 

@@ -20,7 +20,8 @@ import torch
 
 from accel.workspace import Workspace
 
-# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+# Leans on torch's internals: the tests marked `edge` also run on the oldest and the
+# newest torch (.ci/run), one case per journey; the rest run on the default.
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "train_fsdp.py"
 TRAIN = ("20", "5")  # 20 steps, a checkpoint every 5

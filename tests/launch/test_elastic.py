@@ -13,7 +13,8 @@ from launchutil import SCRIPTS
 
 from run_helpers import Start, free_port
 
-# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+# Leans on torch's internals: the tests marked `edge` also run on the oldest and the
+# newest torch (.ci/run), one case per journey; the rest run on the default.
 
 # Short waits: for more nodes once MIN are in (torch: 30 s), and for the messages.
 FAST = {"ACCEL_RDZV_LAST_CALL": "1", "ACCEL_RDZV_REPORT_INTERVAL": "1"}

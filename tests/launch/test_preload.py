@@ -25,7 +25,8 @@ from launchutil import SCRIPTS, pid_alive, run_folder, run_json, wait_for
 from accel.launch.plan import BOOTSTRAP
 from accel.launch.preload import SHIM, TEMPLATE, first_path, shim_args
 
-# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+# Leans on torch's internals: the tests marked `edge` also run on the oldest and the
+# newest torch (.ci/run), one case per journey; the rest run on the default.
 
 Accel = Callable[..., subprocess.CompletedProcess[str]]
 StartAccel = Callable[..., subprocess.Popen[str]]

@@ -11,7 +11,8 @@ from launchutil import SCRIPTS, assert_no_orphans, pid_alive, run_json
 
 from run_helpers import Accel, two_ranks
 
-# On the oldest supported torch too (.ci/run): this leans on torch's internals.
+# Leans on torch's internals: the tests marked `edge` also run on the oldest and the
+# newest torch (.ci/run), one case per journey; the rest run on the default.
 
 
 @pytest.mark.edge

@@ -34,6 +34,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from types import TracebackType
 
 PR_SET_PDEATHSIG = 1
@@ -122,7 +123,13 @@ def _record_error(exc: BaseException, formatted: str) -> None:
             "time": time.time(),
         },
     }
-    try:  # whole or not at all: the launcher may stop this worker while it writes
+    _write_whole(path, data)
+
+
+def _write_whole(path: str, data: Mapping[str, object]) -> None:
+    """``data`` as JSON at ``path``, whole or not at all (a temporary, then a rename): the
+    launcher may stop this worker while it writes, and reads the file once it is gone."""
+    try:
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(data, fh)
         os.replace(path + ".tmp", path)
@@ -187,7 +194,7 @@ def returned_path(error_file: str) -> str:
 
 
 def _note_returned(code: int, returned_at: float, handlers_done_at: float | None) -> None:
-    """Write (atomically) that the script returned ``code``, and when."""
+    """Write that the script returned ``code``, and when."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not error_file:
         return
@@ -195,12 +202,7 @@ def _note_returned(code: int, returned_at: float, handlers_done_at: float | None
     data = {"code": code, "pid": os.getpid(), "returned_at": returned_at}
     if handlers_done_at is not None:
         data["handlers_done_at"] = handlers_done_at
-    try:
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass
+    _write_whole(path, data)
 
 
 _returned: list[tuple[int, float]] = []  # (code, when) once the script has returned
