@@ -210,16 +210,34 @@ def _losses(workspace: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, lines)}
 
 
+TOTAL, SAVE_EVERY = "24", "8"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], dict[int, float]]:
+    """The uninterrupted two-rank run, saving synchronously: its final weights and its
+    losses by step. One run per module and test process, in a HOME of its own."""
+    folder = tmp_path_factory.mktemp("straight")
+    workspace, a_pt = folder / ".accelerate", folder / "a.pt"
+    env = {**_env(workspace), "HOME": str(folder), "XDG_CONFIG_HOME": str(folder / ".config")}
+    assert two_ranks(SCRIPT, [TOTAL, SAVE_EVERY, "-1", str(a_pt)], env) == [0, 0]
+    losses = _losses(workspace)
+    assert len(losses) == 24
+    return torch.load(a_pt, weights_only=True), losses
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "overlapped"])
-def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path, async_save: bool) -> None:
-    """Overlapped: every save_state of the straight run and of the crashed one is an
-    overlapped snapshot (checkpoints.async_save), fenced by the next optimizer step."""
-    straight, resumed = tmp_path / "straight" / ".accelerate", tmp_path / "resumed" / ".accelerate"
-    total, save_every, crash_at = "24", "8", "13"
-    a_pt, b_pt = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
-    assert _run_ranks(straight, [total, save_every, "-1", a_pt], async_save) == [0, 0]
+def test_resume_reproduces_an_uninterrupted_two_rank_run(
+    tmp_path: Path, async_save: bool, straight: tuple[list[Any], dict[int, float]]
+) -> None:
+    """Overlapped: every save_state of the crashed run is an overlapped snapshot
+    (checkpoints.async_save), fenced by the next optimizer step; it and its restart end
+    where the uninterrupted run that saved synchronously did, bit for bit."""
+    resumed = tmp_path / "resumed" / ".accelerate"
+    total, save_every, crash_at = TOTAL, SAVE_EVERY, "13"
+    b_pt = str(tmp_path / "b.pt")
     crashed = _run_ranks(resumed, [total, save_every, crash_at, b_pt], async_save)
     assert crashed == [3, 3] and not (tmp_path / "b.pt").exists()
     ckpts = accel.Workspace(resumed).checkpoints
@@ -229,11 +247,10 @@ def test_resume_reproduces_an_uninterrupted_two_rank_run(tmp_path: Path, async_s
     # The restart goes through torchrun itself: any torchrun script runs unchanged.
     assert _run_torchrun(resumed, [total, save_every, "-1", b_pt], async_save) == 0
 
-    a = torch.load(tmp_path / "a.pt", weights_only=True)
+    a, straight_losses = straight
     b = torch.load(tmp_path / "b.pt", weights_only=True)
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-    straight_losses, resumed_losses = _losses(straight), _losses(resumed)
-    assert len(straight_losses) == 24
+    resumed_losses = _losses(resumed)
     assert all(resumed_losses[s] == straight_losses[s] for s in range(1, 25))
     assert [i.step for i in ckpts.list()] == [8, 16, 24]
 

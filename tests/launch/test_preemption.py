@@ -5,14 +5,17 @@ on bit for bit. (SIGUSR1 to a worker stays the stack dump's: test_blame_quiet.)"
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from launchutil import SCRIPTS
 
+import run_helpers
 from run_helpers import Accel
 
 SCRIPT = str(SCRIPTS / "preemptible.py")
@@ -42,16 +45,28 @@ def launch_and_signal(
     return proc.returncode, "".join(lines) + rest
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The uninterrupted job's final weights: one launch per module and test process, in
+    a project and HOME of its own (both signals' cases compare against it)."""
+    project = tmp_path_factory.mktemp("whole")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    env.update(HOME=str(project), XDG_CONFIG_HOME=str(project / ".config"))
+    done = subprocess.run(
+        [*run_helpers.accel_command(), "launch", "-n", "2", "--cpu", "--run-name", "whole",
+         SCRIPT, str(project), STEPS],
+        cwd=project, env=env, capture_output=True, text=True, timeout=150,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((project / "final.json").read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
 def test_a_stop_asked_saves_the_step_and_the_job_goes_on_bit_for_bit(
-    accel: Accel, accel_exe: list[str], project: Path, signum: int
+    accel: Accel, accel_exe: list[str], project: Path, signum: int, whole: Any
 ) -> None:
-    whole = project / "whole"
-    whole.mkdir()
-    done = accel("launch", "-n", "2", "--cpu", "--run-name", "whole", SCRIPT, str(whole), STEPS)
-    assert done.returncode == 0, done.stdout + done.stderr
     out = project / "out"
     out.mkdir()
     code, said = launch_and_signal(accel_exe, project, out, signum)
@@ -65,6 +80,4 @@ def test_a_stop_asked_saves_the_step_and_the_job_goes_on_bit_for_bit(
     again = accel("launch", "-n", "2", "--cpu", "--run-name", "pre", SCRIPT, str(out), STEPS)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resumed at step {step}" in again.stdout
-    assert json.loads((out / "final.json").read_text()) == json.loads(
-        (whole / "final.json").read_text()
-    )
+    assert json.loads((out / "final.json").read_text()) == whole
