@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -106,17 +107,28 @@ def _direct(out: Path, mode: str) -> tuple[list[int], list[str]]:
 @pytest.mark.parametrize("mode", [pytest.param("both", marks=pytest.mark.edge), "stuck"])
 def test_a_script_that_raises_neither_aborts_nor_hangs_at_exit(project: Path, mode: str) -> None:
     """A rank whose script raised exits 1, as python does, whatever torch's teardown does
-    beside a stuck peer; its group is destroyed (left standing, gloo aborts at exit)."""
+    beside a stuck peer; its group is destroyed (left standing, gloo aborts at exit).
+
+    Both ranks raising: the destruction usually ends at once, before the script's own
+    exit handler. On torch 2.6 under load it can hang beside the exiting peer (CI, three
+    suites on 2 cores: once past 60 s); then the grace ends the rank, exit 1, and only
+    then is that handler skipped."""
+    from accel.accelerator._setup import CRASHED_TEARDOWN_GRACE
+
     for _ in range(3):
         (project / "out" / "exit-0").unlink(missing_ok=True)  # each run writes its own
+        started = time.monotonic()
         codes, errors = _direct(project / "out", mode)
+        took = time.monotonic() - started
         assert codes == [1, 1], errors
         assert not any("terminate called" in e for e in errors), errors
         assert "RuntimeError: rank 0 crashed" in errors[0]
-        if mode == "both":  # the destruction ended, before the script's own handler
+        if mode == "both":
             exit_0 = project / "out" / "exit-0"
-            assert exit_0.exists(), f"rank 0's handler never ran: {errors}"
-            assert exit_0.read_text().split()[1] == "False", errors
+            if exit_0.exists():  # the destruction ended, before the script's own handler
+                assert exit_0.read_text().split()[1] == "False", errors
+            else:  # it hung, and nothing but the grace ended the rank
+                assert took >= CRASHED_TEARDOWN_GRACE, (took, errors)
 
 
 @pytest.mark.edge

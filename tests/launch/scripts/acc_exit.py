@@ -19,14 +19,6 @@ import accel
 
 out, mode = sys.argv[1], sys.argv[2]
 rank = int(os.environ["RANK"])
-if mode == "both":
-    # No peer is stuck: the destruction must end, whatever the load, and the handler
-    # below must see it done. The 5 s grace is for a stuck peer ("stuck"); on 2 cores
-    # shared by three suites, a destruction beside a crashed peer took longer once, and
-    # the grace's exit skipped the handler.
-    from accel.accelerator import _setup
-
-    _setup.CRASHED_TEARDOWN_GRACE = 60.0
 
 
 def report() -> None:
