@@ -29,6 +29,14 @@ def accel_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "accel"]
 
 
+def alone_env(folder: Path) -> dict[str, str]:
+    """The environment for a process a module fixture starts, outside any test's
+    ``isolated`` fixture: this one without accel's variables, HOME in ``folder``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    env.update(HOME=str(folder), XDG_CONFIG_HOME=str(folder / ".config"))
+    return env
+
+
 def accel(
     project: Path,
     *args: str,

@@ -235,11 +235,10 @@ def whole_two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Any:
     module and test process, in a project and HOME of its own."""
     project = tmp_path_factory.mktemp("whole")
     (project / "whole").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
-    env.update(HOME=str(project), XDG_CONFIG_HOME=str(project / ".config"))
     done = subprocess.run(
         [*run_helpers.accel_command(), "launch", "--cpu", "-n", "2", str(RESUME), "whole", "0"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        cwd=project, env=run_helpers.alone_env(project), capture_output=True, text=True,
+        timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((project / "whole" / "final.json").read_text())

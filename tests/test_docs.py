@@ -23,9 +23,9 @@ def test_readme_has_the_two_commands_and_ci_runs_the_test_one() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     # CI runs the install and the tests as two blocks (others run beside the tests):
     # each part of the command is there, as written, in the README's order.
-    install, tests = dev_and_test.split(" && ")[2:]
-    assert f"\n    {install}\n" in ci and f"\n    {tests}\n" in ci
-    assert ci.index(f"\n    {install}\n") < ci.index(f"\n    {tests}\n")
+    install, tests = (f"\n    {part}\n" for part in dev_and_test.split(" && ")[2:])
+    assert install in ci and tests in ci
+    assert ci.index(install) < ci.index(tests)
 
 
 def test_configuration_page_documents_every_key_and_its_env_twin() -> None:

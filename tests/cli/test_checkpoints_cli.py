@@ -16,6 +16,7 @@ import pytest
 import torch
 from accel_runner import cli, runs_without_heavy_imports
 
+import run_helpers
 from accel.store.checkpoints import STATE_TENSORS, Checkpoints
 from accel.workspace import Workspace
 
@@ -52,8 +53,7 @@ def saved_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The saver run once per module (and test process), in a project of its own: a
     run of it cost 4-5 s of the suite for each of the 16 tests that use its output."""
     folder = tmp_path_factory.mktemp("saved")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
-    env.update(HOME=str(folder), XDG_CONFIG_HOME=str(folder / ".config"))
+    env = run_helpers.alone_env(folder)
     subprocess.run([sys.executable, str(SAVER)], cwd=folder, check=True, timeout=120, env=env)
     return folder
 

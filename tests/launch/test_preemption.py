@@ -5,7 +5,6 @@ on bit for bit. (SIGUSR1 to a worker stays the stack dump's: test_blame_quiet.)"
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -50,12 +49,11 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The uninterrupted job's final weights: one launch per module and test process, in
     a project and HOME of its own (both signals' cases compare against it)."""
     project = tmp_path_factory.mktemp("whole")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
-    env.update(HOME=str(project), XDG_CONFIG_HOME=str(project / ".config"))
     done = subprocess.run(
         [*run_helpers.accel_command(), "launch", "-n", "2", "--cpu", "--run-name", "whole",
          SCRIPT, str(project), STEPS],
-        cwd=project, env=env, capture_output=True, text=True, timeout=150,
+        cwd=project, env=run_helpers.alone_env(project), capture_output=True, text=True,
+        timeout=150,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((project / "final.json").read_text())
