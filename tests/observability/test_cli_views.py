@@ -92,8 +92,8 @@ def stuck_worker(ws: Workspace) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
         "import sys, time\n"
         f"sys.path.insert(0, {str(Path(hang.__file__).parents[2])!r})\n"
         "from accel.hang import install_stack_dump_handler\n"
-        "install_stack_dump_handler(); print('ready', flush=True)\n"
-        "def waiting_for_allreduce():\n    time.sleep(60)\n"
+        "install_stack_dump_handler()\n"
+        "def waiting_for_allreduce():\n    print('ready', flush=True); time.sleep(60)\n"
         "waiting_for_allreduce()\n"
     )
     env = {**os.environ, "ACCEL_RUN_DIR": str(folder), "RANK": "0"}
