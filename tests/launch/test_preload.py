@@ -53,6 +53,7 @@ DIFFERENCES: dict[str, Callable[[int], tuple[object, object]]] = {
     "parent": lambda r: ("launcher", "template"),  # os.getppid()
     "program": lambda r: ("_bootstrap.py", "_template.py"),  # the command line `ps` shows
     "preloaded": lambda r: (False, True),  # torch in sys.modules before the script runs
+    "dynamo_preloaded": lambda r: (False, True),  # torch._dynamo too (optimizers import it)
     "rank_at_import": lambda r: (str(r), None),  # a preloaded module's import: no RANK
     "gc_frozen": lambda r: (False, True),  # gc.get_freeze_count() > 0
 }

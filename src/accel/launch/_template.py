@@ -1,12 +1,12 @@
 """Preload template: ``python -u _template.py FD LAUNCHER_PID PATH0 [MODULE...]``.
 
 Started once per run by the launcher (``launch.preload``), with the workers' environment
-(their ``OMP_NUM_THREADS``, ...) and folder. It imports torch and the listed modules
-(with ``sys.path[0]`` the script's folder, as in a worker), then serves the listening
-Unix socket ``FD``: each worker's shim (``_preload_shim.py``) sends its argv,
-environment, folder and standard streams, and the template forks the worker from
-itself. A fork of a process that has imported torch costs milliseconds, an import
-seconds.
+(their ``OMP_NUM_THREADS``, ...) and folder. It imports torch (and ``torch._dynamo``,
+which every optimizer imports on first use) and the listed modules (with ``sys.path[0]``
+the script's folder, as in a worker), then serves the listening Unix socket ``FD``: each
+worker's shim (``_preload_shim.py``) sends its argv, environment, folder and standard
+streams, and the template forks the worker from itself. A fork of a process that has
+imported torch costs milliseconds, an import seconds.
 
 Fork safety: the template runs no thread and never touches torch beyond the import (the
 intra-op pool, CUDA and the allocator start lazily, in the worker). Before each fork it
@@ -91,12 +91,28 @@ def preload(path0: str, modules: list[str]) -> int:
             importlib.import_module(name)
             if name == "torch":
                 _torch_import_seed = sys.modules["torch"].initial_seed()
+                _preload_dynamo()
         except BaseException as exc:  # noqa: BLE001 - SystemExit at import time included
             _warn(
                 f"launch.preload_modules: importing {name} failed ({type(exc).__name__}: "
                 f"{exc}); each worker imports it itself"
             )
     return allowed
+
+
+def _preload_dynamo() -> None:
+    """Import ``torch._dynamo``, which a worker otherwise imports at its first optimizer.
+
+    torch's optimizers guard ``__init__``, ``zero_grad``, ``state_dict`` and
+    ``load_state_dict`` with ``torch._disable_dynamo``, which imports ``torch._dynamo`` on
+    first use: 1.2-1.4 s of CPU in every worker that builds an optimizer, on every start
+    and restart, which the template pays once. Its import starts no thread. A release where
+    it fails to import leaves it to the worker, as torch would.
+    """
+    try:
+        importlib.import_module("torch._dynamo")
+    except Exception:  # noqa: BLE001 - the worker meets it, if it ever uses it
+        pass
 
 
 class _quiet_import:

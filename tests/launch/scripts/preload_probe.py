@@ -9,6 +9,7 @@ import sys
 import threading
 
 preloaded = "torch" in sys.modules  # before the script imported anything
+dynamo_preloaded = "torch._dynamo" in sys.modules  # an optimizer's first use imports it
 frozen = gc.get_freeze_count()
 import random  # noqa: E402
 
@@ -57,6 +58,7 @@ data = {
     "program": _program("self"),
     "hash": hash("accel"),
     "gc_frozen": frozen > 0,
+    "dynamo_preloaded": dynamo_preloaded,
     "rank_at_import": rank_at_import,
     # the global generators: each worker's own, under exec and preload alike
     "rng": {
