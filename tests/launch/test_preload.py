@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,7 +54,6 @@ DIFFERENCES: dict[str, Callable[[int], tuple[object, object]]] = {
     "parent": lambda r: ("launcher", "template"),  # os.getppid()
     "program": lambda r: ("_bootstrap.py", "_template.py"),  # the command line `ps` shows
     "preloaded": lambda r: (False, True),  # torch in sys.modules before the script runs
-    "dynamo_preloaded": lambda r: (False, True),  # torch._dynamo too (optimizers import it)
     "rank_at_import": lambda r: (str(r), None),  # a preloaded module's import: no RANK
     "gc_frozen": lambda r: (False, True),  # gc.get_freeze_count() > 0
 }
@@ -181,6 +181,46 @@ def test_a_killed_shim_takes_its_worker_and_the_run_fails(
     proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert run_json(project)["status"] == "failed"
+
+
+WARM_PROBE = """
+import os, sys, time
+dynamo = "torch._dynamo" in sys.modules  # before the script imported anything
+attempt, rank = os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+with open(os.path.join(sys.argv[1], f"a{attempt}-r{rank}"), "w") as fh:
+    fh.write(str(dynamo))
+if attempt == "0":
+    while not os.path.exists(os.path.join(sys.argv[1], "go")):
+        time.sleep(0.02)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_restart_is_forked_from_a_template_that_imported_dynamo(
+    start_accel: StartAccel, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An optimizer's first use imports torch._dynamo (1.3 s): the template imports it once
+    # the first workers started (not before: their start would wait on it), so that a
+    # restart's workers have it. The first attempt's workers do not.
+    scratch = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))  # a short socket path
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    out = project / "out"
+    out.mkdir()
+    (project / "probe.py").write_text(WARM_PROBE)
+    proc = start_accel(
+        "launch", "-n", "2", "--preload", "--max-restarts", "1", "probe.py", str(out)
+    )
+    try:
+        wait_for(lambda: list(scratch.glob("*/pids/warm")), 60, "the template to be warm")
+        (out / "go").touch()
+        proc.communicate(timeout=60)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert proc.returncode == 0
+    seen = {p.name: p.read_text() for p in out.glob("a*")}
+    assert seen == {"a0-r0": "False", "a0-r1": "False", "a1-r0": "True", "a1-r1": "True"}
 
 
 def test_shim_arguments_keep_the_interpreter_flags_and_the_bootstrap_arguments(

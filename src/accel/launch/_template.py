@@ -1,12 +1,13 @@
 """Preload template: ``python -u _template.py FD LAUNCHER_PID PATH0 [MODULE...]``.
 
 Started once per run by the launcher (``launch.preload``), with the workers' environment
-(their ``OMP_NUM_THREADS``, ...) and folder. It imports torch (and ``torch._dynamo``,
-which every optimizer imports on first use) and the listed modules (with ``sys.path[0]``
-the script's folder, as in a worker), then serves the listening Unix socket ``FD``: each
-worker's shim (``_preload_shim.py``) sends its argv, environment, folder and standard
-streams, and the template forks the worker from itself. A fork of a process that has
-imported torch costs milliseconds, an import seconds.
+(their ``OMP_NUM_THREADS``, ...) and folder. It imports torch and the listed modules
+(with ``sys.path[0]`` the script's folder, as in a worker), then serves the listening
+Unix socket ``FD``: each worker's shim (``_preload_shim.py``) sends its argv,
+environment, folder and standard streams, and the template forks the worker from
+itself. Once the first workers started, it also imports ``torch._dynamo`` (which every
+optimizer imports on first use) for the restarts (:func:`_preload_dynamo`). A fork of a
+process that has imported torch costs milliseconds, an import seconds.
 
 Fork safety: the template runs no thread and never touches torch beyond the import (the
 intra-op pool, CUDA and the allocator start lazily, in the worker). Before each fork it
@@ -38,11 +39,14 @@ import struct
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PIDS = "pids"  # beside the socket: shim pid -> worker pid (preload.worker_pids reads it)
+WARM = "warm"  # in PIDS once the work put off until the first workers started is done
+QUIET = 1.0  # seconds without a request after a fork: the attempt's workers all started
 _CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 IMPORT_THREADS = os.environ.get("OMP_NUM_THREADS")  # what torch's OpenMP was loaded with
 
@@ -91,7 +95,6 @@ def preload(path0: str, modules: list[str]) -> int:
             importlib.import_module(name)
             if name == "torch":
                 _torch_import_seed = sys.modules["torch"].initial_seed()
-                _preload_dynamo()
         except BaseException as exc:  # noqa: BLE001 - SystemExit at import time included
             _warn(
                 f"launch.preload_modules: importing {name} failed ({type(exc).__name__}: "
@@ -105,9 +108,13 @@ def _preload_dynamo() -> None:
 
     torch's optimizers guard ``__init__``, ``zero_grad``, ``state_dict`` and
     ``load_state_dict`` with ``torch._disable_dynamo``, which imports ``torch._dynamo`` on
-    first use: 1.2-1.4 s of CPU in every worker that builds an optimizer, on every start
-    and restart, which the template pays once. Its import starts no thread. A release where
-    it fails to import leaves it to the worker, as torch would.
+    first use: 1.2-1.4 s of CPU in every worker that builds an optimizer, at every start.
+    The template pays it once, when the first workers have started (:class:`Server`'s
+    quiet moment): before, it would hold back their start (a script that builds no
+    optimizer never pays it), and it creates torch's cache folders (the workers'
+    ``TORCHINDUCTOR_CACHE_DIR``, in the workspace) before the launcher made the
+    workspace. Its import starts no thread (2.6, 2.13, 2.15). A release where it fails to
+    import leaves it to the worker, as torch would.
     """
     try:
         importlib.import_module("torch._dynamo")
@@ -142,9 +149,16 @@ def thread_count() -> int:
 class Server:
     """The template's loop: accept requests, fork workers, reap them, report their ends."""
 
-    def __init__(self, listener: socket.socket, allowed_threads: int) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        allowed_threads: int,
+        later: tuple[Callable[[], None], ...] = (),
+    ) -> None:
         self.listener = listener
         self.allowed_threads = allowed_threads
+        self.later = list(later)  # for the first quiet moment after a fork
+        self.forked = False
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, self._accept)
         self.conns: dict[int, socket.socket] = {}  # worker pid -> its shim's socket
@@ -153,10 +167,25 @@ class Server:
     def serve(self) -> Request:
         """Loop forever in the template; return the request in each forked worker."""
         while True:
-            for key, _ in self.selector.select():
+            events = self.selector.select(QUIET if self.forked and self.later else None)
+            if not events:
+                self._quiet_moment()
+            for key, _ in events:
                 request: Request | None = key.data(key)
                 if request is not None:
                     return request
+
+    def _quiet_moment(self) -> None:
+        """No request for :data:`QUIET` seconds since a fork: the attempt's workers all
+        started. Run the work put off for it, then say so (``pids/warm``)."""
+        while self.later:
+            self.later.pop(0)()
+        gc.freeze()  # what it built is the workers' too, read-only
+        with _quiet():
+            folder = os.path.join(os.path.dirname(self.listener.getsockname()), PIDS)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, WARM), "w"):
+                pass
 
     def _accept(self, key: selectors.SelectorKey) -> Request | None:
         conn, _ = self.listener.accept()
@@ -196,6 +225,7 @@ class Server:
             self._leave()
             conn.close()
             return request
+        self.forked = True
         _close(request.fds)
         with _quiet():
             conn.sendall(wire.started(pid))
@@ -359,7 +389,7 @@ def main(argv: list[str]) -> int:
     gc.freeze()
     template_pid = os.getpid()
     try:
-        request = Server(listener, allowed).serve()
+        request = Server(listener, allowed, later=(_preload_dynamo,)).serve()
     except KeyboardInterrupt:
         return 130
     return run_worker(request, template_pid)
