@@ -188,6 +188,7 @@ class _Run:
         self.finished: dict[int, int] = {}  # rank -> its script's code, if its teardown was not
         self.stop_times: dict[int, float] = {}  # attempt -> when accel began stopping it
         self.verdict = Verdict(())
+        self.restored = False  # the tier holds restore/ for the current attempt
         self.error_dir = scratch / "errors"
         argv = (*plan.command, *plan.worker_command)
         self.secrets = secret_values({**os.environ, **plan.worker_env}, argv=argv)
@@ -333,9 +334,12 @@ class _Run:
         self.notify(f"accel: {ended.message}")
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
-        self._persist_newest()  # first: the newest whole snapshot outlives the failure
-        if self.persister is not None:
-            self.persister.clear()
+        step = self._persist_newest()  # first: the newest whole snapshot outlives the failure
+        if self.persister is not None:  # the restart maps the step committed from memory
+            self.restored = self.persister.clear(keep=self.persister.newest)
+        if step is not None:
+            memory = "; a restart loads it from memory" if self.restored else ""
+            self.notify(f"accel: saved the snapshot of step {step} as a checkpoint{memory}")
         self._judge(attempt, failures)
         root = self.verdict.first
         left = self.plan.max_restarts - attempt
@@ -348,6 +352,8 @@ class _Run:
 
     def tick(self) -> None:
         """Record what the watches found (run.json is written on this thread only)."""
+        if self.restored and self.persister is not None:
+            self.restored = not self.persister.drop_restored()
         updated = self.observer.tick(self.record)
         if updated is not None:
             self.record = updated
@@ -380,16 +386,15 @@ class _Run:
 
     # -- end ----------------------------------------------------------------------------
 
-    def _persist_newest(self) -> None:
-        if self.persister is None:
-            return
-        step = self.persister.persist_newest()
-        if step is not None:
-            self.notify(f"accel: saved the snapshot of step {step} as a checkpoint")
+    def _persist_newest(self) -> int | None:
+        """Commit the memory tier's newest whole step; the step, when there was one."""
+        return None if self.persister is None else self.persister.persist_newest()
 
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
-        if status != RunStatus.SUCCEEDED:
-            self._persist_newest()  # stopped (a signal, a preemption) or failed for good
+        if status != RunStatus.SUCCEEDED:  # stopped (a signal, a preemption) or failed for good
+            step = self._persist_newest()
+            if step is not None:
+                self.notify(f"accel: saved the snapshot of step {step} as a checkpoint")
         if status == RunStatus.INTERRUPTED and self.pids:
             self._judge(self.attempt, {}, BY_SIGNAL)
         verdict = self.verdict if status != RunStatus.SUCCEEDED else Verdict(())

@@ -39,6 +39,7 @@ from accel.identity import ensure
 from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_readers_lock
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
+from accel.store._restore import load_file
 from accel.store._trace import phase
 from accel.store.async_save import AsyncSave, SaveThreads, Snapshot, SnapshotPool
 from accel.store.collectives import (
@@ -65,7 +66,7 @@ from accel.store.series import (
     stage_dir_name,
     step_dir_name,
 )
-from accel.store.tensorfile import load_tensor_file, require_tensor_tree, save_tensor_file
+from accel.store.tensorfile import require_tensor_tree, save_tensor_file
 
 __all__ = [
     "MANIFEST",
@@ -216,10 +217,9 @@ class Checkpoints:
     ) -> Any:
         """The state saved at ``step`` (None: the latest), verified against its checksums."""
         found = self._resolve(step, series)
-        digest = found.manifest.files.get(STATE_TENSORS)
-        if digest is None:
+        if STATE_TENSORS not in found.manifest.files:
             raise IntegrityError(f"{found.path} has no {STATE_TENSORS}; it is damaged, delete it")
-        return load_tensor_file(found.path / STATE_TENSORS, digest, map_location)
+        return load_file(found, STATE_TENSORS, map_location)
 
     def load_rank_state(
         self, step: int, rank: int, map_location: Any = "cpu", *, series: str | None = None
@@ -227,8 +227,7 @@ class Checkpoints:
         """The per-rank state of ``rank`` saved at ``step``, None when it has none."""
         found = self._resolve(step, series)
         name = rank_name(rank, TENSORS_SUFFIX)
-        digest = found.manifest.files.get(name)
-        return None if digest is None else load_tensor_file(found.path / name, digest, map_location)
+        return None if name not in found.manifest.files else load_file(found, name, map_location)
 
     def load_sharded(
         self, target: dict[str, Any], step: int | None = None, *, series: str | None = None

@@ -11,6 +11,10 @@
             state.tensors                       rank 0: the replicated state, as in a checkpoint
             rank-<N>.tensors                    the rank's own state (its RNG)
             meta.json                           written last: step, series, files' digests
+        restore/rank-<N>/                       after a failure: the slots of the step just
+                                                committed, which the restarted workers map
+                                                (accel.store._restore); gone once the new
+                                                attempt holds a step of its own whole
 
 A worker (:class:`SlotWriter`) writes a snapshot into the slot that does not hold its
 newest one: it removes that slot's ``meta.json`` first, then writes the files and
@@ -75,6 +79,7 @@ KEEP = "slot-keep"  # a step to persist: not overwritten before the launcher com
 META = SNAPSHOT_META
 OWNER = "owner"
 PERSISTED = "persisted"  # the launcher's: the newest step it committed
+RESTORE = "restore"  # the slots of the step committed at a failure (accel.store._restore)
 PREFIX = "accel-"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _META_LIMIT = 1 << 20
@@ -499,12 +504,48 @@ class Persister:
             self.persisted.append((step, tag))
             return step
 
-    def clear(self) -> None:
+    @property
+    def newest(self) -> int | None:
+        """The newest step this launcher committed (None: none yet)."""
+        return self._last if self._last >= 0 else None
+
+    def clear(self, keep: int | None = None) -> bool:
         """Before a restart: the dead attempt's snapshots go (a nondeterministic run's
-        new attempt must never mix its steps with theirs)."""
+        new attempt must never mix its steps with theirs), but for the slots of ``keep``,
+        a step committed: they move to ``restore/``, where the new attempt's workers map
+        that checkpoint's files from memory (:mod:`accel.store._restore`). Whether it did."""
         with self._lock:
+            remove_tier(self.tier / RESTORE)
+            kept = keep is not None and self._keep(keep)
             for rank in range(self.world_size):
                 remove_tier(self.tier / rank_name(rank))
+            return kept
+
+    def _keep(self, step: int) -> bool:
+        ranks = common_steps(self.tier, self.world_size).get(step)
+        if ranks is None:
+            return False
+        staging = self.tier / f"{RESTORE}.new"
+        remove_tier(staging)
+        try:
+            staging.mkdir(mode=0o700)
+            for rank, slot in ranks.items():
+                os.rename(slot.path, staging / rank_name(rank))
+            os.rename(staging, self.tier / RESTORE)
+        except OSError:
+            remove_tier(staging)  # the workers load it from the disk
+            return False
+        return True
+
+    def drop_restored(self) -> bool:
+        """Remove ``restore/`` once the new attempt holds a step of its own whole (its
+        workers loaded what they needed before their first snapshot); True when done."""
+        if not (self.tier / RESTORE).exists():
+            return True
+        if not common_steps(self.tier, self.world_size):
+            return False
+        remove_tier(self.tier / RESTORE)
+        return True
 
 
 def _inodes(ranks: dict[int, Slot] | None) -> dict[tuple[int, str], int] | None:
@@ -523,19 +564,14 @@ def _inodes(ranks: dict[int, Slot] | None) -> dict[tuple[int, str], int] | None:
 
 
 def copy_checked(source: BinaryIO, target: Path, size: int) -> dict[str, Any]:
-    """Copy the open ``source`` to a new ``target`` (fsynced), hashing it as it goes; its
-    size must be the one its writer recorded. The digest, for the manifest."""
+    """Copy the open ``source`` to a new ``target`` (fsynced, around the page cache:
+    :mod:`accel.store._direct`), hashing it as it goes; its size must be the one its
+    writer recorded. The digest, for the manifest."""
+    from accel.store._direct import copy_direct
     from accel.store.hashing import ALGORITHM, new_hasher
 
     hasher = new_hasher()
-    copied = 0
-    with open(target, "xb") as dst:
-        while chunk := source.read(8 << 20):
-            hasher.update(chunk)
-            dst.write(chunk)
-            copied += len(chunk)
-        dst.flush()
-        os.fsync(dst.fileno())
+    copied = copy_direct(source, target, hasher.update)
     if copied != size:
         raise OSError(errno.EIO, f"{target.name}: {copied} bytes in memory, {size} recorded")
     return {"size": copied, "checksum": f"{ALGORITHM}:{hasher.hexdigest()}"}

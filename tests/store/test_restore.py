@@ -1,0 +1,156 @@
+"""A restart maps the checkpoint committed at a failure from the memory tier (issue 28),
+and the launcher's copy of a snapshot to disk goes around the page cache."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from accel.store import _direct, memtier
+from accel.store._restore import tier_copy
+from accel.store.manifest import STATE_TENSORS
+from accel.workspace import Workspace
+
+from .test_memtier import tier, write
+
+
+def _restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> tuple[Path, memtier.Persister]:
+    """Step 5 whole on both ranks, step 6 on rank 0 only, the launcher at a failure; this
+    process is then a restarted worker (the tier in its environment)."""
+    folder = tier(tmp_path, monkeypatch)
+    write(folder, 0, 5)
+    write(folder, 1, 5)
+    write(folder, 0, 6)
+    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
+    assert persister.persist_newest() == 5
+    assert persister.clear(keep=persister.newest)
+    monkeypatch.setenv(memtier.DIR_ENV, str(folder))
+    return folder, persister
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.unlink()  # the tier's files may be linked elsewhere: a new inode
+    path.write_bytes(bytes(data))
+
+
+def test_the_step_committed_at_a_failure_is_loaded_from_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    import torch
+
+    folder, _ = _restarted(tmp_path, monkeypatch, ws)
+    assert not (folder / "rank-0").exists() and not (folder / "rank-1").exists()
+    assert sorted(p.name for p in (folder / memtier.RESTORE).iterdir()) == ["rank-0", "rank-1"]
+    store = ws.checkpoints
+    found = store.view("main").checkpoints[-1]
+    assert tier_copy(found, STATE_TENSORS) == folder / "restore" / "rank-0" / STATE_TENSORS
+    assert tier_copy(found, "rank-1.tensors") == folder / "restore" / "rank-1" / "rank-1.tensors"
+    assert tier_copy(found, "rank-2.tensors") is None
+    # Proof that memory is read: the disk's copy damaged, the load still has the step.
+    _flip_last_byte(found.path / STATE_TENSORS)
+    assert torch.equal(store.load(5, series="main")["w"], torch.full((4,), 5.0))
+    assert store.load_rank_state(5, series="main", rank=1)["step"] == 5
+    monkeypatch.delenv(memtier.DIR_ENV)  # not a restarted worker: the disk, damaged
+    with pytest.raises(Exception, match="checksum"):
+        store.load(5, series="main")
+
+
+def test_a_tier_copy_that_is_not_the_checkpoints_bytes_loads_from_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    import torch
+
+    folder, _ = _restarted(tmp_path, monkeypatch, ws)
+    _flip_last_byte(folder / "restore" / "rank-0" / STATE_TENSORS)
+    assert torch.equal(ws.checkpoints.load(5, series="main")["w"], torch.full((4,), 5.0))
+
+
+def test_another_step_or_series_is_never_taken_from_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    _restarted(tmp_path, monkeypatch, ws)
+    (five,) = ws.checkpoints.view("main").checkpoints
+    assert tier_copy(five, STATE_TENSORS) is not None
+    for change in ({"step": 7}, {"series": "other"}):  # a checkpoint saved since, another
+        found = replace(five, manifest=replace(five.manifest, **change))
+        assert tier_copy(found, STATE_TENSORS) is None, change
+    ws.checkpoints.save({"w": 1}, step=7)  # the default series, saved after the failure
+    (seven,) = ws.checkpoints.view().checkpoints
+    assert tier_copy(seven, STATE_TENSORS) is None
+    assert ws.checkpoints.load(7) == {"w": 1}
+
+
+def test_restore_goes_once_the_new_attempt_holds_a_step_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder, persister = _restarted(tmp_path, monkeypatch, ws)
+    write(folder, 0, 6)
+    assert not persister.drop_restored()  # rank 1 has not snapshotted yet
+    write(folder, 1, 6)
+    assert persister.drop_restored()
+    assert not (folder / memtier.RESTORE).exists()
+
+
+def test_a_failure_before_any_commit_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder = tier(tmp_path, monkeypatch)
+    write(folder, 0, 5)  # never whole
+    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
+    assert persister.persist_newest() is None
+    assert not persister.clear(keep=persister.newest)
+    assert sorted(p.name for p in folder.iterdir()) == ["owner"]
+
+
+# -- the copy around the page cache ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "size",
+    [0, 1, _direct.ALIGN - 1, _direct.ALIGN + 1, _direct.CHUNK, 2 * _direct.CHUNK + 4097],
+)
+def test_a_copy_holds_the_bytes_and_hashes_them_all(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+    (tmp_path / "source").write_bytes(data)
+    seen = bytearray()
+    with open(tmp_path / "source", "rb") as source:
+        copied = _direct.copy_direct(source, tmp_path / "target", seen.extend)
+    assert copied == size and bytes(seen) == data
+    assert (tmp_path / "target").read_bytes() == data
+
+
+def test_a_file_system_that_refuses_direct_writes_gets_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = []
+    write = os.write
+
+    def refusing(fd: int, data: object) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write(fd, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_direct.os, "write", refusing)
+    data = os.urandom(_direct.CHUNK + 12345)
+    (tmp_path / "source").write_bytes(data)
+    with open(tmp_path / "source", "rb") as source:
+        assert _direct.copy_direct(source, tmp_path / "target", lambda _: None) == len(data)
+    assert refused and (tmp_path / "target").read_bytes() == data
+
+
+def test_a_copy_never_replaces_a_file(tmp_path: Path) -> None:
+    (tmp_path / "source").write_bytes(b"new")
+    (tmp_path / "target").write_bytes(b"old")
+    with open(tmp_path / "source", "rb") as source, pytest.raises(FileExistsError):
+        _direct.copy_direct(source, tmp_path / "target", lambda _: None)
+    assert (tmp_path / "target").read_bytes() == b"old"
