@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from accel.store import _direct, memtier
-from accel.store._restore import tier_copy
+from accel import _fs
+from accel.store import memtier
 from accel.store.manifest import STATE_TENSORS
+from accel.store.restore import release, tier_copy
 from accel.workspace import Workspace
 
 from .test_memtier import tier, write
@@ -100,6 +101,19 @@ def test_restore_goes_once_the_new_attempt_holds_a_step_whole(
     assert not (folder / memtier.RESTORE).exists()
 
 
+def test_the_restarted_main_rank_releases_the_memory_once_every_rank_has_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    import torch
+
+    folder, _ = _restarted(tmp_path, monkeypatch, ws)
+    state = ws.checkpoints.load(5, series="main")
+    release()
+    assert not (folder / memtier.RESTORE).exists()
+    assert torch.equal(state["w"], torch.full((4,), 5.0))  # mapped, still there
+    release()  # once is enough; again is nothing
+
+
 def test_a_failure_before_any_commit_keeps_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
 ) -> None:
@@ -116,14 +130,21 @@ def test_a_failure_before_any_commit_keeps_nothing(
 
 @pytest.mark.parametrize(
     "size",
-    [0, 1, _direct.ALIGN - 1, _direct.ALIGN + 1, _direct.CHUNK, 2 * _direct.CHUNK + 4097],
+    [
+        0,
+        1,
+        _fs.DIRECT_ALIGN - 1,
+        _fs.DIRECT_ALIGN + 1,
+        _fs.DIRECT_CHUNK,
+        2 * _fs.DIRECT_CHUNK + 4097,
+    ],
 )
 def test_a_copy_holds_the_bytes_and_hashes_them_all(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     (tmp_path / "source").write_bytes(data)
     seen = bytearray()
     with open(tmp_path / "source", "rb") as source:
-        copied = _direct.copy_direct(source, tmp_path / "target", seen.extend)
+        copied = _fs.copy_direct(source, tmp_path / "target", seen.extend)
     assert copied == size and bytes(seen) == data
     assert (tmp_path / "target").read_bytes() == data
 
@@ -140,11 +161,11 @@ def test_a_file_system_that_refuses_direct_writes_gets_the_same_bytes(
             raise OSError(errno.EINVAL, "Invalid argument")
         return write(fd, data)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_direct.os, "write", refusing)
-    data = os.urandom(_direct.CHUNK + 12345)
+    monkeypatch.setattr(_fs.os, "write", refusing)
+    data = os.urandom(_fs.DIRECT_CHUNK + 12345)
     (tmp_path / "source").write_bytes(data)
     with open(tmp_path / "source", "rb") as source:
-        assert _direct.copy_direct(source, tmp_path / "target", lambda _: None) == len(data)
+        assert _fs.copy_direct(source, tmp_path / "target", lambda _: None) == len(data)
     assert refused and (tmp_path / "target").read_bytes() == data
 
 
@@ -152,5 +173,5 @@ def test_a_copy_never_replaces_a_file(tmp_path: Path) -> None:
     (tmp_path / "source").write_bytes(b"new")
     (tmp_path / "target").write_bytes(b"old")
     with open(tmp_path / "source", "rb") as source, pytest.raises(FileExistsError):
-        _direct.copy_direct(source, tmp_path / "target", lambda _: None)
+        _fs.copy_direct(source, tmp_path / "target", lambda _: None)
     assert (tmp_path / "target").read_bytes() == b"old"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from accel.errors import AccelError, IntegrityError, UsageError
 from accel.layout import rank_log
+from accel.store.restore import release as release_restored
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -96,6 +97,8 @@ def load(
         loaded: Loaded | None
         loaded, error = _attempt(_read, acc, step, series)
         codes = _agree(acc, error)
+        if acc.is_main_process:  # every rank has read: the memory a restart read from goes
+            release_restored()
         if loaded is not None and not any(codes):
             names = list(loaded.state.get("sharded") or [])
             restored, error = _attempt(load_sharded, step, names)

@@ -39,7 +39,6 @@ from accel.identity import ensure
 from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_readers_lock
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
-from accel.store._restore import load_file
 from accel.store._trace import phase
 from accel.store.async_save import AsyncSave, SaveThreads, Snapshot, SnapshotPool
 from accel.store.collectives import (
@@ -52,6 +51,7 @@ from accel.store.collectives import (
 )
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX, parse_manifest, read_manifest
+from accel.store.restore import load_file
 from accel.store.series import (
     Found,
     Reaper,

@@ -13,7 +13,7 @@
             meta.json                           written last: step, series, files' digests
         restore/rank-<N>/                       after a failure: the slots of the step just
                                                 committed, which the restarted workers map
-                                                (accel.store._restore); gone once the new
+                                                (accel.store.restore); gone once the new
                                                 attempt holds a step of its own whole
 
 A worker (:class:`SlotWriter`) writes a snapshot into the slot that does not hold its
@@ -79,7 +79,7 @@ KEEP = "slot-keep"  # a step to persist: not overwritten before the launcher com
 META = SNAPSHOT_META
 OWNER = "owner"
 PERSISTED = "persisted"  # the launcher's: the newest step it committed
-RESTORE = "restore"  # the slots of the step committed at a failure (accel.store._restore)
+RESTORE = "restore"  # the slots of the step committed at a failure (accel.store.restore)
 PREFIX = "accel-"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _META_LIMIT = 1 << 20
@@ -513,7 +513,7 @@ class Persister:
         """Before a restart: the dead attempt's snapshots go (a nondeterministic run's
         new attempt must never mix its steps with theirs), but for the slots of ``keep``,
         a step committed: they move to ``restore/``, where the new attempt's workers map
-        that checkpoint's files from memory (:mod:`accel.store._restore`). Whether it did."""
+        that checkpoint's files from memory (:mod:`accel.store.restore`). Whether it did."""
         with self._lock:
             remove_tier(self.tier / RESTORE)
             kept = keep is not None and self._keep(keep)
@@ -565,9 +565,9 @@ def _inodes(ranks: dict[int, Slot] | None) -> dict[tuple[int, str], int] | None:
 
 def copy_checked(source: BinaryIO, target: Path, size: int) -> dict[str, Any]:
     """Copy the open ``source`` to a new ``target`` (fsynced, around the page cache:
-    :mod:`accel.store._direct`), hashing it as it goes; its size must be the one its
+    :func:`accel._fs.copy_direct`), hashing it as it goes; its size must be the one its
     writer recorded. The digest, for the manifest."""
-    from accel.store._direct import copy_direct
+    from accel._fs import copy_direct
     from accel.store.hashing import ALGORITHM, new_hasher
 
     hasher = new_hasher()

@@ -10,16 +10,21 @@ The checkpoint on disk stays the authority: a file is taken from memory only whe
 slot names that checkpoint's step and series and its size is the manifest's, and it is
 verified against the manifest's checksum like a file on disk (that checksum was computed
 from these very bytes as the launcher copied them). Anything else (no tier, another
-step, a file that fails its checksum) loads from the disk, as before.
+step, a file that fails its checksum) loads from the disk, as before. Once every rank
+has read (``load_state()``'s agreement), rank 0 removes ``restore/`` (:func:`release`): the
+new attempt's snapshots get the shared memory it held; what the ranks mapped stays
+theirs until they let go of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from accel._fs import remove_tree
 from accel.errors import AccelError
 from accel.layout import rank_name
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
@@ -59,3 +64,13 @@ def tier_copy(found: Found, name: str) -> Path | None:
     if (slot.step, slot.series) != (found.manifest.step, found.manifest.series):
         return None
     return folder / name if slot.files[name]["size"] == digest.size else None
+
+
+def release() -> None:
+    """Remove the tier's ``restore/`` (a restarted rank 0, once every rank has read)."""
+    from accel.store.memtier import DIR_ENV, RESTORE
+
+    tier = os.environ.get(DIR_ENV)
+    if tier:
+        with contextlib.suppress(OSError):
+            remove_tree(Path(tier) / RESTORE)
