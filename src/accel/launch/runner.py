@@ -335,14 +335,15 @@ class _Run:
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
         step = self._persist_newest()  # first: the newest whole snapshot outlives the failure
-        if self.persister is not None:  # the restart maps the step committed from memory
-            self.restored = self.persister.clear(keep=self.persister.newest)
+        left = self.plan.max_restarts - attempt
+        if self.persister is not None:  # a restart maps the step committed from memory
+            keep = self.persister.newest if left > 0 else None
+            self.restored = self.persister.clear(keep=keep)
         if step is not None:
-            memory = "; a restart loads it from memory" if self.restored else ""
+            memory = "; the restart loads it from memory" if self.restored else ""
             self.notify(f"accel: saved the snapshot of step {step} as a checkpoint{memory}")
         self._judge(attempt, failures)
         root = self.verdict.first
-        left = self.plan.max_restarts - attempt
         if root is not None and left > 0:
             verb = "is stuck" if root.fate == STUCK else "failed"
             self.notify(
