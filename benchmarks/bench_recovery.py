@@ -209,6 +209,8 @@ def report(
         medians[launcher] = statistics.median(times) if times else float("nan")
         shown = f"{medians[launcher]:18.2f} s{p90(times):7.2f}s" if times else " " * 28
         each = ",".join(map(str, losses)) or "-"
+        if len(losses) > 10:  # the trials: how many rounds lost how many steps
+            each = " ".join(f"{n}:{losses.count(n)}x" for n in sorted(set(losses)))
         print(f"{launcher:<26}{shown}{each:>12}{f'{same}/{len(rounds)}':>9}{bad:>13}")
         if launcher != "torchrun":
             ok &= bool(times) and lost <= 1 and same == len(rounds) and not bad
