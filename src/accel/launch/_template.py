@@ -181,11 +181,14 @@ class Server:
         while self.later:
             self.later.pop(0)()
         gc.freeze()  # what it built is the workers' too, read-only
-        with _quiet():
-            folder = os.path.join(os.path.dirname(self.listener.getsockname()), PIDS)
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, WARM), "w"):
-                pass
+        with _quiet(), open(os.path.join(self._pids_folder(), WARM), "w"):
+            pass
+
+    def _pids_folder(self) -> str:
+        """``pids/`` beside the socket (made if missing): what the template tells others."""
+        folder = os.path.join(os.path.dirname(self.listener.getsockname()), PIDS)
+        os.makedirs(folder, exist_ok=True)
+        return folder
 
     def _accept(self, key: selectors.SelectorKey) -> Request | None:
         conn, _ = self.listener.accept()
@@ -242,8 +245,7 @@ class Server:
         with _quiet():
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size)
             shim = _CREDS.unpack(creds)[0]
-            folder = os.path.join(os.path.dirname(self.listener.getsockname()), PIDS)
-            os.makedirs(folder, exist_ok=True)
+            folder = self._pids_folder()
             temp = os.path.join(folder, f".{shim}.tmp")
             with open(temp, "w", encoding="ascii") as fh:
                 fh.write(str(pid))

@@ -339,9 +339,7 @@ class _Run:
         if self.persister is not None:  # a restart maps the step committed from memory
             keep = self.persister.newest if left > 0 else None
             self.restored = self.persister.clear(keep=keep)
-        if step is not None:
-            memory = "; the restart loads it from memory" if self.restored else ""
-            self.notify(f"accel: saved the snapshot of step {step} as a checkpoint{memory}")
+        self._say_saved(step, "; the restart loads it from memory" if self.restored else "")
         self._judge(attempt, failures)
         root = self.verdict.first
         if root is not None and left > 0:
@@ -391,11 +389,13 @@ class _Run:
         """Commit the memory tier's newest whole step; the step, when there was one."""
         return None if self.persister is None else self.persister.persist_newest()
 
+    def _say_saved(self, step: int | None, then: str = "") -> None:
+        if step is not None:
+            self.notify(f"accel: saved the snapshot of step {step} as a checkpoint{then}")
+
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
         if status != RunStatus.SUCCEEDED:  # stopped (a signal, a preemption) or failed for good
-            step = self._persist_newest()
-            if step is not None:
-                self.notify(f"accel: saved the snapshot of step {step} as a checkpoint")
+            self._say_saved(self._persist_newest())
         if status == RunStatus.INTERRUPTED and self.pids:
             self._judge(self.attempt, {}, BY_SIGNAL)
         verdict = self.verdict if status != RunStatus.SUCCEEDED else Verdict(())
