@@ -162,7 +162,7 @@ def _why_stopped(stop: Stop | None, first: RankFailure | None) -> str:
 _COLLECTIVE_FRAME = re.compile(
     r'File "[^"]*[/\\]torch[/\\](distributed|nn[/\\]parallel[/\\]distributed)[^"]*", '
     r"line \d+ in (?!<module>)"
-    r'|File "[^"]*[/\\]accel[/\\]store[/\\]collectives\.py", line \d+ in (arrive|_wait)\b'
+    r'|File "[^"]*[/\\]accel[/\\]store[/\\]collectives\.py", line \d+ in (arrive|_meet|_wait)\b'
     r'|File "[^"]*[/\\]accel[/\\]accelerator[/\\][^"]*\.py", line \d+ in wait_for_everyone\b'
 )
 _BOOTSTRAP_FILE = re.compile(r"[/\\]accel[/\\]launch[/\\]_bootstrap\.py")

@@ -44,6 +44,7 @@ from accel.store.async_save import AsyncSave, SaveThreads, Snapshot, SnapshotPoo
 from accel.store.collectives import (
     DistContext,
     arrive,
+    arrive_later,
     attempt,
     collect,
     current_context,
@@ -312,14 +313,16 @@ class Checkpoints:
             raise UsageError(f"invalid checkpoint tag {tag!r}: use a string")
         require_tensor_tree(state, "checkpoint state")
         require_tensor_tree(rank_state, "checkpoint rank_state")
-        with phase("wait-previous"):
-            self.wait()
-        self._arrive("Checkpoints.save")
-        self._dist = current_context(self._dist, self._collective_timeout())
         if async_save is None:
             async_save = self.settings.async_save and sharded is None
         if async_save and sharded is not None:
             raise UsageError("sharded state is saved synchronously: pass async_save=False")
+        with phase("wait-previous"):
+            self.wait()
+        met = arrive_later("Checkpoints.save", self.settings.arrival_timeout)
+        if not async_save or self._dist is None:
+            met()  # the first save makes the save's process group: a collective of its own
+        self._dist = current_context(self._dist, self._collective_timeout())
         if not async_save:
             self._last = self._write(state, rank_state, step, tag, self._dist, sharded)
             return self._last
@@ -335,6 +338,7 @@ class Checkpoints:
                 snapshot.copy()  # at full speed: the next optimizer step may be waiting
 
         def persist() -> CheckpointInfo:
+            met()  # every rank came (off the caller's path: its error is this save's)
             tree = snapshot.tree  # written niced: it has until the next save to finish
             whole = lambda: _whole(snapshot, step)  # noqa: E731 - every rank checks its own
             return self._write(tree[0], tree[1], step, tag, ctx, check=whole)

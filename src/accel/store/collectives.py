@@ -215,7 +215,7 @@ _ERRORS: dict[str, type[AccelError]] = {
 
 _local = threading.local()
 _lock = threading.Lock()
-_state: dict[str, Any] = {"seq": 0, "store": None, "where": None}
+_state: dict[str, Any] = {"seq": 0, "store": None, "where": None, "meeting": None}
 POLL_MAX = 0.1  # seconds between looks at the store, at most
 POISON = 1 << 40  # taken off the count by a rank that gives up: nobody can pass after
 
@@ -233,30 +233,94 @@ def named(name: str) -> Iterator[None]:
 
 def arrive(default_name: str, timeout: float, env: Mapping[str, str] | None = None) -> None:
     """Wait until every rank has reached this checkpoint collective (see the module doc)."""
+    arrive_later(default_name, timeout, env)()
+
+
+def arrive_later(
+    default_name: str, timeout: float, env: Mapping[str, str] | None = None
+) -> Callable[[], None]:
+    """This rank's part in the next checkpoint collective's meeting, to call later: the
+    call announces the rank on the store and waits for the others.
+
+    An overlapped save hands that call to its writer: it runs beside training, and a rank
+    that never came fails the save (raised by its next ``wait``) instead of stalling the
+    caller for the store's round trips. The meeting's number is taken here, in call
+    order, and its timeout counts from here. Each meeting is over on this rank before
+    the next one is made (making it finishes the last one first): a rank that passed
+    meeting N+1 may forget the keys of meeting N only because every rank was done with N
+    before it announced N+1.
+    """
     group = _group()
     if group is None:
-        return
+        return _NOTHING
     rank, world = group
     env = os.environ if env is None else env
     store = _store(env)
     if store is None:
-        return
+        return _NOTHING
     name = getattr(_local, "name", None) or default_name
+    with _lock:
+        previous, _state["meeting"] = _state["meeting"], None
+    if previous is not None:
+        with contextlib.suppress(Exception):  # its error is its own collective's to raise
+            previous()
     with _lock:
         _state["seq"] += 1
         seq = _state["seq"]
-    prefix = _prefix(env, seq)
+    meeting = _Meeting(store, _prefix(env, seq), _prefix(env, seq - 1), rank, world, name, timeout)
+    with _lock:
+        _state["meeting"] = meeting
+    return meeting
+
+
+def _nothing() -> None:
+    return None
+
+
+_NOTHING: Callable[[], None] = _nothing
+
+
+class _Meeting:
+    """One rank's part in a meeting, played once, by whichever thread calls it first;
+    every caller gets the same outcome."""
+
+    def __init__(
+        self, store: Any, prefix: str, before: str, rank: int, world: int, name: str, timeout: float
+    ) -> None:
+        self._args = (store, prefix, rank, world, name, timeout)
+        self._before = before
+        self._deadline = time.monotonic() + timeout
+        self._lock = threading.Lock()
+        self._done = False
+        self._error: BaseException | None = None
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._done:
+                self._done = True
+                try:
+                    _meet(*self._args, self._deadline)
+                    _forget(self._args[0], self._before, self._args[2])
+                except BaseException as exc:  # noqa: BLE001 - every caller gets it
+                    self._error = exc
+            if self._error is not None:
+                raise self._error
+
+
+def _meet(
+    store: Any, prefix: str, rank: int, world: int, name: str, timeout: float, deadline: float
+) -> None:
     store.set(f"{prefix}/{rank_name(rank)}", name)
     if int(store.add(f"{prefix}/count", 1)) < world:
-        _wait(store, prefix, rank, world, name, timeout)
-    _forget(store, _prefix(env, seq - 1), rank)
+        _wait(store, prefix, rank, world, name, timeout, deadline)
 
 
-def _wait(store: Any, prefix: str, rank: int, world: int, name: str, timeout: float) -> None:
+def _wait(
+    store: Any, prefix: str, rank: int, world: int, name: str, timeout: float, deadline: float
+) -> None:
     count = f"{prefix}/count"
-    deadline = time.monotonic() + timeout
     # The first look comes soon: the ranks usually arrive within a fraction of a
-    # millisecond of each other, and an overlapped save_state blocks for this wait alone.
+    # millisecond of each other.
     pause = 0.0002
     while True:
         if int(store.add(count, 0)) >= world:
