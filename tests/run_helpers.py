@@ -157,7 +157,8 @@ def aborted_in_teardown(done: subprocess.CompletedProcess[str]) -> bool:
     interpreter's teardown ("terminate called without an active exception", SIGABRT,
     with no Python frame left: 10 of 82 runs of Accelerate's memory example on torch 2.13).
     accel's bootstrap records such a rank as finished (accel.launch.teardown); the
-    baselines' launchers report the run as failed, so their tests ask them again."""
+    baselines' launchers report the run as failed, so their tests ask them again, and
+    ranks a test starts without any launcher are judged by the same rule."""
     return done.returncode != 0 and "terminate called without an active exception" in (
         done.stderr or ""
     )

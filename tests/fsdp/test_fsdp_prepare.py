@@ -12,9 +12,10 @@ import torch
 
 import accel
 from accel.errors import UsageError
-from run_helpers import free_port
+from run_helpers import aborted_in_teardown, free_port
 
 CHECKS = Path(__file__).resolve().parent / "scripts" / "fsdp_checks.py"
+RETURNED = "fsdp_checks: returned"  # on stderr after end(): then only teardown is left
 
 
 def _ranks(
@@ -56,7 +57,15 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 def _ok(done: list[subprocess.CompletedProcess[str]]) -> None:
-    assert [d.returncode for d in done] == [0, 0], "\n".join(d.stderr[-3000:] for d in done)
+    """Both ranks' checks passed: each exited 0 or, as accel's launcher judges a rank
+    (accel.launch.teardown), its script returned and torch's gloo then aborted it in the
+    interpreter's teardown (CI61: 2 ranks of these tests, "terminate called without an
+    active exception", not seen in 54 reruns; these ranks run without a launcher)."""
+
+    def passed(d: subprocess.CompletedProcess[str]) -> bool:
+        return d.returncode == 0 or (RETURNED in d.stderr and aborted_in_teardown(d))
+
+    assert all(passed(d) for d in done), "\n".join(d.stderr[-3000:] for d in done)
 
 
 @pytest.mark.slow
