@@ -34,9 +34,8 @@ not blur as it blurs wall time.
 Goals (issue 27): blocked time per overlapped save <= 0.10 x memcpy; step-time overhead
 of a memory snapshot every 10 steps <= 3 % (the overhead of an overlapped save_state
 every 10 steps, which also writes the state to disk, is printed beside it); of a
-memory snapshot every step
-<= 1.2 x memcpy / step time; DCP's async_save beaten on blocked time. Exits 1 when a
-goal is missed. ``--quick`` (6 steps, one round) runs in under two minutes
+memory snapshot every step <= 1.2 x memcpy / step time; DCP's async_save beaten on
+blocked time. Exits 1 when a goal is missed. ``--quick`` (6 steps, one round) runs in under two minutes
 on two idle cores; its numbers are a smoke test, not a measurement.
 """
 

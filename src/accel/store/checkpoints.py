@@ -43,7 +43,6 @@ from accel.store._trace import phase
 from accel.store.async_save import AsyncSave, SaveThreads, Snapshot, SnapshotPool
 from accel.store.collectives import (
     DistContext,
-    arrive,
     arrive_later,
     attempt,
     collect,
@@ -238,7 +237,7 @@ class Checkpoints:
         A collective under torch.distributed: every rank calls it. The ranks share the
         verification of every file before any is read. Returns the step loaded.
         """
-        self._arrive("Checkpoints.load_sharded")
+        self._arrive("Checkpoints.load_sharded")()
         ctx = self._dist = current_context(self._dist, self._collective_timeout())
         wanted = attempt(ctx, lambda: self._resolve(step, series).manifest.step)
         chosen = collect(ctx.broadcast(wanted))
@@ -319,7 +318,7 @@ class Checkpoints:
             raise UsageError("sharded state is saved synchronously: pass async_save=False")
         with phase("wait-previous"):
             self.wait()
-        met = arrive_later("Checkpoints.save", self.settings.arrival_timeout)
+        met = self._arrive("Checkpoints.save")
         if not async_save or self._dist is None:
             met()  # the first save makes the save's process group: a collective of its own
         self._dist = current_context(self._dist, self._collective_timeout())
@@ -382,9 +381,10 @@ class Checkpoints:
         if self._snapshot is not None:
             self._snapshot.fence()
 
-    def _arrive(self, name: str) -> None:
-        """Every rank must reach a checkpoint collective; a bounded wait says who did not."""
-        arrive(name, self.settings.arrival_timeout)
+    def _arrive(self, name: str) -> Callable[[], None]:
+        """Every rank must reach a checkpoint collective; the call returned waits for them,
+        bounded, and says who did not come (:func:`accel.store.collectives.arrive_later`)."""
+        return arrive_later(name, self.settings.arrival_timeout)
 
     def _collective_timeout(self) -> float:
         return self.settings.collective_timeout

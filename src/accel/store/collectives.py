@@ -252,12 +252,12 @@ def arrive_later(
     """
     group = _group()
     if group is None:
-        return _NOTHING
+        return _nothing
     rank, world = group
     env = os.environ if env is None else env
     store = _store(env)
     if store is None:
-        return _NOTHING
+        return _nothing
     name = getattr(_local, "name", None) or default_name
     with _lock:
         previous, _state["meeting"] = _state["meeting"], None
@@ -267,29 +267,31 @@ def arrive_later(
     with _lock:
         _state["seq"] += 1
         seq = _state["seq"]
-    meeting = _Meeting(store, _prefix(env, seq), _prefix(env, seq - 1), rank, world, name, timeout)
-    with _lock:
-        _state["meeting"] = meeting
+        meeting = _state["meeting"] = _Meeting(store, env, seq, rank, world, name, timeout)
     return meeting
 
 
 def _nothing() -> None:
-    return None
-
-
-_NOTHING: Callable[[], None] = _nothing
+    """The meeting of a process with no store to meet on (or alone): nothing to wait for."""
 
 
 class _Meeting:
-    """One rank's part in a meeting, played once, by whichever thread calls it first;
-    every caller gets the same outcome."""
+    """One rank's part in meeting ``seq``, played once, by whichever thread calls it
+    first; every caller gets the same outcome."""
 
     def __init__(
-        self, store: Any, prefix: str, before: str, rank: int, world: int, name: str, timeout: float
+        self,
+        store: Any,
+        env: Mapping[str, str],
+        seq: int,
+        rank: int,
+        world: int,
+        name: str,
+        timeout: float,
     ) -> None:
-        self._args = (store, prefix, rank, world, name, timeout)
-        self._before = before
-        self._deadline = time.monotonic() + timeout
+        self.store, self.rank, self.world, self.name = store, rank, world, name
+        self.prefix, self.before = _prefix(env, seq), _prefix(env, seq - 1)
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self._lock = threading.Lock()
         self._done = False
         self._error: BaseException | None = None
@@ -299,20 +301,18 @@ class _Meeting:
             if not self._done:
                 self._done = True
                 try:
-                    _meet(*self._args, self._deadline)
-                    _forget(self._args[0], self._before, self._args[2])
+                    _meet(self)
+                    _forget(self.store, self.before, self.rank)
                 except BaseException as exc:  # noqa: BLE001 - every caller gets it
                     self._error = exc
             if self._error is not None:
                 raise self._error
 
 
-def _meet(
-    store: Any, prefix: str, rank: int, world: int, name: str, timeout: float, deadline: float
-) -> None:
-    store.set(f"{prefix}/{rank_name(rank)}", name)
-    if int(store.add(f"{prefix}/count", 1)) < world:
-        _wait(store, prefix, rank, world, name, timeout, deadline)
+def _meet(m: _Meeting) -> None:
+    m.store.set(f"{m.prefix}/{rank_name(m.rank)}", m.name)
+    if int(m.store.add(f"{m.prefix}/count", 1)) < m.world:
+        _wait(m.store, m.prefix, m.rank, m.world, m.name, m.timeout, m.deadline)
 
 
 def _wait(
