@@ -3,13 +3,14 @@ after the optimizer, at the iteration's end when an LR scheduler does."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 import accel
-from accel.store import memtier
+from accel.store import async_save, memtier
 from accel.store.manifest import STATE_TENSORS
 from accel.store.tensorfile import read_tree
 
@@ -66,4 +67,64 @@ def test_a_snapshot_waits_for_the_scheduler_that_steps_after_the_optimizer(tier:
     # what save_state(1) at the iteration's end holds: the scheduler stepped once
     assert state["schedulers"] == [sched.state_dict()]  # type: ignore[attr-defined]
     assert state["schedulers"][0]["last_epoch"] == 1 and opt.param_groups[0]["lr"] == 0.05
+    acc.end()
+
+
+def _slot_state(tier: Path, step: int) -> dict[str, object]:
+    (slot,) = [s for s in memtier.slots(tier, 1)[0] if s.step == step]
+    state, _ = read_tree(slot.path / STATE_TENSORS, slot.files[STATE_TENSORS]["size"], "cpu")
+    return state
+
+
+def _step(acc: accel.Accelerator, opt: torch.optim.Optimizer) -> None:
+    acc.backward(acc._models[0](torch.ones(2, 4)).sum())
+    opt.step()
+
+
+def test_a_snapshot_whole_at_the_step_is_written_from_the_training_tensors_once(
+    tier: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once the three slots hold files to rewrite in place, the optimizer's tensors go
+    # straight into the tier, not into the pool's buffers first: one pass over the
+    # state, not two. (A new file costs more than the copy: those are copied first.)
+    copied: list[int] = []
+    real_copy = async_save._copy_alone
+    monkeypatch.setattr(
+        async_save, "_copy_alone", lambda dst, src: copied.append(1) or real_copy(dst, src)
+    )
+    acc, opt, _ = one_step(with_scheduler=False)
+    model = acc._models[0]
+    for step in range(1, 7):
+        if step > 1:
+            _step(acc, opt)
+        acc._snapshots.join()  # type: ignore[union-attr]
+        state = _slot_state(tier, step)
+        weights = state["models"][0]  # type: ignore[index]
+        assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items()), step
+        assert state["optimizer_steps"] == step
+        if step == 3:
+            assert copied
+            copied.clear()
+    assert copied == []
+    acc.end()
+
+
+def test_a_change_during_a_one_pass_write_skips_that_snapshot(
+    tier: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    acc, opt, _ = one_step(with_scheduler=False)
+    for _ in range(2):
+        _step(acc, opt)
+    acc._snapshots.join()  # type: ignore[union-attr]
+    assert list(memtier.common_steps(tier, 1)) == [1, 2, 3]
+    gate = threading.Event()
+    monkeypatch.setattr(async_save, "_before_copy", lambda: gate.wait(60))
+    monkeypatch.setattr(async_save, "_on_fence", gate.set)
+    _step(acc, opt)  # step 4: written in one pass, held until something fences it
+    with torch.no_grad():
+        acc._models[0].weight.add_(1.0)  # an in-place write the fence did not see
+    async_save.fence_all()  # the write goes on, reads the changed tensor, sees it moved
+    acc._snapshots.join()  # type: ignore[union-attr]
+    assert list(memtier.common_steps(tier, 1)) == [2, 3]
+    assert "the snapshot of step 4 was skipped" in capsys.readouterr().err
     acc.end()

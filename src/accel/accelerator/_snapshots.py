@@ -111,6 +111,8 @@ class Snapshots:
             "rng": rng_state(),
         }
         taken = self._taken = _Taken(self.count, snapshot, early)
+        if not (acc._schedulers or acc._custom_objects or acc.scaler is not None):
+            self.close()  # nothing steps after the optimizer: the snapshot is whole now
         before = self._writers[-1][1] if self._writers else None
         done = threading.Event()
         thread = threading.Thread(
@@ -121,8 +123,6 @@ class Snapshots:
         )
         self._writers.append((thread, done))
         thread.start()
-        if not (acc._schedulers or acc._custom_objects or acc.scaler is not None):
-            self.close()  # nothing steps after the optimizer: the snapshot is whole now
 
     def close(self) -> None:
         """The iteration ended: what steps after the optimizer is read now."""
@@ -170,9 +170,22 @@ class Snapshots:
         from accel.errors import AccelError
         from accel.layout import rank_name
         from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX
+        from accel.store.memtier import files_of
 
         snapshot, early = taken.snapshot, taken.early
-        if snapshot is not None:
+        assert self.writer is not None
+        # One pass where it can: a snapshot whole at the step (nothing steps after the
+        # optimizer), the snapshot before it in the tier, and a slot to rewrite in place
+        # now, is written from training's tensors themselves while the fence holds the
+        # next step, instead of copied first and written from the copy (two passes over
+        # the state, on the cores training uses: docs/benchmarks.md).
+        direct = (
+            snapshot is not None
+            and taken.closed.is_set()
+            and (before is None or before.is_set())
+            and self.writer.ready(files_of(self.acc.rank))
+        )
+        if snapshot is not None and not direct:
             snapshot.copy()  # at full speed: the next optimizer step may be waiting
         taken.closed.wait()
         if before is not None:
@@ -182,16 +195,12 @@ class Snapshots:
         # two saturated cores it lagged: 2 steps lost in 3 of 4 kills, 1 in 4 of 4
         # without (docs/benchmarks.md, "What a crash costs").
         if snapshot is not None and snapshot.torn:
-            self._say(
-                f"accel: the snapshot of step {taken.step} was skipped: "
-                f"{snapshot.torn[0]} changed while it was copied (change what an optimizer "
-                "owns only in its step())"
-            )
+            self._torn(taken.step, snapshot.torn)
             return
         acc, late = self.acc, taken.late
         trees: dict[str, Any] = {rank_name(acc.rank, TENSORS_SUFFIX): {"rng": early["rng"]}}
         if snapshot is not None:
-            models, optimizers = snapshot.tree
+            models, optimizers = snapshot.sources() if direct else snapshot.tree
             trees = {
                 STATE_TENSORS: checkpoint_state(
                     taken.step,
@@ -208,7 +217,6 @@ class Snapshots:
                 ),
                 **trees,
             }
-        assert self.writer is not None
         due = self.persist is not None and taken.step % self.persist == 0
         timeout = acc.checkpoints.settings.collective_timeout
         try:
@@ -218,9 +226,19 @@ class Snapshots:
                 trees,
                 keep=timeout if due else None,
                 wait=timeout,
+                written=snapshot.read if direct and snapshot is not None else None,
             )
         except (AccelError, OSError) as exc:
             self._say(str(exc))
+        finally:
+            if direct and snapshot is not None and not snapshot.read():
+                self._torn(taken.step, snapshot.torn)
+
+    def _torn(self, step: int, torn: list[str]) -> None:
+        self._say(
+            f"accel: the snapshot of step {step} was skipped: {torn[0]} changed while it "
+            "was copied (change what an optimizer owns only in its step())"
+        )
 
     def _check_space(self) -> None:
         """Once, before the first snapshot, on every rank alike: can the tier hold three

@@ -96,6 +96,18 @@ class InPlaceFiles:
                 raise
         return mapped
 
+    def holds(self, path: Path) -> bool:
+        """Whether a write of ``path`` rewrites the file in place (unless a reader locks
+        it meanwhile): the file this writer wrote is still there, with no other link."""
+        mapped = self._files.get(path)
+        if mapped is None:
+            return False
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == mapped.ino
+            return same and os.fstat(mapped.fd).st_nlink == 1
+        except OSError:
+            return False
+
     def _create(self, path: Path) -> _Mapped:
         """A new, empty file at ``path``, locked."""
         self.drop(path)

@@ -223,12 +223,38 @@ class Snapshot:
                 _before_copy()
             for dst, src, _, _ in self._jobs:
                 _copy_alone(dst, src)
-            moved = [where for _, src, version, where in self._jobs if src._version != version]
-            self.torn = [_spelled(where) for where in moved]
+            self._check()
         finally:
-            self._jobs = []  # the sources are the caller's: hold them no longer
-            _in_flight.discard(self)
-            self._done.set()
+            self._let_go()
+
+    def sources(self) -> Any:
+        """:attr:`tree` with the tensors left for the background read from the caller's
+        own, not copied: for a writer that reads them once, where :meth:`copy` and a write
+        of the copy read them twice. The fence waits until :meth:`read` is called, which
+        must follow whatever happens."""
+        if self._jobs and _before_copy is not None:
+            _before_copy()
+        swap = {id(dst): src.detach() for dst, src, _, _ in self._jobs}
+        return _swapped(self.tree, swap) if swap else self.tree
+
+    def read(self) -> bool:
+        """The sources of :meth:`sources` were read (again: a no-op): their versions are
+        checked and the fence lets training go on. Whether none of them moved."""
+        if not self._done.is_set():
+            try:
+                self._check()
+            finally:
+                self._let_go()
+        return not self.torn
+
+    def _check(self) -> None:
+        moved = [where for _, src, version, where in self._jobs if src._version != version]
+        self.torn = [_spelled(where) for where in moved]
+
+    def _let_go(self) -> None:
+        self._jobs = []  # the sources are the caller's: hold them no longer
+        _in_flight.discard(self)
+        self._done.set()
 
     def fence(self) -> None:
         """Wait until :meth:`copy` is done (not the write that follows it)."""
@@ -315,6 +341,17 @@ class SnapshotPool:
         out, into = _bytes(dst), _bytes(src)
         for start in range(0, len(into), _CHUNK):
             self._jobs.append((out[start : start + _CHUNK], into[start : start + _CHUNK]))
+
+
+def _swapped(value: Any, swap: dict[int, Any]) -> Any:
+    """``value`` with the tensors whose ids ``swap`` holds replaced (containers rebuilt
+    as :meth:`SnapshotPool.take` built them)."""
+    kind = type(value)
+    if kind in (dict, OrderedDict):
+        return kind((k, _swapped(v, swap)) for k, v in value.items())
+    if kind in (list, tuple):
+        return kind(_swapped(v, swap) for v in value)
+    return swap.get(id(value), value)
 
 
 def _spelled(where: Any) -> str:

@@ -45,7 +45,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -205,18 +205,32 @@ class SlotWriter:
         oldest goes."""
         deadline = time.monotonic() + wait
         while True:
-            found = slots(self.tier, self.world_size)
-            mine = {slot.path.name: slot.step for slot in found.get(self.rank, [])}
-            empty = [name for name in SLOTS if name not in mine]
-            if empty:
-                return empty[0]
-            floor = max(_common(found, self.world_size), default=-1)
-            older = [name for name in SLOTS if mine[name] < floor]
-            if older:
-                return min(older, key=mine.__getitem__)
+            free, oldest = self._free_slot()
+            if free is not None:
+                return free
             if time.monotonic() >= deadline:
-                return min(SLOTS, key=mine.__getitem__)
+                return oldest
             time.sleep(0.002)
+
+    def ready(self, names: Iterable[str]) -> bool:
+        """Whether the next write of the files ``names`` goes at memory speed: into a slot
+        free without waiting for the other ranks (they only ever free more), over files
+        this writer wrote there and nothing else links (a new file costs four to five
+        times as much: accel.store._inplace)."""
+        free = self._free_slot()[0]
+        return free is not None and all(self._files.holds(self.folder / free / n) for n in names)
+
+    def _free_slot(self) -> tuple[str | None, str]:
+        """A slot :meth:`_next_slot` may write now (None: none), and the oldest one."""
+        found = slots(self.tier, self.world_size)
+        mine = {slot.path.name: slot.step for slot in found.get(self.rank, [])}
+        empty = [name for name in SLOTS if name not in mine]
+        if empty:
+            return empty[0], empty[0]
+        oldest = min(SLOTS, key=mine.__getitem__)
+        floor = max(_common(found, self.world_size), default=-1)
+        older = [name for name in SLOTS if mine[name] < floor]
+        return (oldest if older else None), oldest
 
     def write(
         self,
@@ -226,8 +240,12 @@ class SlotWriter:
         *,
         keep: float | None = None,
         wait: float = 0.0,
-    ) -> None:
-        """Write ``trees`` (file name -> tree) as the snapshot of ``step``.
+        written: Callable[[], bool] | None = None,
+    ) -> bool:
+        """Write ``trees`` (file name -> tree) as the snapshot of ``step``; whether it was.
+
+        ``written``: called once the files are written, before the slot names its step;
+        false: the snapshot is dropped (a tensor it read changed meanwhile).
 
         ``wait``: how long to wait for the other ranks when every slot holds a step they
         may not have (:meth:`_next_slot`). ``keep``: a step the launcher persists: once
@@ -239,7 +257,9 @@ class SlotWriter:
         :class:`TierFull` when shared memory runs out:
         the slot is left empty, the newest complete snapshot stays."""
         slot = self.folder / self._next_slot(wait)
-        meta = self._write_slot(slot, step, series, trees)
+        meta = self._write_slot(slot, step, series, trees, written)
+        if meta is None:
+            return False
         if keep is not None:
             kept = self.folder / KEEP
             self._wait_persisted(kept, keep)
@@ -248,6 +268,7 @@ class SlotWriter:
             except OSError:
                 _empty(kept)
                 raise
+        return True
 
     def _link(self, slot: Path, kept: Path, meta: dict[str, Any]) -> None:
         """``slot``'s files in ``kept`` too (the same inodes: no bytes copied), its
@@ -260,8 +281,13 @@ class SlotWriter:
         atomic_write_json(kept / META, meta, durable=False)
 
     def _write_slot(
-        self, slot: Path, step: int, series: str, trees: dict[str, Any]
-    ) -> dict[str, Any]:
+        self,
+        slot: Path,
+        step: int,
+        series: str,
+        trees: dict[str, Any],
+        written: Callable[[], bool] | None = None,
+    ) -> dict[str, Any] | None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(slot / META)  # first: from now on this slot is no snapshot
         for entry in os.scandir(slot):
@@ -272,17 +298,23 @@ class SlotWriter:
         try:
             for name, tree in trees.items():
                 files[name] = {"size": self._files.write(slot / name, tree)}
+            if written is not None and not written():
+                self._clear(slot, trees)
+                return None
             meta = {"step": step, "series": series, "rank": self.rank, "files": files}
             atomic_write_json(slot / META, meta, durable=False)
         except OSError as exc:  # a WriteFailed is an OSError too
             cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-            for name in trees:
-                self._files.drop(slot / name)
-            _empty(slot)
+            self._clear(slot, trees)
             if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise TierFull(full_message(self.tier)) from None
             raise
         return meta
+
+    def _clear(self, slot: Path, trees: dict[str, Any]) -> None:
+        for name in trees:
+            self._files.drop(slot / name)
+        _empty(slot)
 
     def close(self) -> None:
         """Let go of the files it wrote (they stay in the tier for the launcher)."""
