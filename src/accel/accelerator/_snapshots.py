@@ -16,9 +16,12 @@ taken in two moments:
   the first moment, and closes there: its write need not wait for the next step.
 
 The pre-hook then waits for the copy (the global fence), and the thread writes the
-snapshot into this rank's slot of the tier. Without a tier (no ``accel launch``, several
-nodes, FSDP's sharded state, or shared memory too small: one line says which) every
-``persist_every``-th step is saved blocking instead, at the same moment.
+snapshot into this rank's slot of the tier. A snapshot whole at the first moment whose
+slot is rewritten in place skips the copy: the thread writes the slot from training's
+tensors themselves, one pass instead of two, and the fence waits for that write.
+Without a tier (no ``accel launch``, several nodes, FSDP's sharded state, or shared
+memory too small: one line says which) every ``persist_every``-th step is saved
+blocking instead, at the same moment.
 """
 
 from __future__ import annotations
