@@ -248,7 +248,7 @@ class Snapshots:
         snapshots of every rank (four with persist_every)? If not, one line, and blocking
         saves instead."""
         from accel.store.collectives import current_context
-        from accel.store.memtier import HEADROOM, SLOTS, full_message, tree_bytes
+        from accel.store.memtier import HEADROOM, SLOTS, full_message
 
         assert self.writer is not None
         self._checked = True
@@ -264,7 +264,7 @@ class Snapshots:
         store.wait()  # its collectives and ours share a group: one at a time
         mine = 1 << 20
         if acc.rank == 0:
-            mine += tree_bytes(acc._state_dicts()[:2])
+            mine += _tree_bytes(acc._state_dicts()[:2])
         ctx = store._dist = current_context(store._dist, store.settings.collective_timeout)
         sizes = ctx.all_gather([mine, self.writer.free_bytes()])
         slots = len(SLOTS) + (1 if self.persist else 0)  # and one being persisted
@@ -277,6 +277,19 @@ class Snapshots:
         if line not in self._said:
             self._said.add(line)
             print(line, file=sys.stderr, flush=True)
+
+
+def _tree_bytes(tree: Any) -> int:
+    """Bytes of the tensors in ``tree`` (what a snapshot file of it needs, near enough)."""
+    import torch
+
+    if isinstance(tree, dict):
+        return sum(_tree_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(_tree_bytes(v) for v in tree)
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    return 0
 
 
 def checkpoint_state(

@@ -165,19 +165,6 @@ def files_of(rank: int) -> tuple[str, ...]:
 # -- the worker's side ----------------------------------------------------------------------
 
 
-def tree_bytes(tree: Any) -> int:
-    """Bytes of the tensors in ``tree`` (what a snapshot file of it needs, near enough)."""
-    import torch
-
-    if isinstance(tree, dict):
-        return sum(tree_bytes(v) for v in tree.values())
-    if isinstance(tree, (list, tuple)):
-        return sum(tree_bytes(v) for v in tree)
-    if isinstance(tree, torch.Tensor):
-        return tree.numel() * tree.element_size()
-    return 0
-
-
 class SlotWriter:
     """One rank's two slots in the launcher's folder."""
 
