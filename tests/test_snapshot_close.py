@@ -128,3 +128,20 @@ def test_a_change_during_a_one_pass_write_skips_that_snapshot(
     assert list(memtier.common_steps(tier, 1)) == [2, 3]
     assert "the snapshot of step 4 was skipped" in capsys.readouterr().err
     acc.end()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_writer_that_fails_before_it_copies_never_holds_the_next_step(
+    tier: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> bool:
+        raise RuntimeError("the writer's thread died here")
+
+    monkeypatch.setattr(memtier.SlotWriter, "ready", broken)
+    acc, opt, _ = one_step(with_scheduler=False)  # its writer dies before any copy
+    acc._snapshots._writers[-1][0].join()  # type: ignore[union-attr]
+    _step(acc, opt)  # the fence of this step has nothing to wait for: no hang
+    acc._snapshots.join()  # type: ignore[union-attr]
+    assert list(memtier.common_steps(tier, 1)) == []
+    acc.end()

@@ -167,6 +167,8 @@ class Snapshots:
         try:
             self._write_in_turn(taken, before)
         finally:
+            if taken.snapshot is not None:
+                taken.snapshot.read()  # whatever failed: the fence never waits forever
             done.set()
 
     def _write_in_turn(self, taken: _Taken, before: threading.Event | None) -> None:
