@@ -34,4 +34,8 @@ if plugin is not None:
 # One write per line: the workers may share one pipe (see the test's reader).
 sys.stdout.write("PROBE " + json.dumps(seen, sort_keys=True) + "\n")
 sys.stdout.flush()
+# Every rank joined before any leaves: gloo's full mesh can be whole on rank 0 while rank
+# 1 still connects, and a rank 0 that ends its group then fails rank 1's
+# init_process_group with "Connection closed by peer" (CI65, once).
+acc.wait_for_everyone()
 acc.end_training()
