@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -104,4 +105,7 @@ def _errors(logs: Path) -> str:
 def _ranks(workspace: Path, script: Path, args: list[str], logs: Path) -> list[int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
     env.update(ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    return two_ranks(script, args, env, logs)
+    try:
+        return two_ranks(script, args, env, logs)
+    except subprocess.TimeoutExpired:  # CI66 on torch 2.6: a hang; show where each rank was
+        raise AssertionError(f"{script.name} hung:\n{_errors(logs)}") from None
