@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -116,13 +117,27 @@ def _ephemeral_low() -> int:
     return 32768
 
 
+SHARE_ENV = "ACCEL_TEST_PORT_SHARE"  # "K/N": this pytest run's share of PORTS, of N
+
+
 def port_band() -> range:
-    """This test process's share of :data:`PORTS` (the whole range outside xdist)."""
+    """This test process's share of :data:`PORTS`: its pytest run's (``K/N`` in
+    ``ACCEL_TEST_PORT_SHARE``, for runs side by side on one machine, as .ci/run's torch
+    releases; the whole range without it), split among its xdist workers. Without
+    shares, CI66's torch 2.6 run and the 2.15 run beside it drew from the same ports: a
+    rank could meet another run's store between free_port() and its bind (a hang)."""
+    ports = PORTS
+    share = re.fullmatch(r"(\d+)/(\d+)", os.environ.get(SHARE_ENV, ""))
+    if share and 0 <= int(share[1]) < int(share[2]):
+        width = len(ports) // int(share[2])
+        ports = range(
+            ports.start + int(share[1]) * width, ports.start + (int(share[1]) + 1) * width
+        )
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    width = len(PORTS) // count
-    start = PORTS.start + (index % count) * width
+    width = len(ports) // count
+    start = ports.start + (index % count) * width
     return range(start, start + width)
 
 

@@ -31,6 +31,7 @@ def test_a_free_port_is_never_one_an_outgoing_connection_can_take() -> None:
 
 
 def test_each_xdist_worker_draws_from_a_band_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(run_helpers.SHARE_ENV, raising=False)  # .ci/run's side-by-side runs
     bands = []
     for worker in ("gw0", "gw1", "gw2"):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
@@ -41,6 +42,21 @@ def test_each_xdist_worker_draws_from_a_band_of_its_own(monkeypatch: pytest.Monk
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
     assert port_band() == PORTS
+
+
+def test_pytest_runs_side_by_side_draw_from_bands_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # .ci/run's three torch releases, each with two xdist workers: six disjoint bands.
+    bands = []
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    for share in ("0/3", "1/3", "2/3"):
+        monkeypatch.setenv(run_helpers.SHARE_ENV, share)
+        for worker in ("gw0", "gw1"):
+            monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+            bands.append(set(port_band()))
+    assert all(bands) and sum(map(len, bands)) == len(set().union(*bands))
+    assert set().union(*bands) <= set(PORTS)
 
 
 def test_a_port_in_use_is_not_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
