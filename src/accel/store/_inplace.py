@@ -75,10 +75,8 @@ class InPlaceFiles:
         if mapped is None:
             return None
         try:
-            if os.stat(path, follow_symlinks=False).st_ino != mapped.ino:
-                raise FileNotFoundError(path)  # not the file it wrote there
-            if os.fstat(mapped.fd).st_nlink != 1:
-                raise FileExistsError(path)  # slot-keep links it: it must stay as it is
+            if not self.holds(path):  # not the file it wrote there, or slot-keep links it
+                raise FileExistsError(path)
             fcntl.flock(mapped.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the launcher reads it
         except OSError:
             self.drop(path)
