@@ -184,12 +184,14 @@ class Snapshots:
         # now, is written from training's tensors themselves while the fence holds the
         # next step, instead of copied first and written from the copy (two passes over
         # the state, on the cores training uses: docs/benchmarks.md).
-        direct = (
-            snapshot is not None
+        slot = (
+            self.writer.ready(files_of(self.acc.rank))
+            if snapshot is not None
             and taken.closed.is_set()
             and (before is None or before.is_set())
-            and self.writer.ready(files_of(self.acc.rank))
+            else None
         )
+        direct = slot is not None
         if snapshot is not None and not direct:
             snapshot.copy()  # at full speed: the next optimizer step may be waiting
         taken.closed.wait()
@@ -232,6 +234,7 @@ class Snapshots:
                 keep=timeout if due else None,
                 wait=timeout,
                 written=snapshot.read if direct and snapshot is not None else None,
+                slot=slot,
             )
         except (AccelError, OSError) as exc:
             self._say(str(exc))

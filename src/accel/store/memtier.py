@@ -199,13 +199,15 @@ class SlotWriter:
                 return oldest
             time.sleep(0.002)
 
-    def ready(self, names: Iterable[str]) -> bool:
-        """Whether the next write of the files ``names`` goes at memory speed: into a slot
-        free without waiting for the other ranks (they only ever free more), over files
-        this writer wrote there and nothing else links (a new file costs four to five
-        times as much: accel.store._inplace)."""
+    def ready(self, names: Iterable[str]) -> str | None:
+        """The slot (for :meth:`write`) where the files ``names`` go at memory speed now, or
+        None: free without waiting for the other ranks (they only ever free more), over
+        files this writer wrote there and nothing else links (a new file costs four to
+        five times as much: accel.store._inplace)."""
         free = self._free_slot()[0]
-        return free is not None and all(self._files.holds(self.folder / free / n) for n in names)
+        if free is None or not all(self._files.holds(self.folder / free / n) for n in names):
+            return None
+        return free
 
     def _free_slot(self) -> tuple[str | None, str]:
         """A slot :meth:`_next_slot` may write now (None: none), and the oldest one."""
@@ -228,11 +230,13 @@ class SlotWriter:
         keep: float | None = None,
         wait: float = 0.0,
         written: Callable[[], bool] | None = None,
+        slot: str | None = None,
     ) -> bool:
         """Write ``trees`` (file name -> tree) as the snapshot of ``step``; whether it was.
 
         ``written``: called once the files are written, before the slot names its step;
-        false: the snapshot is dropped (a tensor it read changed meanwhile).
+        false: the snapshot is dropped (a tensor it read changed meanwhile). ``slot``: the
+        slot :meth:`ready` found, instead of looking again.
 
         ``wait``: how long to wait for the other ranks when every slot holds a step they
         may not have (:meth:`_next_slot`). ``keep``: a step the launcher persists: once
@@ -243,15 +247,15 @@ class SlotWriter:
         equal to snapshot_every, a SIGKILL lost a step more.)
         :class:`TierFull` when shared memory runs out:
         the slot is left empty, the newest complete snapshot stays."""
-        slot = self.folder / self._next_slot(wait)
-        meta = self._write_slot(slot, step, series, trees, written)
+        folder = self.folder / (slot or self._next_slot(wait))
+        meta = self._write_slot(folder, step, series, trees, written)
         if meta is None:
             return False
         if keep is not None:
             kept = self.folder / KEEP
             self._wait_persisted(kept, keep)
             try:
-                self._link(slot, kept, meta)
+                self._link(folder, kept, meta)
             except OSError:
                 _empty(kept)
                 raise
