@@ -31,6 +31,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints")
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--lr-decay", type=float, default=1.0, help="the LR's factor per step (1: constant)"
+    )
     return parser.parse_args()
 
 
@@ -51,6 +54,10 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader = DataLoader(synthetic_data(), batch_size=args.batch_size, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    scheduler = None
+    if args.lr_decay != 1.0:  # an LR scheduler, stepped after every optimizer step
+        decay = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=args.lr_decay)
+        scheduler = accelerator.prepare(decay)
 
     accelerator.print(f"{accelerator.world_size} worker(s) on {accelerator.device.type}")
     step = accelerator.load_state() or 0
@@ -70,6 +77,8 @@ def main() -> None:
             optimizer.zero_grad()
             accelerator.backward(loss)
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             step += 1
             if step % args.log_every == 0:
                 accelerator.log({"loss": loss.item(), "epoch": epoch}, step)

@@ -67,6 +67,8 @@ def test_a_snapshot_waits_for_the_scheduler_that_steps_after_the_optimizer(tier:
     # what save_state(1) at the iteration's end holds: the scheduler stepped once
     assert state["schedulers"] == [sched.state_dict()]  # type: ignore[attr-defined]
     assert state["schedulers"][0]["last_epoch"] == 1 and opt.param_groups[0]["lr"] == 0.05
+    # and the learning rate the scheduler set in the optimizer after its step
+    assert state["optimizers"][0]["param_groups"] == opt.state_dict()["param_groups"]
     acc.end()
 
 

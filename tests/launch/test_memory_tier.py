@@ -70,22 +70,25 @@ def clean_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("schedule", [[], ["--lr-decay", "0.9"]], ids=["constant", "scheduler"])
 def test_persisted_snapshots_hold_the_bytes_a_save_at_that_step_writes(
-    accel: Accel, project: Path
+    accel: Accel, project: Path, schedule: list[str]
 ) -> None:
     import torch
 
     from accel.workspace import Workspace
 
     # The reference counts optimizer steps too (a snapshot never due), and saves at 5, 10.
+    # With an LR scheduler stepped after the optimizer, a snapshot closes at the next
+    # forward: the scheduler it holds must still be the one of the iteration's end.
     ref = accel(
-        "launch", "-n", "2", "--run-name", "ref", str(EXAMPLE), *TRAIN, "--save-every", "5",
-        env=snapshots(1000), timeout=150,
+        "launch", "-n", "2", "--run-name", "ref", str(EXAMPLE), *TRAIN, *schedule,
+        "--save-every", "5", env=snapshots(1000), timeout=150,
     )  # fmt: skip
     assert ref.returncode == 0, ref.stdout + ref.stderr
     snap = accel(
-        "launch", "-n", "2", "--run-name", "snap", str(EXAMPLE), *TRAIN, "--save-every", "1000",
-        env=snapshots(1, 5), timeout=150,
+        "launch", "-n", "2", "--run-name", "snap", str(EXAMPLE), *TRAIN, *schedule,
+        "--save-every", "1000", env=snapshots(1, 5), timeout=150,
     )  # fmt: skip
     assert snap.returncode == 0, snap.stdout + snap.stderr
     expected, got = manifests(project, "ref"), manifests(project, "snap")
@@ -178,6 +181,39 @@ def test_a_sigkilled_rank_costs_at_most_the_steps_since_its_newest_whole_snapsho
     for name, tensor in clean_weights.items():
         assert torch.equal(tensor, b["models"][0][name]), name
     assert not list(Path("/dev/shm").glob(PREFIX + run_id(killed)))
+    assert_no_orphans(run_id(killed))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_with_an_lr_scheduler_restarts_from_memory_bit_for_bit(
+    accel: Accel, project: Path
+) -> None:
+    import torch
+
+    from accel.workspace import Workspace
+
+    # The scheduler sets the optimizer's learning rate after its step: a snapshot must
+    # hold the rate of the iteration's end, or the restart trains on with the last one.
+    decay = ["--lr-decay", "0.8"]
+    clean = accel(
+        "launch", "-n", "2", "--run-name", "clean", str(EXAMPLE), *TRAIN, *decay,
+        "--save-every", "1000", env=snapshots(1000), timeout=150,
+    )  # fmt: skip
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    killed = accel(
+        "launch", "-n", "2", "--run-name", "killed", "--max-restarts", "1",
+        str(SCRIPTS / "kill_once.py"), "step", str(EXAMPLE), "8", *TRAIN, *decay,
+        "--save-every", "1000", env=snapshots(1), timeout=150,
+    )  # fmt: skip
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    assert re.search(r"resumed from the checkpoint of step [67]\b", killed.stdout)
+    ws = Workspace(project / ".accelerate")
+    a, b = ws.checkpoints.load(series="clean"), ws.checkpoints.load(series="killed")
+    assert a["step"] == b["step"] == 12
+    assert a["optimizers"][0]["param_groups"] == b["optimizers"][0]["param_groups"]
+    for name, tensor in a["models"][0].items():
+        assert torch.equal(tensor, b["models"][0][name]), name
     assert_no_orphans(run_id(killed))
 
 

@@ -137,6 +137,8 @@ class Snapshots:
             return
         acc = self.acc
         taken.late = {
+            # the schedulers set the optimizers' learning rates (their param_groups) too
+            "param_groups": [o.state_dict()["param_groups"] for o in acc._optimizers],
             "schedulers": [s.state_dict() for s in acc._schedulers],
             "scaler": acc.scaler.state_dict() if acc.scaler is not None else None,
             "custom": [obj.state_dict() for obj in acc._custom_objects],
@@ -208,6 +210,10 @@ class Snapshots:
         trees: dict[str, Any] = {rank_name(acc.rank, TENSORS_SUFFIX): {"rng": early["rng"]}}
         if snapshot is not None:
             models, optimizers = snapshot.sources() if direct else snapshot.tree
+            optimizers = [
+                {**optimizer, "param_groups": groups}
+                for optimizer, groups in zip(optimizers, late["param_groups"], strict=True)
+            ]
             trees = {
                 STATE_TENSORS: checkpoint_state(
                     taken.step,
