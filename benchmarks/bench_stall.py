@@ -12,7 +12,8 @@ mode trains ``--steps`` steps per round, the modes in turn (reversed every other
   (``checkpoints.snapshot_every``): the Accelerator's snapshot, what only the optimizer
   changes copied in a background thread and fenced by the next optimizer step, then
   written into the run's folder in /dev/shm (``accel.store.memtier``, as under accel
-  launch, not persisted);
+  launch, not persisted); and every step in a loop that steps an LR scheduler after the
+  optimizer (the snapshot is whole at the next forward, not at the step);
 - ``save_state(step, async_save=True)`` every step (each one written to disk) and every
   10 steps: the overlapped snapshot, then the write in the background;
 - ``save_state(step, async_save=False)`` every 10 steps: the sync save;
@@ -64,6 +65,7 @@ MODES = [
     "no checkpoint",
     "memory snapshot every step",
     "memory snapshot every 10",
+    "memory snapshot every step, LR scheduler",
     "save_state overlapped every step",
     "save_state overlapped every 10",
     "save_state sync every 10",
@@ -102,6 +104,22 @@ class MemoryTier:
 
     def finish(self) -> None:
         self.snaps.settle()
+
+
+class WithScheduler:
+    """The memory tier in a loop that steps an LR scheduler after the optimizer: the
+    Accelerator holds it while the mode runs (``train_step`` steps it)."""
+
+    def __init__(self, acc: Any, tier: MemoryTier, scheduler: Any) -> None:
+        self.acc, self.tier, self.scheduler = acc, tier, scheduler
+
+    def __call__(self, step: int) -> None:
+        self.acc._schedulers = [self.scheduler]
+        self.tier(step)
+
+    def finish(self) -> None:
+        self.tier.finish()
+        self.acc._schedulers = []
 
 
 class SaveState:
@@ -186,8 +204,10 @@ def _rank(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
     net = torch.nn.Sequential(*layers)
     model, opt = acc.prepare(net, torch.optim.Adam(net.parameters(), lr=1e-4))
     x = torch.randn(args.batch, args.width)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)  # the same rate
+    tier = MemoryTier(acc)  # one tier, one writer per rank: the modes take turns
 
-    def train_step() -> float:
+    def train_step(scheduled: bool = False) -> float:
         from accel.store.async_save import fence_all
 
         opt.zero_grad()
@@ -196,14 +216,18 @@ def _rank(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
         start = time.perf_counter()
         fence_all()  # what the optimizer's step pre-hook would wait for, timed here
         waited = time.perf_counter() - start
+        if scheduled:
+            tier.snaps.close()  # the iteration's end: the Accelerator's step pre-hook
         opt.step()
+        if scheduled:
+            scheduler.step()
         return waited
 
-    tier = MemoryTier(acc)  # one tier, one writer per rank: the two modes take turns
     savers: dict[str, Any] = {
         "no checkpoint": NoSave(),
         "memory snapshot every step": tier,
         "memory snapshot every 10": tier,
+        "memory snapshot every step, LR scheduler": WithScheduler(acc, tier, scheduler),
         "save_state overlapped every step": SaveState(acc, overlap=True, async_save=True),
         "save_state overlapped every 10": SaveState(acc, overlap=True, async_save=True),
         "save_state sync every 10": SaveState(acc, overlap=True, async_save=False),
@@ -226,7 +250,8 @@ def _rank(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
     for round_ in range(args.rounds):
         order = MODES if round_ % 2 == 0 else MODES[::-1]
         for mode in order:
-            _run_mode(acc, mode, savers[mode], train_step, args.steps, step_counter, results)
+            step = (lambda: train_step(True)) if "scheduler" in mode else train_step
+            _run_mode(acc, mode, savers[mode], step, args.steps, step_counter, results)
         acc.wait_for_everyone()
         if rank == 0:
             memcpy += memcpy_times(_state_tensors(model, opt), 5)
@@ -308,7 +333,7 @@ def _report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> bool:
         f"{data['bytes'] / MiB:.0f} MiB; memcpy of it: median {memcpy * 1000:.1f} ms"
     )
     print(
-        f"{'mode':<36}{'blocked/save median':>20}{'p90':>9}{'step mean':>11}{'overhead':>10}"
+        f"{'mode':<42}{'blocked/save median':>20}{'p90':>9}{'step mean':>11}{'overhead':>10}"
         f"{'CPU s/step':>12}{'CPU overhead':>14}"
     )
     for mode in MODES:
@@ -318,7 +343,7 @@ def _report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> bool:
         overhead = step_time(mode) / base - 1
         cpu = cpu_time(mode)
         print(
-            f"{mode:<36}{shown:>20}{tail:>9}{step_time(mode) * 1000:8.0f} ms{overhead:9.1%}"
+            f"{mode:<42}{shown:>20}{tail:>9}{step_time(mode) * 1000:8.0f} ms{overhead:9.1%}"
             f"{cpu:12.3f}{cpu / cpu_time('no checkpoint') - 1:13.1%}"
         )
 
@@ -339,6 +364,8 @@ def _report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> bool:
     # whole state to disk, on the cores training uses.
     disk = step_time("save_state overlapped every 10") / base - 1
     print(f"\nstep overhead, overlapped save_state every 10 (written to disk): {disk:.3f}")
+    scheduled = step_time("memory snapshot every step, LR scheduler") / base - 1
+    print(f"step overhead, memory snapshot every step with an LR scheduler: {scheduled:.3f}")
     print("\ngoals")
     ok = True
     for name, value, goal in goals:

@@ -83,17 +83,23 @@ def _step(acc: accel.Accelerator, opt: torch.optim.Optimizer) -> None:
     opt.step()
 
 
+@pytest.fixture
+def copied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per tensor copied into a snapshot pool's buffers."""
+    copies: list[int] = []
+    real_copy = async_save._copy_alone
+    monkeypatch.setattr(
+        async_save, "_copy_alone", lambda dst, src: copies.append(1) or real_copy(dst, src)
+    )
+    return copies
+
+
 def test_a_snapshot_whole_at_the_step_is_written_from_the_training_tensors_once(
-    tier: Path, monkeypatch: pytest.MonkeyPatch
+    tier: Path, copied: list[int]
 ) -> None:
     # Once the three slots hold files to rewrite in place, the optimizer's tensors go
     # straight into the tier, not into the pool's buffers first: one pass over the
     # state, not two. (A new file costs more than the copy: those are copied first.)
-    copied: list[int] = []
-    real_copy = async_save._copy_alone
-    monkeypatch.setattr(
-        async_save, "_copy_alone", lambda dst, src: copied.append(1) or real_copy(dst, src)
-    )
     acc, opt, _ = one_step(with_scheduler=False)
     model = acc._models[0]
     for step in range(1, 7):
@@ -146,4 +152,74 @@ def test_a_writer_that_fails_before_it_copies_never_holds_the_next_step(
     _step(acc, opt)  # the fence of this step has nothing to wait for: no hang
     acc._snapshots.join()  # type: ignore[union-attr]
     assert list(memtier.common_steps(tier, 1)) == []
+    acc.end()
+
+
+def _end_of_iteration(acc: accel.Accelerator, sched: object) -> tuple[dict, object, object]:
+    """What save_state at this moment writes of the weights, the scheduler and the
+    optimizer's learning rate (the scheduler sets it after the step)."""
+    weights = {k: v.clone() for k, v in acc._models[0].state_dict().items()}
+    groups = acc._optimizers[0].state_dict()["param_groups"]
+    return weights, sched.state_dict(), groups  # type: ignore[attr-defined]
+
+
+def _holds(tier: Path, step: int, expected: tuple[dict, object, object]) -> None:
+    state = _slot_state(tier, step)
+    weights = state["models"][0]  # type: ignore[index]
+    assert all(torch.equal(weights[k], v) for k, v in expected[0].items()), step
+    assert state["schedulers"] == [expected[1]], step
+    assert state["optimizers"][0]["param_groups"] == expected[2], step  # type: ignore[index]
+    assert state["optimizer_steps"] == step
+
+
+def _join_all_but_the_newest(acc: accel.Accelerator) -> None:
+    snapshots = acc._snapshots
+    assert snapshots is not None
+    while len(snapshots._writers) > 1:
+        snapshots._join_oldest()
+
+
+def test_a_snapshot_closes_at_the_forward_after_the_scheduler_and_is_written_once(
+    tier: Path, copied: list[int]
+) -> None:
+    # A loop with an LR scheduler steps it right after the optimizer: the snapshot is
+    # whole at the next forward, and written from training's tensors in one pass while
+    # that forward and backward run, holding what save_state at the iteration's end holds.
+    acc, opt, sched = one_step(with_scheduler=True)
+    for step in range(1, 8):
+        sched.step()  # type: ignore[attr-defined]
+        expected = _end_of_iteration(acc, sched)
+        _step(acc, opt)  # its forward closes the snapshot of `step`, its step ends it
+        _join_all_but_the_newest(acc)
+        _holds(tier, step, expected)
+        if step == 3:  # the first three slots are new files: copied first
+            assert copied
+            copied.clear()
+    assert copied == []
+    acc.end()
+
+
+def test_a_scheduler_that_steps_after_a_forward_skips_that_snapshot_once(
+    tier: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An evaluation's forward, then the scheduler (ReduceLROnPlateau's habit): what the
+    # forward closed is not the iteration's end. That snapshot is dropped, never written
+    # with the wrong scheduler, and the run's snapshots close at the next step from then.
+    acc, opt, sched = one_step(with_scheduler=True)
+    sched.step()  # type: ignore[attr-defined]
+    _step(acc, opt)  # snapshot 1 closed at this forward, whole
+    with torch.no_grad():
+        acc._models[0](torch.ones(2, 4))  # an evaluation: its forward closes snapshot 2
+    sched.step()  # type: ignore[attr-defined]
+    expected = {2: _end_of_iteration(acc, sched)}
+    for step in (3, 4):
+        _step(acc, opt)
+        sched.step()  # type: ignore[attr-defined]
+        expected[step] = _end_of_iteration(acc, sched)
+    _step(acc, opt)
+    acc._snapshots.settle()  # type: ignore[union-attr]
+    assert list(memtier.common_steps(tier, 1)) == [3, 4, 5]
+    assert "the snapshot of step 2 was skipped: an LR scheduler changed" in capsys.readouterr().err
+    for step in (3, 4):
+        _holds(tier, step, expected[step])
     acc.end()

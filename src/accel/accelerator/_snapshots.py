@@ -13,7 +13,11 @@ taken in two moments:
 - when the iteration ends, at the next optimizer ``step()`` (a pre-hook), ``save_state``,
   ``load_state`` or ``end()``: the LR schedulers, the gradient scaler and the registered
   objects, which step after the optimizer. Without any of them the snapshot is whole at
-  the first moment, and closes there: its write need not wait for the next step.
+  the first moment, and closes there: its write need not wait for the next step. With LR
+  schedulers alone, it closes at the first forward after the step (a forward pre-hook of
+  the prepared models), when a loop has stepped them, and the iteration's end checks that
+  they have not changed since: a snapshot that ends otherwise is dropped, with one line,
+  and the run's snapshots close at the iteration's end from then on.
 
 The pre-hook then waits for the copy (the global fence), and the thread writes the
 snapshot into this rank's slot of the tier. A snapshot whole at the first moment whose
@@ -26,6 +30,7 @@ blocking instead, at the same moment.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import threading
@@ -45,6 +50,9 @@ class _Taken:
         self.early = early
         self.late: dict[str, Any] = {}
         self.closed = threading.Event()
+        self.at_forward = False  # may close at the next forward (LR schedulers alone)
+        self.ended = threading.Event()  # the iteration ended (at or after the close)
+        self.changed = False  # closed at a forward, what it read changed before the end
 
 
 class Snapshots:
@@ -66,6 +74,10 @@ class Snapshots:
         self._taken: _Taken | None = None
         self._writers: list[tuple[threading.Thread, threading.Event]] = []  # oldest first
         self._due: int | None = None  # a blocking save at the end of this iteration
+        self._open: _Taken | None = None  # closed at a forward, its iteration not ended
+        self._early = True  # a forward closes the next snapshot before the next step
+        self._at_forward = True  # off once a snapshot closed at a forward changed
+        self._forwards: set[int] = set()  # the models whose forward closes a snapshot
         self._checked = False
         self._said: set[str] = set()
         if self.writer is None:
@@ -116,6 +128,13 @@ class Snapshots:
         taken = self._taken = _Taken(self.count, snapshot, early)
         if not (acc._schedulers or acc._custom_objects or acc.scaler is not None):
             self.close()  # nothing steps after the optimizer: the snapshot is whole now
+        elif self._at_forward and not (
+            acc._custom_objects or acc.scaler is not None or acc.gradient_accumulation_steps > 1
+        ):
+            # Not with registered objects (they step anywhere), the scaler (its state is a
+            # device sync) or accumulation (a prepared scheduler counts every micro-step).
+            taken.at_forward = True
+            self._hook_forwards()
         before = self._writers[-1][1] if self._writers else None
         done = threading.Event()
         thread = threading.Thread(
@@ -132,18 +151,49 @@ class Snapshots:
         due, self._due = self._due, None
         if due is not None:
             self.acc._save(due, async_save=False)
+        opened, self._open = self._open, None
+        if opened is not None:  # closed at a forward: the end must hold what it read
+            opened.changed = not _same(self._late(), opened.late)
+            if opened.changed:  # a loop that steps them later: close at the end from now on
+                self._at_forward = False
+            opened.ended.set()
         taken, self._taken = self._taken, None
         if taken is None:
             return
+        taken.late = self._late()
+        taken.ended.set()
+        self._closed(taken)
+
+    def _forward(self) -> None:
+        """A prepared model's forward begins: the loop stepped its schedulers (unless it
+        steps them later still: the iteration's end tells, :meth:`close`)."""
+        taken = self._taken
+        if taken is None or not taken.at_forward:
+            return
+        self._taken, self._open, self._early = None, taken, True
+        taken.late = copy.deepcopy(self._late())  # the end compares it with the state then
+        self._closed(taken)
+
+    def _closed(self, taken: _Taken) -> None:
+        taken.closed.set()
+        if taken.snapshot is not None:
+            taken.snapshot.waiting.set()
+
+    def _late(self) -> dict[str, Any]:
         acc = self.acc
-        taken.late = {
+        return {
             # the schedulers set the optimizers' learning rates (their param_groups) too
             "param_groups": [o.state_dict()["param_groups"] for o in acc._optimizers],
             "schedulers": [s.state_dict() for s in acc._schedulers],
             "scaler": acc.scaler.state_dict() if acc.scaler is not None else None,
             "custom": [obj.state_dict() for obj in acc._custom_objects],
         }
-        taken.closed.set()
+
+    def _hook_forwards(self) -> None:
+        for model in self.acc._models:
+            if id(model) not in self._forwards:
+                self._forwards.add(id(model))
+                model.register_forward_pre_hook(lambda *_: self._forward())
 
     def _join_oldest(self) -> None:
         thread, _ = self._writers.pop(0)
@@ -185,14 +235,19 @@ class Snapshots:
         # optimizer), the snapshot before it in the tier, and a slot to rewrite in place
         # now, is written from training's tensors themselves while the fence holds the
         # next step, instead of copied first and written from the copy (two passes over
-        # the state, on the cores training uses: docs/benchmarks.md).
-        slot = (
-            self.writer.ready(files_of(self.acc.rank))
-            if snapshot is not None
-            and taken.closed.is_set()
-            and (before is None or before.is_set())
-            else None
-        )
+        # the state, on the cores training uses: docs/benchmarks.md). A snapshot that the
+        # next forward may close (a loop steps its LR schedulers right after the step)
+        # waits for it, or for the next step's fence, and then copies as before.
+        slot = None
+        if snapshot is not None and (
+            (taken.closed.is_set() and (before is None or before.is_set()))
+            or (taken.at_forward and self._early)
+        ):
+            snapshot.waiting.wait()  # set already when closed
+            if taken.closed.is_set() and (before is None or before.is_set()):
+                slot = self.writer.ready(files_of(self.acc.rank))
+            elif not taken.closed.is_set():
+                self._early = False  # the forward came after the step: copy from now on
         direct = slot is not None
         if snapshot is not None and not direct:
             snapshot.copy()  # at full speed: the next optimizer step may be waiting
@@ -239,7 +294,7 @@ class Snapshots:
                 trees,
                 keep=timeout if due else None,
                 wait=timeout,
-                written=snapshot.read if direct and snapshot is not None else None,
+                written=None if snapshot is None else lambda: self._ended(taken, direct),
                 slot=slot,
             )
         except (AccelError, OSError) as exc:
@@ -247,6 +302,21 @@ class Snapshots:
         finally:
             if direct and snapshot is not None and not snapshot.read():
                 self._torn(taken.step, snapshot.torn)
+
+    def _ended(self, taken: _Taken, direct: bool) -> bool:
+        """Written: whether the slot may name the step. A one-pass write's tensors are
+        checked (and the fence lets go of them); a snapshot a forward closed waits for
+        its iteration's end, which must hold what it read."""
+        assert taken.snapshot is not None
+        read = taken.snapshot.read() if direct else True
+        taken.ended.wait()
+        if taken.changed:
+            self._say(
+                f"accel: the snapshot of step {taken.step} was skipped: an LR scheduler "
+                "changed after the first forward that followed the optimizer's step; "
+                "snapshots read the schedulers at the next step from now on"
+            )
+        return read and not taken.changed
 
     def _torn(self, step: int, torn: list[str]) -> None:
         self._say(
@@ -288,6 +358,23 @@ class Snapshots:
         if line not in self._said:
             self._said.add(line)
             print(line, file=sys.stderr, flush=True)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two state trees hold the same values (a NaN is itself; a tensor its bytes)."""
+    import torch
+
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, float) and a != a:
+        return bool(b != b)
+    return bool(a == b)
 
 
 def _tree_bytes(tree: Any) -> int:

@@ -208,6 +208,7 @@ class Snapshot:
     def __init__(self, tree: Any, jobs: list[tuple[Any, Any, int, str]]) -> None:
         self.tree = tree
         self.torn: list[str] = []
+        self.waiting = threading.Event()  # something waited at the fence
         self._jobs = jobs
         self._done = threading.Event()
         if jobs:
@@ -258,6 +259,7 @@ class Snapshot:
 
     def fence(self) -> None:
         """Wait until :meth:`copy` is done (not the write that follows it)."""
+        self.waiting.set()
         if _on_fence is not None and not self._done.is_set():
             _on_fence()
         self._done.wait()
