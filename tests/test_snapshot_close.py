@@ -223,3 +223,32 @@ def test_a_scheduler_that_steps_after_a_forward_skips_that_snapshot_once(
     for step in (3, 4):
         _holds(tier, step, expected[step])
     acc.end()
+
+
+def test_a_registered_objects_tensors_are_those_of_the_iterations_end(
+    tier: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An EMA of the weights, registered for checkpointing, moves on right after every
+    # optimizer step. The snapshot reads it when the iteration ends; the tier must hold
+    # those values, not the ones the EMA has by the time the writer gets to it.
+    acc = accel.Accelerator(cpu=True, seed=0)
+    base = torch.nn.Linear(4, 4)
+    _, opt = acc.prepare(base, torch.optim.SGD(base.parameters(), lr=0.1))
+    ema = torch.nn.Linear(4, 4)
+    acc.register_for_checkpointing(ema)
+    gate = threading.Event()
+    real_write = memtier.SlotWriter.write
+    monkeypatch.setattr(
+        memtier.SlotWriter, "write", lambda *a, **k: gate.wait(60) and real_write(*a, **k)
+    )
+    _step(acc, opt)  # snapshot 1, open until the next step
+    with torch.no_grad():
+        ema.weight.fill_(1.0)  # iteration 1's update: what save_state(1) would hold
+    _step(acc, opt)  # its pre-hook ends iteration 1; the writer waits at the gate
+    with torch.no_grad():
+        ema.weight.fill_(2.0)  # iteration 2's update, while snapshot 1 is written
+    gate.set()
+    acc._snapshots.settle()  # type: ignore[union-attr]
+    custom = _slot_state(tier, 1)["custom"]
+    assert torch.equal(custom[0]["weight"], torch.full((4, 4), 1.0))  # type: ignore[index]
+    acc.end()

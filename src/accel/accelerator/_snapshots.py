@@ -50,6 +50,7 @@ class _Taken:
         self.early = early
         self.late: dict[str, Any] = {}
         self.closed = threading.Event()
+        self.turn = 0  # the pools it copies into
         self.at_forward = False  # may close at the next forward (LR schedulers alone)
         self.ended = threading.Event()  # the iteration ended (at or after the close)
         self.changed = False  # closed at a forward, what it read changed before the end
@@ -70,6 +71,7 @@ class Snapshots:
         # Two pools, used in turn: a snapshot's write may go on through the next step
         # while the next snapshot copies into the other pool.
         self._pools = (SnapshotPool(), SnapshotPool())
+        self._late_pools = (SnapshotPool(), SnapshotPool())  # what steps after the optimizer
         self._turn = 0
         self._taken: _Taken | None = None
         self._writers: list[tuple[threading.Thread, threading.Event]] = []  # oldest first
@@ -113,19 +115,20 @@ class Snapshots:
         from accel.store.async_save import outside_optimizers
 
         acc = self.acc
-        snapshot = None
+        snapshot, turn = None, self._turn
         if acc.rank == 0:  # the replicated state: rank 0 alone writes it, as a save does
             models, optimizers, _ = acc._state_dicts()
             later = outside_optimizers(acc._optimizers)
             copy_later = lambda tensor: not later(tensor)  # noqa: E731
-            snapshot = self._pools[self._turn].take((models, optimizers), copy_later)
-            self._turn = 1 - self._turn
+            snapshot = self._pools[turn].take((models, optimizers), copy_later)
+            self._turn = 1 - turn
         early = {
             "loaders": [loader.state_dict() for loader in acc._loaders],
             "accumulation_step": acc._gradient_state.step,
             "rng": rng_state(),
         }
         taken = self._taken = _Taken(self.count, snapshot, early)
+        taken.turn = turn
         if not (acc._schedulers or acc._custom_objects or acc.scaler is not None):
             self.close()  # nothing steps after the optimizer: the snapshot is whole now
         elif self._at_forward and not (
@@ -161,6 +164,8 @@ class Snapshots:
         if taken is None:
             return
         taken.late = self._late()
+        if taken.snapshot is not None:  # copied now: an EMA a registered object holds
+            taken.late = self._late_pools[taken.turn].snapshot(taken.late)  # moves on
         taken.ended.set()
         self._closed(taken)
 
@@ -345,7 +350,7 @@ class Snapshots:
         store.wait()  # its collectives and ours share a group: one at a time
         mine = 1 << 20
         if acc.rank == 0:
-            mine += _tree_bytes(acc._state_dicts()[:2])
+            mine += _tree_bytes((acc._state_dicts()[:2], self._late()))  # an EMA's too
         ctx = store._dist = current_context(store._dist, store.settings.collective_timeout)
         sizes = ctx.all_gather([mine, self.writer.free_bytes()])
         slots = len(SLOTS) + (1 if self.persist else 0)  # and one being persisted
