@@ -59,3 +59,44 @@ def test_async_save_snapshots_cuda_tensors_before_training_goes_on(project: Path
     ws.checkpoints.wait()
     loaded = ws.checkpoints.load(2, map_location="cuda")
     assert _equal(expected, loaded["model"])
+
+
+@pytest.mark.timeout(180)
+def test_an_overlapped_save_copies_the_cuda_state_on_a_side_stream_while_training_goes_on(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 27, item 3: what only the optimizer changes is copied device-to-host into
+    # pinned, reused buffers on a side stream, beside the next forward and backward; the
+    # next optimizer step waits for that copy, and the checkpoint is the state at the save.
+    import accel
+    from accel.store import async_save
+
+    monkeypatch.chdir(project)
+    acc = accel.Accelerator(seed=0)
+    assert acc.device.type == "cuda"
+    net = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 8)
+    )
+    model, opt = acc.prepare(net, torch.optim.AdamW(net.parameters(), lr=1e-3))
+    x = torch.randn(256, 2048, device=acc.device)
+
+    def step() -> None:
+        opt.zero_grad()
+        acc.backward(model(x).pow(2).mean())
+        opt.step()
+
+    step()
+    acc.save_state(1, async_save=True)
+    expected = {
+        "model": {k: v.cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()},
+        "exp_avg": [opt.state[p]["exp_avg"].cpu().clone() for p in net.parameters()],
+    }
+    for _ in range(3):
+        step()  # the first one's step waits for the copy (the fence), then moves the state
+    acc.checkpoints.wait()
+    assert any(d.type == "cuda" for d in async_save._side_streams)  # the side stream copied
+    saved = acc.checkpoints.load(1)
+    assert _equal(expected["model"], saved["models"][0])
+    moments = [s["exp_avg"] for s in saved["optimizers"][0]["state"].values()]
+    assert all(torch.equal(a, b) for a, b in zip(expected["exp_avg"], moments, strict=True))
+    acc.end()

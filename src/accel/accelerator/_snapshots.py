@@ -244,9 +244,14 @@ class Snapshots:
         # next forward may close (a loop steps its LR schedulers right after the step)
         # waits for it, or for the next step's fence, and then copies as before.
         slot = None
-        if snapshot is not None and (
-            (taken.closed.is_set() and (before is None or before.is_set()))
-            or (taken.at_forward and self._early)
+        # (Device tensors are copied on a side stream instead: accel.store.async_save.)
+        if (
+            snapshot is not None
+            and snapshot.on_host
+            and (
+                (taken.closed.is_set() and (before is None or before.is_set()))
+                or (taken.at_forward and self._early)
+            )
         ):
             snapshot.waiting.wait()  # set already when closed
             if taken.closed.is_set() and (before is None or before.is_set()):

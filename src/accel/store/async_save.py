@@ -9,7 +9,9 @@ as 8 MiB memcpys on a few threads: numpy releases the GIL); the rest (what only 
 optimizer changes) is copied by :meth:`Snapshot.copy` in the writer's thread while the
 next forward and backward run. :meth:`Snapshot.fence` waits for that copy; every
 optimizer's ``step()`` calls it first (a global step pre-hook), so the copy is whole
-before the state moves.
+before the state moves. CUDA tensors are copied into pinned buffers on a side stream
+of their device, after an event recorded when the snapshot was taken: the device's copy
+engine moves them while the next forward and backward run on the training stream.
 
 :class:`AsyncSave` copies and writes the snapshot on the two threads a store keeps
 (:class:`SaveThreads`) and keeps its error for :meth:`Checkpoints.wait`. While it runs,
@@ -209,6 +211,10 @@ class Snapshot:
         self.tree = tree
         self.torn: list[str] = []
         self.waiting = threading.Event()  # something waited at the fence
+        # Device tensors go through a side stream into pinned buffers (:func:`_from_device`)
+        # once the work queued before this moment (the optimizer's step) is done.
+        self.on_host = all(src.device.type == "cpu" for _, src, _, _ in jobs)
+        self._ready = {} if self.on_host else _queued_so_far(src for _, src, _, _ in jobs)
         self._jobs = jobs
         self._done = threading.Event()
         if jobs:
@@ -222,8 +228,12 @@ class Snapshot:
         try:
             if self._jobs and _before_copy is not None:
                 _before_copy()
+            cuda = [(dst, src) for dst, src, _, _ in self._jobs if src.device.type == "cuda"]
+            if cuda:
+                _from_device(cuda, self._ready)
             for dst, src, _, _ in self._jobs:
-                _copy_alone(dst, src)
+                if src.device.type != "cuda":
+                    _copy_alone(dst, src)
             self._check()
         finally:
             self._let_go()
@@ -320,11 +330,13 @@ class SnapshotPool:
 
         index = counter[0]
         counter[0] += 1
+        pinned = source.device.type == "cuda"  # a copy from the device that need not block
         if index < len(self._buffers):
             buf = self._buffers[index]
-            if buf.shape == source.shape and buf.dtype == source.dtype:
+            same = buf.shape == source.shape and buf.dtype == source.dtype
+            if same and (not pinned or buf.is_pinned()):
                 return buf
-        buf = torch.empty(source.shape, dtype=source.dtype, device="cpu")
+        buf = torch.empty(source.shape, dtype=source.dtype, device="cpu", pin_memory=pinned)
         if index < len(self._buffers):
             self._buffers[index] = buf
         else:
@@ -389,6 +401,51 @@ def _copy_alone(dst: Any, src: Any) -> None:
     out, into = _bytes(dst), _bytes(src)
     for start in range(0, len(into), _CHUNK):
         _memcpy((out[start : start + _CHUNK], into[start : start + _CHUNK]))
+
+
+_side_streams: dict[Any, Any] = {}  # device -> the stream snapshots copy on
+
+
+def _queued_so_far(sources: Any) -> dict[Any, Any]:
+    """device -> an event after the work queued on its current stream so far (called in
+    the training thread, right after the optimizer's step)."""
+    import torch
+
+    events = {}
+    for src in sources:
+        if src.device.type == "cuda" and src.device not in events:
+            events[src.device] = torch.cuda.current_stream(src.device).record_event()
+    return events
+
+
+def _from_device(jobs: list[tuple[Any, Any]], ready: dict[Any, Any]) -> None:
+    """Copy device tensors into their (pinned) host buffers on a side stream of each
+    device, after ``ready``'s events: the copy engine moves them while the next forward
+    and backward run on the training stream. Returns when they are copied."""
+    try:
+        _on_side_streams(jobs, ready)
+    except RuntimeError:  # no stream to be had: the copy the default stream makes
+        for dst, src in jobs:
+            dst.copy_(src.detach())
+
+
+def _on_side_streams(jobs: list[tuple[Any, Any]], ready: dict[Any, Any]) -> None:
+    import torch
+
+    done = []
+    for device in {src.device for _, src in jobs}:
+        side = _side_streams.get(device)
+        if side is None:
+            side = _side_streams[device] = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        with torch.cuda.stream(side):
+            if device in ready:
+                side.wait_event(ready[device])
+            for dst, src in jobs:
+                if src.device == device:
+                    dst.copy_(src.detach(), non_blocking=dst.is_pinned())
+            done.append(side.record_event())
+    for event in done:
+        event.synchronize()
 
 
 def _memcpy(job: tuple[Any, Any]) -> None:
