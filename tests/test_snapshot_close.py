@@ -252,3 +252,29 @@ def test_a_registered_objects_tensors_are_those_of_the_iterations_end(
     custom = _slot_state(tier, 1)["custom"]
     assert torch.equal(custom[0]["weight"], torch.full((4, 4), 1.0))  # type: ignore[index]
     acc.end()
+
+
+def test_a_script_with_two_optimizers_is_saved_blocking_at_the_iterations_end(
+    tier: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A GAN steps its discriminator, then its generator: a snapshot at the first step
+    # would hold the generator from before its step. One line, and the fallback: a
+    # blocking save every persist_every steps, at the iteration's end.
+    monkeypatch.setenv("ACCEL_CHECKPOINTS_PERSIST_EVERY", "1")
+    acc = accel.Accelerator(cpu=True, seed=0)
+    d, g = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    d, g, opt_d, opt_g = acc.prepare(
+        d, g, torch.optim.SGD(d.parameters(), lr=0.1), torch.optim.SGD(g.parameters(), lr=0.1)
+    )
+    for _ in range(2):
+        acc.backward(d(torch.ones(2, 4)).sum())
+        opt_d.step()
+        acc.backward(g(torch.ones(2, 4)).sum())
+        opt_g.step()
+    generator = {k: v.clone() for k, v in g.state_dict().items()}
+    acc._snapshots.settle()  # type: ignore[union-attr]
+    assert "this script steps 2; checkpoints are saved blocking" in capsys.readouterr().err
+    assert memtier.slots(tier, 1) == {}
+    saved = acc.checkpoints.load(2)
+    assert all(torch.equal(saved["models"][1][k], v) for k, v in generator.items())
+    acc.end()

@@ -351,6 +351,16 @@ class Snapshots:
             )
             self.writer = None
             return
+        if len(acc._optimizers) > 1:  # the same on every rank: what the script prepared
+            # Taken at the first one's step, a snapshot would miss the others' steps of
+            # that iteration (a GAN's generator, a second optimizer for some parameters).
+            self._say(
+                "accel: checkpoints.snapshot_every snapshots at an optimizer's step, and "
+                f"this script steps {len(acc._optimizers)}; checkpoints are saved blocking "
+                "every persist_every steps instead"
+            )
+            self.writer = None
+            return
         store = acc.checkpoints
         store.wait()  # its collectives and ours share a group: one at a time
         mine = 1 << 20
