@@ -44,13 +44,15 @@ if TYPE_CHECKING:
 class _Taken:
     """A snapshot between its two moments."""
 
-    def __init__(self, step: int, snapshot: Snapshot | None, early: dict[str, Any]) -> None:
+    def __init__(
+        self, step: int, snapshot: Snapshot | None, early: dict[str, Any], turn: int
+    ) -> None:
         self.step = step
         self.snapshot = snapshot
         self.early = early
         self.late: dict[str, Any] = {}
         self.closed = threading.Event()
-        self.turn = 0  # the pools it copies into
+        self.turn = turn  # the pools it copies into
         self.at_forward = False  # may close at the next forward (LR schedulers alone)
         self.ended = threading.Event()  # the iteration ended (at or after the close)
         self.changed = False  # closed at a forward, what it read changed before the end
@@ -127,8 +129,7 @@ class Snapshots:
             "accumulation_step": acc._gradient_state.step,
             "rng": rng_state(),
         }
-        taken = self._taken = _Taken(self.count, snapshot, early)
-        taken.turn = turn
+        taken = self._taken = _Taken(self.count, snapshot, early, turn)
         if not (acc._schedulers or acc._custom_objects or acc.scaler is not None):
             self.close()  # nothing steps after the optimizer: the snapshot is whole now
         elif self._at_forward and not (
@@ -154,18 +155,19 @@ class Snapshots:
         due, self._due = self._due, None
         if due is not None:
             self.acc._save(due, async_save=False)
+        # What steps after the optimizer is read where it is written: rank 0.
         opened, self._open = self._open, None
         if opened is not None:  # closed at a forward: the end must hold what it read
-            opened.changed = not _same(self._late(), opened.late)
+            if opened.snapshot is not None:
+                opened.changed = not _same(self._late(), opened.late)
             if opened.changed:  # a loop that steps them later: close at the end from now on
                 self._at_forward = False
             opened.ended.set()
         taken, self._taken = self._taken, None
         if taken is None:
             return
-        taken.late = self._late()
         if taken.snapshot is not None:  # copied now: an EMA a registered object holds
-            taken.late = self._late_pools[taken.turn].snapshot(taken.late)  # moves on
+            taken.late = self._late_pools[taken.turn].snapshot(self._late())  # moves on
         taken.ended.set()
         self._closed(taken)
 
@@ -176,7 +178,8 @@ class Snapshots:
         if taken is None or not taken.at_forward:
             return
         self._taken, self._open, self._early = None, taken, True
-        taken.late = copy.deepcopy(self._late())  # the end compares it with the state then
+        if taken.snapshot is not None:  # the end compares it with the state then
+            taken.late = copy.deepcopy(self._late())
         self._closed(taken)
 
     def _closed(self, taken: _Taken) -> None:
@@ -248,10 +251,7 @@ class Snapshots:
         if (
             snapshot is not None
             and snapshot.on_host
-            and (
-                (taken.closed.is_set() and (before is None or before.is_set()))
-                or (taken.at_forward and self._early)
-            )
+            and (taken.closed.is_set() or (taken.at_forward and self._early))
         ):
             snapshot.waiting.wait()  # set already when closed
             if taken.closed.is_set() and (before is None or before.is_set()):
