@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,18 +104,37 @@ def start(project: Path, *args: str, exe: list[str] | None = None) -> subprocess
     )
 
 
-# Ports the tests hand out for rendezvous endpoints: below the kernel's ephemeral range
-# (32768 and up on Linux), so that no outgoing connection of another test (whose source
-# port the kernel picks from that range) takes one between its check and its bind, and
-# clear of torch's default 29500. Each xdist worker draws from a band of its own.
-PORTS = range(20000, 29000)
-_handed_out: set[int] = set()
+# Ports the tests hand out for rendezvous endpoints: outside the kernel's ephemeral range,
+# so that no outgoing connection of another test (whose source port the kernel picks from
+# that range) and no listener bound to port 0 (gloo's, a TCPStore's) takes one between its
+# check and its bind; clear of torch's default 29500. Each xdist worker draws from a band
+# of its own. 20000-28999 where the ephemeral range is Linux's default (32768-60999);
+# elsewhere the widest stretch outside it: stop 41's CI machine handed out 21203 from
+# inside its ephemeral range, and a rank met EADDRINUSE there.
+DEFAULT_PORTS = range(20000, 29000)
+MIN_PORTS = 1200  # three pytest runs side by side, two xdist workers each: 200 a band
 
 
-def _ephemeral_low() -> int:
+def _ephemeral() -> range:
     with contextlib.suppress(OSError, ValueError, IndexError):
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    return 32768
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return range(int(low), int(high) + 1)
+    return range(32768, 61000)
+
+
+def ports_outside(ephemeral: range) -> range:
+    """The ports tests hand out on a machine with that ephemeral range: empty where no
+    stretch of :data:`MIN_PORTS` lies outside it (then :func:`free_port` asks the kernel)."""
+    if DEFAULT_PORTS.stop <= ephemeral.start or DEFAULT_PORTS.start >= ephemeral.stop:
+        return DEFAULT_PORTS
+    below = range(10000, max(10000, ephemeral.start))  # above the well-known services
+    above = range(min(ephemeral.stop, 65536), 65536)
+    widest = max(below, above, key=len)
+    return widest if len(widest) >= MIN_PORTS else range(0)
+
+
+PORTS = ports_outside(_ephemeral())
+_handed_out: set[int] = set()
 
 
 SHARE_ENV = "ACCEL_TEST_PORT_SHARE"  # "K/N": this pytest run's share of PORTS, of N
@@ -143,18 +163,18 @@ def port_band() -> range:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now and stays so until the test binds it (for
-    a rendezvous endpoint): drawn from :func:`port_band`, below the ephemeral range, never
+    a rendezvous endpoint): drawn from :func:`port_band`, outside the ephemeral range, never
     the same twice in one process. (A port the kernel handed out with ``bind(0)`` comes
     from the ephemeral range, where another test's outgoing connection could take it
     before the launcher bound it: a flake under load.)"""
     band = port_band()
-    if band.stop > _ephemeral_low():  # a machine whose ephemeral range starts lower
+    if not band:  # a machine with no room outside its ephemeral range
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             return int(sock.getsockname()[1])
     for _ in range(200):
         port = random.randrange(band.start, band.stop)
-        if port in _handed_out:
+        if port in _handed_out or port == 29500:
             continue
         with socket.socket() as sock:
             try:
@@ -185,7 +205,32 @@ def two_ranks(
     """Two ranks of ``script`` with the torchrun environment, without the elastic agent;
     with ``errors``, rank N's stderr goes to ``errors/err-N.txt``. A rank still running
     after 120 s prints its Python stacks (faulthandler, on SIGABRT) before it is killed:
-    a hang in CI says where it hung."""
+    a hang in CI says where it hung. Ranks whose rank 0 could not listen on its port
+    (EADDRINUSE: taken between free_port() and the bind by a process that does not draw
+    from the tests' bands; stop 41's CI) are started again on another port, as torch's own
+    tests do (``retry_on_connect_failures``); nothing else is retried."""
+    with contextlib.ExitStack() as stack:
+        if errors is None:  # rank 0's stderr is read for EADDRINUSE, then shown as before
+            errors = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            stack.callback(_show_errors, errors)
+        for _ in range(3):
+            codes = _two_ranks_once(script, args, env, errors)
+            if codes[0] == 0 or not _address_in_use(errors / "err-0.txt"):
+                return codes
+        return codes
+
+
+def _show_errors(errors: Path) -> None:
+    for rank in range(2):
+        sys.stderr.write((errors / f"err-{rank}.txt").read_text(errors="replace"))
+
+
+def _address_in_use(stderr: Path) -> bool:
+    text = stderr.read_text(errors="replace")
+    return "EADDRINUSE" in text or "address already in use" in text.lower()
+
+
+def _two_ranks_once(script: Path, args: list[str], env: dict[str, str], errors: Path) -> list[int]:
     port = str(free_port())
     procs = []
     for rank in range(2):
@@ -195,14 +240,14 @@ def two_ranks(
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
         cmd = [sys.executable, "-X", "faulthandler", str(script), *args]
-        if errors is None:
-            procs.append(subprocess.Popen(cmd, env=rank_env))
-            continue
         with (errors / f"err-{rank}.txt").open("w") as err:
             procs.append(subprocess.Popen(cmd, env=rank_env, stderr=err))
     try:
         deadline = time.monotonic() + 120
-        return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
+        first = procs[0].wait(timeout=120)
+        if first != 0 and _address_in_use(errors / "err-0.txt"):
+            return [first, -signal.SIGKILL]  # rank 1 waits on a store nobody serves: killed
+        return [first, procs[1].wait(timeout=max(0.1, deadline - time.monotonic()))]
     except subprocess.TimeoutExpired:
         for p in procs:
             if p.poll() is None:

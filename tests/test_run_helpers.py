@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
 import pytest
 
 import run_helpers
-from run_helpers import PORTS, free_port, port_band
+from run_helpers import DEFAULT_PORTS, MIN_PORTS, PORTS, free_port, port_band, ports_outside
+
+SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def _ephemeral() -> range:
@@ -20,8 +23,8 @@ def test_a_free_port_is_never_one_an_outgoing_connection_can_take() -> None:
     """An endpoint's port comes from outside the ephemeral range, where another test's
     connection (its source port) cannot take it between free_port() and the bind."""
     ephemeral = _ephemeral()
-    if PORTS.stop > ephemeral.start:
-        pytest.skip("this machine's ephemeral range overlaps the tests' ports")
+    if not PORTS:
+        pytest.skip("this machine has no room outside its ephemeral range")
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == 50  # never the same twice in one process
     for port in ports:
@@ -64,6 +67,53 @@ def test_a_port_in_use_is_not_handed_out(monkeypatch: pytest.MonkeyPatch) -> Non
         held.bind(("127.0.0.1", 0))
         taken = held.getsockname()[1]
         monkeypatch.setattr(run_helpers, "port_band", lambda: range(taken, taken + 1))
-        monkeypatch.setattr(run_helpers, "_ephemeral_low", lambda: 1 << 16)
         with pytest.raises(RuntimeError, match=f"no free port in {taken}-{taken}"):
             free_port()
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (32768, 60999, DEFAULT_PORTS),  # Linux's default
+        (30000, 65535, DEFAULT_PORTS),
+        (15000, 65535, range(10000, 15000)),  # below, where above has no room
+        (20000, 60999, range(10000, 20000)),  # the wider stretch of the two
+        (1024, 60999, range(61000, 65536)),
+        (10500, 65535, range(0)),  # no stretch of MIN_PORTS: free_port asks the kernel
+        (1024, 65535, range(0)),
+    ],
+)
+def test_the_tests_ports_lie_outside_the_machines_ephemeral_range(
+    low: int, high: int, expected: range
+) -> None:
+    ports = ports_outside(range(low, high + 1))
+    assert ports == expected
+    assert not ports or (len(ports) >= MIN_PORTS and (ports.stop <= low or ports.start > high))
+
+
+def test_without_room_outside_the_ephemeral_range_the_kernel_picks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(run_helpers, "port_band", lambda: range(0))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", free_port()))  # free
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_two_ranks_whose_port_was_taken_start_again_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stop 41's CI: rank 0 met EADDRINUSE on the port free_port() had handed out (taken
+    by a process outside the tests' bands before the bind), and rank 1 waited on it."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        ports = [held.getsockname()[1]]
+        drawn = free_port
+        monkeypatch.setattr(run_helpers, "free_port", lambda: ports.pop() if ports else drawn())
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "MASTER_"))}
+        codes = run_helpers.two_ranks(SCRIPTS / "bare_group.py", [str(tmp_path)], env, tmp_path)
+    assert codes == [0, 0], (tmp_path / "err-0.txt").read_text()
+    assert not ports  # the taken port was handed out first
+    assert [(tmp_path / f"rank-{r}.txt").read_text() for r in (0, 1)] == ["2", "2"]
