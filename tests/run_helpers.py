@@ -214,8 +214,8 @@ def two_ranks(
             errors = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             stack.callback(_show_errors, errors)
         for _ in range(3):
-            codes = _two_ranks_once(script, args, env, errors)
-            if codes[0] == 0 or not _address_in_use(errors / "err-0.txt"):
+            codes, in_use = _two_ranks_once(script, args, env, errors)
+            if not in_use:
                 return codes
         return codes
 
@@ -230,7 +230,10 @@ def _address_in_use(stderr: Path) -> bool:
     return "EADDRINUSE" in text or "address already in use" in text.lower()
 
 
-def _two_ranks_once(script: Path, args: list[str], env: dict[str, str], errors: Path) -> list[int]:
+def _two_ranks_once(
+    script: Path, args: list[str], env: dict[str, str], errors: Path
+) -> tuple[list[int], bool]:
+    """The ranks' exit codes, and whether rank 0 met EADDRINUSE (rank 1 is then killed)."""
     port = str(free_port())
     procs = []
     for rank in range(2):
@@ -246,8 +249,8 @@ def _two_ranks_once(script: Path, args: list[str], env: dict[str, str], errors: 
         deadline = time.monotonic() + 120
         first = procs[0].wait(timeout=120)
         if first != 0 and _address_in_use(errors / "err-0.txt"):
-            return [first, -signal.SIGKILL]  # rank 1 waits on a store nobody serves: killed
-        return [first, procs[1].wait(timeout=max(0.1, deadline - time.monotonic()))]
+            return [first, -signal.SIGKILL], True  # rank 1 waits on a store nobody serves
+        return [first, procs[1].wait(timeout=max(0.1, deadline - time.monotonic()))], False
     except subprocess.TimeoutExpired:
         for p in procs:
             if p.poll() is None:

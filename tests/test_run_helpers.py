@@ -14,15 +14,10 @@ from run_helpers import DEFAULT_PORTS, MIN_PORTS, PORTS, free_port, port_band, p
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-def _ephemeral() -> range:
-    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-    return range(int(low), int(high) + 1)
-
-
 def test_a_free_port_is_never_one_an_outgoing_connection_can_take() -> None:
     """An endpoint's port comes from outside the ephemeral range, where another test's
     connection (its source port) cannot take it between free_port() and the bind."""
-    ephemeral = _ephemeral()
+    ephemeral = run_helpers._ephemeral()
     if not PORTS:
         pytest.skip("this machine has no room outside its ephemeral range")
     ports = [free_port() for _ in range(50)]
