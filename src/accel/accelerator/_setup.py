@@ -10,7 +10,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import socket
 import sys
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -146,9 +148,46 @@ def init_group(
     backend = options.pop("backend", None) or ("nccl" if on.type == "cuda" else "gloo")
     kwargs: dict[str, Any] = {"device_id": on} if backend == "nccl" else {}
     kwargs.update({k: v for k, v in options.items() if k in ("timeout", "init_method")})
+    if kwargs.get("init_method", "env://") == "env://":
+        await_rank0_store(rank, os.environ)
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
     atexit.register(_end_group_at_exit)
     return True
+
+
+#: Seconds a rank polls for rank 0's store before it leaves the wait to torch.
+STORE_POLL_LIMIT = 30.0
+
+
+def await_rank0_store(rank: int, env: Mapping[str, str], limit: float = STORE_POLL_LIMIT) -> None:
+    """Return once rank 0's store (``MASTER_ADDR:MASTER_PORT``) accepts a connection.
+
+    Under ``accel launch`` with restarts, rank 0 of each attempt hosts a fresh TCPStore
+    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``, accel.launch._torch_compat) and every rank
+    starts at once: a rank that dials it before it listens is refused, and torch's client
+    then sleeps a randomized backoff, 0.4 to 0.7 s, before it dials again, while every
+    rank waits for it. Polled here every few milliseconds instead, the group starts as
+    soon as the store listens. Only a refusal is waited on, at most ``limit`` seconds
+    (torch's own wait takes over then); any other answer, and rank 0 or the agent's
+    shared store (listening before any worker starts), leave it all to torch.
+    """
+    host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
+    agents = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torch's test of it
+    if rank == 0 or agents or not host or not port.isdigit():
+        return
+    deadline, pause = time.monotonic() + limit, 0.001
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=limit).close()
+        except ConnectionRefusedError:
+            if time.monotonic() + pause > deadline:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+            continue
+        except OSError:  # unreachable, unknown host, a timeout: torch reports it its way
+            return
+        return
 
 
 def _end_group_at_exit() -> None:
