@@ -27,8 +27,9 @@ where every path ends, ``PContext.close`` (see :func:`close_with_grace`).
 The same in every release, and relied on: ``_start_workers(wg) -> {local_rank: pid}``
 (it sets ``_pcontext``), ``_monitor_workers(wg) -> RunResult``, ``_remaining_restarts``,
 ``PContext.close(death_sig, timeout)``, ``dynamic_rendezvous.get_method_name(depth=2)``
-built on ``inspect.stack()``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` (read by the c10d
-handler's ``use_agent_store``), the error file (``TORCHELASTIC_ERROR_FILE``, read
+built on ``inspect.stack()``, ``dynamic_rendezvous._delay(seconds)`` (a random skew of
+0-0.3 s before a node's join in the first round), ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``
+(read by the c10d handler's ``use_agent_store``), the error file (``TORCHELASTIC_ERROR_FILE``, read
 into ``ProcessFailure``) and ``SubprocessContext.subprocess_handlers[local].proc.poll()``
 as the one read of a worker's exit status (see :func:`tolerate_teardown`).
 
@@ -105,6 +106,11 @@ def contract(version: tuple[int, int]) -> tuple[Expectation, ...]:
             "torch.distributed.elastic.rendezvous.dynamic_rendezvous.get_method_name",
             ("depth",),
             "replaced: inspect.stack() costs a second per launch",
+        ),
+        Expectation(
+            "torch.distributed.elastic.rendezvous.dynamic_rendezvous._delay",
+            ("seconds",),
+            "replaced: a lone node skips the random skew before its join (0-0.3 s)",
         ),
         Expectation(
             "torch.distributed.elastic.rendezvous.utils._matches_machine_hostname",
@@ -271,6 +277,31 @@ def speed_up_rendezvous_events() -> None:
     current = TORCH_GET_METHOD_NAME
     if callable(current) and list(inspect.signature(current).parameters) == ["depth"]:
         dynamic_rendezvous.get_method_name = _method_name
+
+
+TORCH_DELAY = getattr(dynamic_rendezvous, "_delay", None)
+_one_node = False  # this launcher's job has one node (skip_join_skew)
+
+
+def _delay(seconds: float | tuple[float, float]) -> None:
+    if _one_node and isinstance(seconds, tuple):
+        return  # the skew spreads many nodes' joins over time: one node has none to spread
+    TORCH_DELAY(seconds=seconds)  # type: ignore[misc]
+
+
+def skip_join_skew(one_node: bool) -> None:
+    """A job of one node joins its rendezvous at once.
+
+    torch sleeps a random 0 to 0.3 s before each node's join while the rendezvous is in
+    its first round, which it stays in across the restarts of a one-node job: that skew
+    was 0.10 to 0.29 s of every start and every restart, to spread the joins of nodes
+    that a one-node job does not have. Other jobs keep it; every other delay is torch's.
+    """
+    global _one_node
+    _one_node = one_node
+    current = TORCH_DELAY
+    if callable(current) and list(inspect.signature(current).parameters) == ["seconds"]:
+        dynamic_rendezvous._delay = _delay  # type: ignore[attr-defined]
 
 
 def agent_environment(

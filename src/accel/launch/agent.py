@@ -21,7 +21,12 @@ from torch.distributed.elastic.agent.server.api import WorkerGroup, WorkerSpec, 
 from torch.distributed.elastic.multiprocessing import LogsDest, LogsSpecs
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from accel.launch._torch_compat import ERROR_FILE_ENV, CompatAgent, speed_up_rendezvous_events
+from accel.launch._torch_compat import (
+    ERROR_FILE_ENV,
+    CompatAgent,
+    skip_join_skew,
+    speed_up_rendezvous_events,
+)
 from accel.launch.plan import LaunchPlan
 from accel.launch.teardown import Teardown
 
@@ -123,6 +128,7 @@ class AccelAgent(CompatAgent):
 
 def rendezvous_handler(plan: LaunchPlan, last_call: float) -> Any:
     """torch's c10d rendezvous for the plan's nodes (a range, when elastic)."""
+    skip_join_skew(plan.nnodes == 1)
     configs: dict[str, Any] = {"timeout": 900}
     if plan.nnodes > 1 and plan.rdzv_is_host is not None:
         configs["is_host"] = plan.rdzv_is_host
