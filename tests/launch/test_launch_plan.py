@@ -453,3 +453,22 @@ def test_a_node_rank_a_scheduler_gave_out_of_range_names_its_variable(
     """The user typed none of it: the line names what to check, not a flag never given."""
     with pytest.raises(UsageError, match=re.escape(words)):
         make_plan(tmp_path, flags, env=env)
+
+
+@pytest.mark.parametrize(("nodes", "skips"), [(1, True), (2, False)])
+def test_only_a_one_node_jobs_rendezvous_skips_torchs_join_skew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int, skips: bool
+) -> None:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from accel.launch import _torch_compat as compat
+    from accel.launch import agent
+
+    monkeypatch.setattr(agent.registry, "get_rendezvous_handler", lambda params: params)
+    monkeypatch.setattr(compat, "_one_node", not skips)
+    monkeypatch.setattr(dynamic_rendezvous, "_delay", dynamic_rendezvous._delay)
+    flags = {"launch.num_machines": nodes, "launch.machine_rank": 0}
+    flags["launch.rdzv_endpoint"] = "10.0.0.1"
+    params = agent.rendezvous_handler(make_plan(tmp_path, flags), 30.0)
+    assert params.max_nodes == nodes
+    assert compat._one_node is skips
