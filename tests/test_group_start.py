@@ -105,7 +105,8 @@ def test_a_one_node_job_joins_its_rendezvous_without_the_random_skew(
     assert dynamic_rendezvous._delay is compat._delay
     dynamic_rendezvous._delay(seconds=(0, 0.3))  # the skew before a join: skipped
     dynamic_rendezvous._delay(seconds=1)  # torch's poll of a rendezvous' state: kept
-    assert torch_delay == [1]
+    dynamic_rendezvous._delay(seconds=(0, 2.5))  # 2.15's backoff after a failed write: kept
+    assert torch_delay == [1, (0, 2.5)]
 
 
 def test_a_job_of_several_nodes_keeps_torchs_skew(torch_delay: list[object]) -> None:

@@ -280,11 +280,12 @@ def speed_up_rendezvous_events() -> None:
 
 
 TORCH_DELAY = getattr(dynamic_rendezvous, "_delay", None)
+JOIN_SKEW = (0, 0.3)  # next_rendezvous()'s, in every supported release
 _one_node = False  # this launcher's job has one node (skip_join_skew)
 
 
 def _delay(seconds: float | tuple[float, float]) -> None:
-    if _one_node and isinstance(seconds, tuple):
+    if _one_node and seconds == JOIN_SKEW:
         return  # the skew spreads many nodes' joins over time: one node has none to spread
     TORCH_DELAY(seconds=seconds)  # type: ignore[misc]
 
@@ -295,7 +296,8 @@ def skip_join_skew(one_node: bool) -> None:
     torch sleeps a random 0 to 0.3 s before each node's join while the rendezvous is in
     its first round, which it stays in across the restarts of a one-node job: that skew
     was 0.10 to 0.29 s of every start and every restart, to spread the joins of nodes
-    that a one-node job does not have. Other jobs keep it; every other delay is torch's.
+    that a one-node job does not have. Other jobs keep it, and every other delay is
+    torch's (2.15's random backoff after a failed state write is a tuple too).
     """
     global _one_node
     _one_node = one_node
