@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -12,9 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
 from accel.config.resolve import resolve
 from accel.errors import UsageError
+
+# imported here, not in a test: on a CUDA build torch runs ldconfig on this import
+from accel.launch import _torch_compat as compat
+from accel.launch import agent
+from accel.launch.agent import AttemptStore
 from accel.launch.plan import plan_launch
 from accel.launch.request import LaunchRequest, parse_env_pairs, parse_ranks
 from accel.launch.schedulers import first_host, skypilot_defaults, slurm_defaults
@@ -459,11 +467,6 @@ def test_a_node_rank_a_scheduler_gave_out_of_range_names_its_variable(
 def test_only_a_one_node_jobs_rendezvous_skips_torchs_join_skew(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int, skips: bool
 ) -> None:
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
-
-    from accel.launch import _torch_compat as compat
-    from accel.launch import agent
-
     monkeypatch.setattr(agent.registry, "get_rendezvous_handler", lambda params: params)
     monkeypatch.setattr(compat, "_one_node", not skips)
     monkeypatch.setattr(dynamic_rendezvous, "_delay", dynamic_rendezvous._delay)
@@ -472,3 +475,39 @@ def test_only_a_one_node_jobs_rendezvous_skips_torchs_join_skew(
     params = agent.rendezvous_handler(make_plan(tmp_path, flags), 30.0)
     assert params.max_nodes == nodes
     assert compat._one_node is skips
+
+
+def _torch_envs(use_agent_store: str, port: str = "29500") -> dict[int, dict[str, str]]:
+    """What torch's agent hands its LogsSpecs: one environment per local worker."""
+    return {
+        local: {
+            "RANK": str(local), "WORLD_SIZE": "2", "MASTER_ADDR": "localhost",
+            "MASTER_PORT": port, "TORCHELASTIC_USE_AGENT_STORE": use_agent_store,
+        }
+        for local in (0, 1)
+    }  # fmt: skip
+
+
+def test_each_attempt_of_a_restartable_job_gets_a_fresh_listening_store() -> None:
+    stores = AttemptStore()
+    first = _torch_envs("False")
+    stores.place(first)
+    port = int(first[0]["MASTER_PORT"])
+    assert [env["MASTER_PORT"] for env in first.values()] == [str(port)] * 2
+    assert {env["TORCHELASTIC_USE_AGENT_STORE"] for env in first.values()} == {"True"}
+    client = TCPStore("localhost", port, is_master=False, wait_for_workers=False)
+    client.set("key", "value")  # listening, and a store
+    assert client.get("key") == b"value"
+    del client
+    second = _torch_envs("False")
+    stores.place(second)
+    assert int(second[0]["MASTER_PORT"]) != port
+    with pytest.raises(ConnectionRefusedError):  # the last attempt's is closed
+        socket.create_connection(("localhost", port), timeout=10).close()
+
+
+def test_the_agents_shared_store_is_left_as_torch_gives_it() -> None:
+    shared = _torch_envs("True", port="29411")
+    AttemptStore().place(shared)
+    assert shared == _torch_envs("True", port="29411")
+    AttemptStore().place({})

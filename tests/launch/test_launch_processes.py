@@ -273,6 +273,28 @@ def test_restart_after_failure(accel: Accel, project: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_script_that_starts_its_own_group_meets_on_a_fresh_store_each_attempt(
+    accel: Accel, project: Path, tmp_path: Path
+) -> None:
+    """With restarts, the launcher hosts each attempt's store (agent.AttemptStore): the
+    ranks of a script that calls init_process_group itself find it listening."""
+    script = str(SCRIPTS / "store_per_attempt.py")
+    done = accel("launch", "-n", "2", "--max-restarts", "1", script, str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    given = {
+        (attempt, rank): json.loads((tmp_path / f"attempt-{attempt}-rank-{rank}.json").read_text())
+        for attempt in (0, 1)
+        for rank in (0, 1)
+    }
+    assert {g["TORCHELASTIC_USE_AGENT_STORE"] for g in given.values()} == {"True"}
+    assert {g["gathered"] == [0, 1] for g in given.values()} == {True}
+    ports = [{given[(attempt, rank)]["MASTER_PORT"] for rank in (0, 1)} for attempt in (0, 1)]
+    assert len(ports[0]) == len(ports[1]) == 1  # one store an attempt, for every rank
+    assert ports[0] != ports[1]  # a fresh one: no key of the dead attempt's is in it
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_module_mode(accel: Accel, project: Path) -> None:
     (project / "mymod.py").write_text(

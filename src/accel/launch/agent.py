@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,17 +62,68 @@ class RunHooks(Protocol):
         """Rendezvous begins (``True``) or is over (``False``)."""
 
 
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # torch's: "True" or "False"
+#: Seconds the launcher's store for the workers waits on a request (torch's default).
+STORE_TIMEOUT = timedelta(minutes=30)
+
+
+class AttemptStore:
+    """The workers' TCPStore of a one-node job that restarts, hosted by the launcher, a
+    fresh one for every attempt.
+
+    With restarts, torch's agent does not share its own store with the workers (accel
+    turns that off: its keys outlive an attempt, _torch_compat.agent_environment), and
+    rank 0 of each attempt hosts one instead, on a port the agent drew from the
+    ephemeral range and let go of. Every rank starts at once: one that dials before rank
+    0 listens is refused, and torch's client sleeps 0.4 to 0.7 s before it dials again,
+    in every script that starts its group itself (a Trainer's, Lightning's, a torchrun
+    script's). A store the launcher made before the workers start is listening when
+    they dial (``TORCHELASTIC_USE_AGENT_STORE=True``: every rank a client), on a port it
+    holds. Where one cannot be made, the workers are left as torch starts them.
+    """
+
+    def __init__(self) -> None:
+        self._store: Any = None
+
+    def place(self, envs: Mapping[int, dict[str, str]]) -> None:
+        """Point ``envs`` (torch's, one per local worker) at a fresh store, when rank 0
+        would host one."""
+        first = next(iter(envs.values()), None)
+        if first is None or first.get(AGENT_STORE_ENV) != "False":
+            return
+        self._store = None  # the last attempt's, before its successor is made
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        try:
+            store = TCPStore(
+                first["MASTER_ADDR"], 0, int(first["WORLD_SIZE"]), True, STORE_TIMEOUT,
+                wait_for_workers=False,
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 - rank 0 hosts it, as under torchrun
+            return
+        self._store = store
+        for env in envs.values():
+            env.update(MASTER_PORT=str(store.port), **{AGENT_STORE_ENV: "True"})
+
+
 class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
-    """Every local rank writes stdout and stderr into its two FIFOs; error files per attempt."""
+    """Every local rank writes stdout and stderr into its two FIFOs; error files per
+    attempt; the workers' store, when the launcher hosts it (:class:`AttemptStore`)."""
 
     def __init__(
-        self, stdouts: list[Path], stderrs: list[Path], error_dir: Path, begin: Any
+        self,
+        stdouts: list[Path],
+        stderrs: list[Path],
+        error_dir: Path,
+        begin: Any,
+        store: AttemptStore | None = None,
     ) -> None:
         super().__init__(log_dir=str(error_dir))
         self._stdouts = stdouts
         self._stderrs = stderrs
         self._error_dir = error_dir
         self._begin = begin
+        self._store = store
 
     @property
     def root_log_dir(self) -> str:
@@ -87,6 +139,8 @@ class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
         errors = {local: str(attempt_dir / f"error-{local}.json") for local in envs}
         for local, env in envs.items():  # as torch's DefaultLogsSpecs does: workers read it
             env[ERROR_FILE_ENV] = errors[local]
+        if self._store is not None:
+            self._store.place(envs)
         return LogsDest(stdouts=stdouts, stderrs=stderrs, error_files=errors)
 
 

@@ -250,7 +250,13 @@ class _Run:
         return self._finish(status, code)
 
     def _run_agent(self) -> tuple[RunStatus, int]:
-        from accel.launch.agent import AccelAgent, RunLogsSpecs, rendezvous_handler, worker_spec
+        from accel.launch.agent import (
+            AccelAgent,
+            AttemptStore,
+            RunLogsSpecs,
+            rendezvous_handler,
+            worker_spec,
+        )
 
         if self.plan.nnodes > 1 and not _may_host(self.plan):
             rendezvous.wait_for_host(self.plan.rdzv_endpoint, self.timing, self.notify)
@@ -259,7 +265,11 @@ class _Run:
         quiet_torch_logs()
         router = self.router
         logs = RunLogsSpecs(
-            router.stdout_fifos, router.stderr_fifos, self.error_dir, router.begin_attempt
+            router.stdout_fifos,
+            router.stderr_fifos,
+            self.error_dir,
+            router.begin_attempt,
+            AttemptStore() if self.plan.nnodes == 1 else None,
         )
         agent = AccelAgent(spec, logs, hooks=self, grace=math.ceil(self.plan.grace_period))
         interrupted = False
