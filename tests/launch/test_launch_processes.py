@@ -273,6 +273,7 @@ def test_restart_after_failure(accel: Accel, project: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.edge  # torch's env:// store per release (TORCHELASTIC_USE_AGENT_STORE)
 @pytest.mark.timeout(120)
 def test_a_script_that_starts_its_own_group_meets_on_a_fresh_store_each_attempt(
     accel: Accel, project: Path, tmp_path: Path

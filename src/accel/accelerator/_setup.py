@@ -162,14 +162,16 @@ STORE_POLL_LIMIT = 30.0
 def await_rank0_store(rank: int, env: Mapping[str, str], limit: float = STORE_POLL_LIMIT) -> None:
     """Return once rank 0's store (``MASTER_ADDR:MASTER_PORT``) accepts a connection.
 
-    Under ``accel launch`` with restarts, rank 0 of each attempt hosts a fresh TCPStore
-    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``, accel.launch._torch_compat) and every rank
-    starts at once: a rank that dials it before it listens is refused, and torch's client
-    then sleeps a randomized backoff, 0.4 to 0.7 s, before it dials again, while every
-    rank waits for it. Polled here every few milliseconds instead, the group starts as
-    soon as the store listens. Only a refusal is waited on, at most ``limit`` seconds
-    (torch's own wait takes over then); any other answer, and rank 0 or the agent's
-    shared store (listening before any worker starts), leave it all to torch.
+    Under ``accel launch`` with restarts on several nodes (on one, the launcher hosts
+    the store: accel.launch.agent.AttemptStore), and under torchrun with
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, rank 0 of each attempt hosts a fresh
+    TCPStore and every rank starts at once: a rank that dials it before it listens is
+    refused, and torch's client then sleeps a randomized backoff, 0.4 to 0.7 s, before
+    it dials again, while every rank waits for it. Polled here every few milliseconds
+    instead, the group starts as soon as the store listens. Only a refusal is waited on,
+    at most ``limit`` seconds (torch's own wait takes over then); any other answer, and
+    rank 0 or a store the agent or launcher hosts (listening before any worker starts),
+    leave it all to torch.
     """
     host, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
     agents = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torch's test of it

@@ -29,8 +29,9 @@ The same in every release, and relied on: ``_start_workers(wg) -> {local_rank: p
 ``PContext.close(death_sig, timeout)``, ``dynamic_rendezvous.get_method_name(depth=2)``
 built on ``inspect.stack()``, ``dynamic_rendezvous._delay(seconds)`` (a random skew of
 0-0.3 s before a node's join in the first round), ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``
-(read by the c10d handler's ``use_agent_store``), the error file (``TORCHELASTIC_ERROR_FILE``, read
-into ``ProcessFailure``) and ``SubprocessContext.subprocess_handlers[local].proc.poll()``
+(read by the c10d handler's ``use_agent_store``), the workers' environment handed to
+``LogsSpecs.reify`` (accel.launch.agent), the error file (``TORCHELASTIC_ERROR_FILE``,
+read into ``ProcessFailure``) and ``SubprocessContext.subprocess_handlers[local].proc.poll()``
 as the one read of a worker's exit status (see :func:`tolerate_teardown`).
 
 Imported only when launching: it imports torch.
