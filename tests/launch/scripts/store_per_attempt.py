@@ -5,6 +5,7 @@ first attempt after the group has met there."""
 import json
 import os
 import sys
+import time
 
 import torch.distributed as dist
 
@@ -20,4 +21,11 @@ with open(os.path.join(out, f"attempt-{attempt}-rank-{rank}.json"), "w") as fh:
 dist.barrier()
 if attempt == "0" and rank == "1":
     os._exit(3)
-dist.destroy_process_group()
+# Every rank past its last collective before any leaves, and none destroys its group:
+# torch 2.6's destroy_process_group hung (gloo) in 1 run in 10-20 beside two CPU hogs,
+# once its peer had left, whichever process hosted the store.
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+store.add("left", 1)
+while store.add("left", 0) < dist.get_world_size():
+    time.sleep(0.01)
+os._exit(0)
