@@ -178,18 +178,16 @@ def await_rank0_store(rank: int, env: Mapping[str, str], limit: float = STORE_PO
     if rank == 0 or agents or not host or not port.isdigit():
         return
     deadline, pause = time.monotonic() + limit, 0.001
-    while True:
+    while time.monotonic() + pause <= deadline:
         try:
             socket.create_connection((host, int(port)), timeout=limit).close()
         except ConnectionRefusedError:
-            if time.monotonic() + pause > deadline:
-                return
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
-            continue
         except OSError:  # unreachable, unknown host, a timeout: torch reports it its way
             return
-        return
+        else:
+            return
 
 
 def _end_group_at_exit() -> None:

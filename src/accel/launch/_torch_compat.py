@@ -65,6 +65,7 @@ TORN = ".torn"  # suffix of a worker's error file that torch could not parse, se
 
 # Environment variables torch reads (public names, private semantics).
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # set for the workers: "True" or "False"
 SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 

@@ -23,6 +23,7 @@ from torch.distributed.elastic.multiprocessing import LogsDest, LogsSpecs
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from accel.launch._torch_compat import (
+    AGENT_STORE_ENV,
     ERROR_FILE_ENV,
     CompatAgent,
     skip_join_skew,
@@ -62,7 +63,6 @@ class RunHooks(Protocol):
         """Rendezvous begins (``True``) or is over (``False``)."""
 
 
-AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # torch's: "True" or "False"
 #: Seconds the launcher's store for the workers waits on a request (torch's default).
 STORE_TIMEOUT = timedelta(minutes=30)
 
