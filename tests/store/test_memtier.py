@@ -11,6 +11,7 @@ import pytest
 
 from accel.errors import UsageError
 from accel.store import memtier
+from accel.store.persister import Persister
 from accel.workspace import Workspace
 
 
@@ -108,7 +109,7 @@ def test_the_persister_commits_a_checkpoint_that_loads(
     write(folder, 0, 5, keep=True)
     write(folder, 1, 5, keep=True)
     store = ws.checkpoints
-    persister = memtier.Persister(folder, store.commit_files, 2, 5, run_id="run-1")
+    persister = Persister(folder, store.commit_files, 2, 5, run_id="run-1")
     assert persister.persist_due() == 5
     assert persister.persist_due() is None  # once
     assert memtier.persisted_step(folder) == 5
@@ -129,7 +130,7 @@ def test_a_slot_rewritten_while_it_is_opened_is_not_committed(
     def commit(*args: object) -> None:
         raise AssertionError("committed a rewritten slot")
 
-    persister = memtier.Persister(folder, commit, 1, None)
+    persister = Persister(folder, commit, 1, None)
     real_open = open
 
     def open_then_rewrite(path: object, *args: object, **kwargs: object) -> object:
@@ -156,7 +157,7 @@ def test_a_recorded_size_that_is_not_the_files_is_refused(
     meta["files"]["state.tensors"]["size"] += 1
     meta_path.write_text(json.dumps(meta))
     store = ws.checkpoints
-    persister = memtier.Persister(folder, store.commit_files, 1, None)
+    persister = Persister(folder, store.commit_files, 1, None)
     assert persister.persist_newest() is None
     assert store.list(series="main") == []
     assert not [p for p in store.series_dir("main").iterdir() if p.name.startswith(".tmp")]
@@ -224,7 +225,7 @@ def test_a_step_linked_into_slot_keep_while_it_is_opened_is_committed(
             w1._link(slot.path, folder / "rank-1" / memtier.KEEP, meta)
         return handle
 
-    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, None)
+    persister = Persister(folder, ws.checkpoints.commit_files, 2, None)
     monkeypatch.setattr("builtins.open", open_then_link)
     assert persister.persist_newest() == 6
     monkeypatch.undo()
@@ -241,7 +242,7 @@ def test_every_due_step_is_committed_in_order_none_skipped(
     for step, keep in ((5, 0.0), (10, None)):
         for w in writers:
             w.write(step, "main", {n: {"s": step} for n in memtier.files_of(w.rank)}, keep=keep)
-    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, 5)
+    persister = Persister(folder, ws.checkpoints.commit_files, 2, 5)
     assert [persister.persist_due(), persister.persist_due(), persister.persist_due()] == [
         5,
         10,
@@ -350,7 +351,7 @@ def test_a_slot_rewritten_while_the_launcher_copies_it_commits_what_it_opened(
             snap(writer, step)
         return store.commit_files(*args)  # type: ignore[arg-type]
 
-    persister = memtier.Persister(folder, commit, 1, None)
+    persister = Persister(folder, commit, 1, None)
     assert persister.persist_newest() == 1
     saved = store.load(1, series="main")
     assert saved["step"] == 1 and torch.equal(saved["w"], tensors(1)["w"])  # type: ignore[arg-type]

@@ -6,15 +6,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from accel import _fs
 from accel.store import memtier
 from accel.store.manifest import STATE_TENSORS
-from accel.store.restore import release, tier_copy
+from accel.store.persister import COMMITTING, Persister, release, tier_copy
 from accel.workspace import Workspace
 
 from .test_memtier import tier, write
@@ -22,14 +27,14 @@ from .test_memtier import tier, write
 
 def _restarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
-) -> tuple[Path, memtier.Persister]:
+) -> tuple[Path, Persister]:
     """Step 5 whole on both ranks, step 6 on rank 0 only, the launcher at a failure; this
     process is then a restarted worker (the tier in its environment)."""
     folder = tier(tmp_path, monkeypatch)
     write(folder, 0, 5)
     write(folder, 1, 5)
     write(folder, 0, 6)
-    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
+    persister = Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
     assert persister.persist_newest() == 5
     assert persister.clear(keep=persister.newest)
     monkeypatch.setenv(memtier.DIR_ENV, str(folder))
@@ -119,10 +124,124 @@ def test_a_failure_before_any_commit_keeps_nothing(
 ) -> None:
     folder = tier(tmp_path, monkeypatch)
     write(folder, 0, 5)  # never whole
-    persister = memtier.Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
+    persister = Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
     assert persister.persist_newest() is None
     assert not persister.clear(keep=persister.newest)
     assert sorted(p.name for p in folder.iterdir()) == ["owner"]
+
+
+# -- the commit beside the restart ----------------------------------------------------------
+
+
+def _failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Step 5 whole on both ranks, step 6 on rank 0 only: the tier a failure leaves."""
+    folder = tier(tmp_path, monkeypatch)
+    for rank, step in ((0, 5), (1, 5), (0, 6)):
+        write(folder, rank, step)
+    return folder
+
+
+def test_the_failures_step_is_kept_for_the_restart_and_committed_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder = _failed(tmp_path, monkeypatch)
+    go, said = threading.Event(), []
+
+    def slow_commit(*args: Any) -> Any:
+        assert go.wait(30)  # the restart goes on meanwhile
+        return ws.checkpoints.commit_files(*args)
+
+    persister = Persister(folder, slow_commit, 2, None, run_id="run-1")
+    assert persister.commit_behind(lambda step, from_memory: said.append((step, from_memory)))
+    # Returned at once: the step's slots are in restore/, the rest of the attempt gone,
+    # and the workers of the restart would wait for the commit (its lock is held).
+    assert sorted(p.name for p in (folder / memtier.RESTORE).iterdir()) == ["rank-0", "rank-1"]
+    assert not (folder / "rank-0").exists() and not (folder / "rank-1").exists()
+    marker = os.open(folder / COMMITTING, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(marker, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    finally:
+        os.close(marker)
+    monkeypatch.setenv(memtier.DIR_ENV, str(folder))
+    assert ws.checkpoints.list("main") == []  # the launcher itself never waits for itself
+    assert not persister.drop_restored()  # not while it is being committed
+    go.set()
+    persister.stop()  # joins the commit
+    assert said == [(5, True)]
+    assert not (folder / COMMITTING).exists()
+    (five,) = ws.checkpoints.view("main").checkpoints
+    assert five.manifest.step == 5 and five.manifest.tag == "failure"
+    assert tier_copy(five, STATE_TENSORS) == folder / "restore" / "rank-0" / STATE_TENSORS
+    assert persister.newest == 5
+
+
+def test_a_step_that_cannot_be_kept_is_committed_before_the_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder = _failed(tmp_path, monkeypatch)
+    rename, calls = os.rename, []
+
+    def second_fails(src: Any, dst: Any) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(errno.EXDEV, "refused")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", second_fails)
+    said: list[tuple[int, bool]] = []
+    persister = Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
+    assert not persister.commit_behind(lambda step, memory: said.append((step, memory)))
+    monkeypatch.setattr(os, "rename", rename)
+    # The slot moved first went back where the commit found it: step 5 is on disk.
+    assert said == [(5, False)]
+    assert [f.manifest.step for f in ws.checkpoints.view("main").checkpoints] == [5]
+    assert sorted(p.name for p in folder.iterdir()) == ["owner", "persisted"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_restarted_worker_finds_the_checkpoint_being_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+) -> None:
+    folder = _failed(tmp_path, monkeypatch)
+    go = threading.Event()
+
+    def slow_commit(*args: Any) -> Any:
+        assert go.wait(60)
+        return ws.checkpoints.commit_files(*args)
+
+    persister = Persister(folder, slow_commit, 2, None, run_id="run-1")
+    assert persister.commit_behind(lambda step, from_memory: None)
+    # A worker of the restart (another process, the tier in its environment) looks for
+    # the newest checkpoint while the launcher is still committing the failure's.
+    look = "from accel.workspace import Workspace; print(Workspace('.accelerate').checkpoints.latest('main').step)"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", look],
+        env={**os.environ, memtier.DIR_ENV: str(folder)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not _waits_on_a_lock(worker.pid):  # an event: the kernel lists the waiter
+            assert worker.poll() is None, "the worker looked before the commit was done"
+            time.sleep(0.01)
+        go.set()
+        out, _ = worker.communicate(timeout=60)
+    finally:
+        go.set()
+        worker.kill()
+        persister.stop()
+    assert worker.returncode == 0 and out.strip() == "5"
+
+
+def _waits_on_a_lock(pid: int) -> bool:
+    """Whether ``pid`` is blocked on a file lock (``/proc/locks`` marks a waiter ``->``)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "->" and fields[5].split(":")[0] == str(pid):
+            return True
+    return False
 
 
 # -- the copy around the page cache ---------------------------------------------------------

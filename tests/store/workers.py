@@ -168,7 +168,7 @@ def persist_newest(ws_path: str, tier: str, world_size: int) -> None:
     """What the launcher does when a worker fails: commit the newest whole snapshot."""
     from pathlib import Path
 
-    from accel.store.memtier import Persister
+    from accel.store.persister import Persister
 
     persister = Persister(Path(tier), Workspace(ws_path).checkpoints.commit_files, world_size, None)
     assert persister.persist_newest() is not None

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from accel.errors import AccelError, IntegrityError, UsageError
 from accel.layout import rank_log
-from accel.store.restore import release as release_restored
+from accel.store.persister import await_commit
+from accel.store.persister import release as release_restored
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -76,6 +77,7 @@ def agreed_step(acc: Accelerator, step: int | None) -> int | None:
     lands meanwhile."""
     from accel.store.collectives import arrive
 
+    await_commit()  # every rank, before the collectives: a long commit is no peer's timeout
     arrive("load_state", float(acc.workspace.settings.checkpoints.arrival_timeout))
     if step is None and acc.is_main_process:
         latest = acc.checkpoints.latest()

@@ -57,7 +57,7 @@ from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
     from accel.launch.teardown import Teardown
-    from accel.store.memtier import Persister
+    from accel.store.persister import Persister
     from accel.workspace import Workspace
 
 Notify = Callable[[str], None]
@@ -145,6 +145,7 @@ def _memory_tier(
     """``checkpoints.snapshot_every``: the run's shared-memory folder and its persister,
     both ended with the run (the guard removes the folder if the launcher is killed)."""
     from accel.store import memtier
+    from accel.store.persister import Persister
 
     settings = ws.settings.checkpoints
     every = memtier.snapshot_settings(settings)[0]
@@ -160,7 +161,7 @@ def _memory_tier(
     guard.remove_at_end(tier)
     stack.callback(memtier.remove_tier, tier)
     store = ws.checkpoints
-    persister = memtier.Persister(
+    persister = Persister(
         tier,
         store.commit_files,
         plan.nproc_per_node,
@@ -344,12 +345,15 @@ class _Run:
         self.notify(f"accel: {ended.message}")
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
-        step = self._persist_newest()  # first: the newest whole snapshot outlives the failure
+        # First: the newest whole snapshot outlives the failure. Before a restart, it is
+        # committed beside it, and the restart's workers map it from memory.
         left = self.plan.max_restarts - attempt
-        if self.persister is not None:  # a restart maps the step committed from memory
-            keep = self.persister.newest if left > 0 else None
-            self.restored = self.persister.clear(keep=keep)
-        self._say_saved(step, "; the restart loads it from memory" if self.restored else "")
+        if self.persister is not None and left > 0:
+            self.restored = self.persister.commit_behind(self._say_restored)
+        else:
+            self._say_saved(self._persist_newest())
+            if self.persister is not None:
+                self.persister.clear()
         self._judge(attempt, failures)
         root = self.verdict.first
         if root is not None and left > 0:
@@ -402,6 +406,9 @@ class _Run:
     def _say_saved(self, step: int | None, then: str = "") -> None:
         if step is not None:
             self.notify(f"accel: saved the snapshot of step {step} as a checkpoint{then}")
+
+    def _say_restored(self, step: int, from_memory: bool) -> None:
+        self._say_saved(step, "; the restart loads it from memory" if from_memory else "")
 
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
         if status != RunStatus.SUCCEEDED:  # stopped (a signal, a preemption) or failed for good

@@ -25,6 +25,7 @@ manifest is damaged is no checkpoint: listing skips it, loading it raises
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from accel.store.collectives import (
 )
 from accel.store.lease import SeriesLease, ensure_lease
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX, parse_manifest, read_manifest
-from accel.store.restore import load_file
+from accel.store.persister import await_commit, load_file
 from accel.store.series import (
     Found,
     Reaper,
@@ -170,6 +171,7 @@ class Checkpoints:
 
     def view(self, series: str | None = None) -> series_mod.SeriesView:
         """Everything in the series folder, sorted out (see :mod:`accel.store.series`)."""
+        await_commit()  # a restarted worker: the failure's checkpoint, being committed
         return series_mod.view(self.series_dir(series))
 
     def list(self, series: str | None = None) -> Infos:
@@ -190,6 +192,7 @@ class Checkpoints:
 
     def _find(self, step: int, series: str | None) -> Found | None:
         step_dir = self.series_dir(series) / step_dir_name(step)
+        await_commit()
         try:
             return Found(step_dir, read_manifest(step_dir))
         except IntegrityError:
@@ -357,8 +360,6 @@ class Checkpoints:
         """Commit files written elsewhere (the memory tier's snapshot of ``step``, open,
         each with the size its writer recorded) as checkpoint ``step`` of ``series``:
         copied in and hashed, then the same manifest, commit and retention as :meth:`save`."""
-        from accel.store.memtier import copy_checked
-
         check_step(step)
         series = check_series(series)
         tmp = self._prepare(series, step, run_id)
@@ -528,3 +529,17 @@ def write_files(
         name = rank_name(ctx.rank, TENSORS_SUFFIX)
         files[name] = save_tensor_file(rank_state, tmp / name).to_json()
     return files
+
+
+def copy_checked(source: BinaryIO, target: Path, size: int) -> dict[str, Any]:
+    """Copy the open ``source`` to a new ``target`` (fsynced, around the page cache:
+    :func:`accel._fs.copy_direct`), hashing it as it goes; its size must be the one its
+    writer recorded. The digest, for the manifest."""
+    from accel._fs import copy_direct
+    from accel.store.hashing import ALGORITHM, new_hasher
+
+    hasher = new_hasher()
+    copied = copy_direct(source, target, hasher.update)
+    if copied != size:
+        raise OSError(errno.EIO, f"{target.name}: {copied} bytes in memory, {size} recorded")
+    return {"size": copied, "checksum": f"{ALGORITHM}:{hasher.hexdigest()}"}

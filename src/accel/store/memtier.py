@@ -13,7 +13,7 @@
             meta.json                           written last: step, series, files' digests
         restore/rank-<N>/                       after a failure: the slots of the step just
                                                 committed, which the restarted workers map
-                                                (accel.store.restore); gone once the new
+                                                (accel.store.persister); gone once the new
                                                 attempt holds a step of its own whole
 
 A worker (:class:`SlotWriter`) writes a snapshot into the slot that does not hold its
@@ -25,10 +25,11 @@ A file the worker wrote before is rewritten in place when nothing else holds it
 (:mod:`accel.store._inplace`): a file the launcher is reading (it holds a shared lock)
 or that ``slot-keep`` links is left to its holder, and a new file takes its name.
 
-The launcher (:class:`Persister`) commits the newest step that every rank holds whole as
-a normal checkpoint (:meth:`accel.store.checkpoints.Checkpoints.commit_files`): every
+The launcher (:class:`accel.store.persister.Persister`) commits the newest step that
+every rank holds whole as a normal checkpoint
+(:meth:`accel.store.checkpoints.Checkpoints.commit_files`): every
 ``checkpoints.persist_every`` steps on a thread of its own (not the training process's
-GIL), and at once when a worker fails (tag ``failure``), before the restart. A worker
+GIL), and when a worker fails (tag ``failure``; beside the restart). A worker
 writes no checksum (the copy into memory is its one pass over the bytes): the launcher
 opens a step's files, takes their shared locks, checks that the slots still hold that
 step with the very files it opened (a writer removes ``meta.json`` before it touches a
@@ -40,17 +41,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from accel._fs import atomic_write, atomic_write_json, read_json, remove_tree
+from accel._fs import atomic_write_json, read_json, remove_tree
 from accel.errors import AccelError, TierFull, UsageError
 from accel.layout import SNAPSHOT_META, rank_name
 from accel.store._inplace import InPlaceFiles
@@ -59,11 +58,9 @@ from accel.store.series import is_series_name
 
 __all__ = [
     "DIR_ENV",
-    "Persister",
     "SlotWriter",
     "TierFull",
     "common_steps",
-    "copy_checked",
     "make_tier",
     "remove_tier",
     "snapshot_settings",
@@ -79,7 +76,7 @@ KEEP = "slot-keep"  # a step to persist: not overwritten before the launcher com
 META = SNAPSHOT_META
 OWNER = "owner"
 PERSISTED = "persisted"  # the launcher's: the newest step it committed
-RESTORE = "restore"  # the slots of the step committed at a failure (accel.store.restore)
+RESTORE = "restore"  # the slots of the step committed at a failure (accel.store.persister)
 PREFIX = "accel-"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _META_LIMIT = 1 << 20
@@ -422,179 +419,3 @@ def _common(found: dict[int, list[Slot]], world_size: int) -> dict[int, dict[int
         if len(ranks) == world_size and len({s.series for s in ranks.values()}) == 1
     }
     return dict(sorted(whole.items()))
-
-
-class Persister:
-    """The launcher's writer: commits whole steps of the memory tier as checkpoints."""
-
-    def __init__(
-        self,
-        tier: Path,
-        commit: Callable[..., Any],
-        world_size: int,
-        every: int | None,
-        *,
-        run_id: str | None = None,
-        poll: float = 0.05,
-        notify: Callable[[str], None] | None = None,
-    ) -> None:
-        self.tier = tier
-        self.run_id = run_id
-        self._commit = commit
-        self.world_size = world_size
-        self.every = every
-        self.poll = poll
-        self.notify = notify or (lambda _: None)
-        self.persisted: list[tuple[int, str]] = []  # (step, tag) committed, in order
-        self._last = -1
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Persister:
-        if self.every is not None:
-            self._thread = threading.Thread(target=self._main, name="accel-persist", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _main(self) -> None:
-        while not self._stop.wait(self.poll):
-            with contextlib.suppress(Exception):  # a torn slot: the next poll tries again
-                self.persist_due()
-
-    def persist_due(self) -> int | None:
-        """Commit the oldest whole step that is a multiple of ``every`` and not committed
-        yet. Oldest first: each is in slot-keep until committed, while the next may
-        already be whole in the rotating slots (a fast loop writes five steps between two
-        polls); the newest first would skip it."""
-        every = self.every
-        if every is None:
-            return None
-        common = common_steps(self.tier, self.world_size)
-        due = [step for step in common if step % every == 0 and step > self._last]
-        return self._persist(due[0], common[due[0]], "snapshot") if due else None
-
-    def persist_newest(self) -> int | None:
-        """At a failure: commit the newest step every rank holds whole (tag ``failure``);
-        the step, or None when there is none newer than the last committed."""
-        common = common_steps(self.tier, self.world_size)
-        for step in reversed(common):  # a slot rewritten meanwhile: the one before
-            try:
-                return self._persist(step, common[step], "failure")
-            except (OSError, AccelError) as exc:
-                self.notify(f"accel: could not persist the snapshot of step {step}: {exc}")
-        return None
-
-    def _persist(self, step: int, ranks: dict[int, Slot], tag: str) -> int | None:
-        """Commit ``step`` from the slots ``ranks`` (as the caller read them: if they were
-        rewritten since, the check after opening refuses them)."""
-        with self._lock:
-            if step <= self._last:
-                return None
-            with contextlib.ExitStack() as stack:
-                files = {
-                    name: (stack.enter_context(open(slot.path / name, "rb")), digest["size"])
-                    for slot in ranks.values()
-                    for name, digest in slot.files.items()
-                }
-                for handle, _ in files.values():
-                    try:  # held until committed: no writer rewrites a locked file in place
-                        fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        raise OSError(
-                            errno.EAGAIN, f"the snapshot of step {step} is being rewritten"
-                        ) from None
-                # A writer removes meta.json before it touches a file, and rewrites one in
-                # place only under its exclusive lock: a slot that still names this step
-                # holding the very files opened and locked (the same inodes: slot-keep
-                # links them) means what was opened is the snapshot whole, whatever happens
-                # to the slots from now on.
-                if _inodes(common_steps(self.tier, self.world_size).get(step)) != {
-                    (rank, name): os.fstat(files[name][0].fileno()).st_ino
-                    for rank, slot in ranks.items()
-                    for name in slot.files
-                }:
-                    raise OSError(errno.EAGAIN, f"the snapshot of step {step} was rewritten")
-                series = next(iter(ranks.values())).series
-                self._commit(step, series, files, self.world_size, tag, self.run_id)
-            atomic_write(self.tier / PERSISTED, str(step), durable=False)  # the slot is free
-            self._last = step
-            self.persisted.append((step, tag))
-            return step
-
-    @property
-    def newest(self) -> int | None:
-        """The newest step this launcher committed (None: none yet)."""
-        return self._last if self._last >= 0 else None
-
-    def clear(self, keep: int | None = None) -> bool:
-        """Before a restart: the dead attempt's snapshots go (a nondeterministic run's
-        new attempt must never mix its steps with theirs), but for the slots of ``keep``,
-        a step committed: they move to ``restore/``, where the new attempt's workers map
-        that checkpoint's files from memory (:mod:`accel.store.restore`). Whether it did."""
-        with self._lock:
-            remove_tier(self.tier / RESTORE)
-            kept = keep is not None and self._keep(keep)
-            for rank in range(self.world_size):
-                remove_tier(self.tier / rank_name(rank))
-            return kept
-
-    def _keep(self, step: int) -> bool:
-        ranks = common_steps(self.tier, self.world_size).get(step)
-        if ranks is None:
-            return False
-        staging = self.tier / f"{RESTORE}.new"
-        remove_tier(staging)
-        try:
-            staging.mkdir(mode=0o700)
-            for rank, slot in ranks.items():
-                os.rename(slot.path, staging / rank_name(rank))
-            os.rename(staging, self.tier / RESTORE)
-        except OSError:
-            remove_tier(staging)  # the workers load it from the disk
-            return False
-        return True
-
-    def drop_restored(self) -> bool:
-        """Remove ``restore/`` once the new attempt holds a step of its own whole (its
-        workers loaded what they needed before their first snapshot); True when done."""
-        if not (self.tier / RESTORE).exists():
-            return True
-        if not common_steps(self.tier, self.world_size):
-            return False
-        remove_tier(self.tier / RESTORE)
-        return True
-
-
-def _inodes(ranks: dict[int, Slot] | None) -> dict[tuple[int, str], int] | None:
-    """The inode of every file of ``ranks``' slots now (None: no such step, or a slot
-    rewritten while it is read)."""
-    if ranks is None:
-        return None
-    try:
-        return {
-            (rank, name): os.stat(slot.path / name).st_ino
-            for rank, slot in ranks.items()
-            for name in slot.files
-        }
-    except OSError:
-        return None
-
-
-def copy_checked(source: BinaryIO, target: Path, size: int) -> dict[str, Any]:
-    """Copy the open ``source`` to a new ``target`` (fsynced, around the page cache:
-    :func:`accel._fs.copy_direct`), hashing it as it goes; its size must be the one its
-    writer recorded. The digest, for the manifest."""
-    from accel._fs import copy_direct
-    from accel.store.hashing import ALGORITHM, new_hasher
-
-    hasher = new_hasher()
-    copied = copy_direct(source, target, hasher.update)
-    if copied != size:
-        raise OSError(errno.EIO, f"{target.name}: {copied} bytes in memory, {size} recorded")
-    return {"size": copied, "checksum": f"{ALGORITHM}:{hasher.hexdigest()}"}
