@@ -217,3 +217,29 @@ def test_agent_environment_switches_store_sharing_off_only_with_restarts() -> No
     assert with_restarts[compat.SHARE_STORE_ENV] == "1"
     mine = compat.agent_environment(signals, True, {compat.SHARE_STORE_ENV: "0"})
     assert compat.SHARE_STORE_ENV not in mine  # the user's own choice stands
+
+
+def test_the_agents_one_sleep_is_the_wait_between_two_checks_of_its_workers() -> None:
+    """wake_on_exit swaps the agent module's ``time`` for one whose ``sleep`` wakes when a
+    worker ends: that sleep must be ``_invoke_run``'s, and the module's only one."""
+    import time
+
+    from torch.distributed.elastic.agent.server import api
+
+    assert compat.TORCH_AGENT_TIME is time, f"{VERSION}: the agent module's `time` changed; {FIX}"
+    assert inspect.getsource(api).count("time.sleep(") == 1, f"{VERSION}: {FIX}"
+    assert "time.sleep(monitor_interval)" in inspect.getsource(
+        api.SimpleElasticAgent._invoke_run
+    ), f"{VERSION}: _invoke_run no longer sleeps monitor_interval; {FIX}"
+
+
+def test_waking_on_exit_keeps_the_rest_of_the_agents_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from torch.distributed.elastic.agent.server import api
+
+    monkeypatch.setattr(api, "time", api.time)
+    compat.wake_on_exit()
+    assert api.time is not time
+    assert api.time.monotonic is time.monotonic and api.time.time is time.time
+    api.time.sleep(0)  # nothing to watch: torch's sleep
