@@ -381,8 +381,9 @@ class Accelerator(ProcessApi, FolderApi):
         """Whether the job was asked to stop (SIGTERM, or SLURM's ``--signal=USR1@90``):
         call it at the end of each step; when True, ``save_state`` that step and return.
         A collective (every rank calls it, every rank gets the same answer). Once it has
-        been called, the signal no longer ends the process at once: the script decides."""
-        self._stop.listening = True
+        been called (on the main thread), the signal no longer ends the process at once:
+        the script decides."""
+        self._stop.listen()
         return agreed(self._stop.signum is not None, self.world_size, self.device)
 
     def wait_for_everyone(self) -> None:
