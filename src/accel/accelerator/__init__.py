@@ -50,6 +50,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel.accelerator import _ddp
 from accel.accelerator import _hfargs as hfargs
 from accel.accelerator import _setup as setup
 from accel.accelerator._accumulate import (
@@ -295,10 +296,9 @@ class Accelerator(ProcessApi, FolderApi):
         if self.world_size > 1 and self.fsdp is not None:
             model = self._shard(model, self.fsdp)
         elif self.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             ids = [self.device.index] if self.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=ids, **self._handlers.ddp)
+            compiled = self._dynamo is not None
+            model = _ddp.wrap(model, ids, self._handlers.ddp, compiled=compiled)
         if self._dynamo is not None:
             import torch
 
@@ -548,6 +548,8 @@ class Accelerator(ProcessApi, FolderApi):
             for index, (obj, sd) in enumerate(zip(objs, saved, strict=True)):
                 if f"{kind[:-1]}.{index}" not in restored:
                     obj.load_state_dict(sd)
+        for model in self._models:  # every rank's parameters are the checkpoint's now
+            _ddp.loaded(model)
         for loader, sd in zip(
             self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
         ):
