@@ -12,7 +12,8 @@ writing the time to ``OUT/kill``; after a restart rank 0 writes the time of its 
 trained step to ``OUT/first`` and the step it resumed from to ``OUT/resumed``; at the end
 rank 0 writes the final weights' bytes to ``OUT/weights``, and after a restart the times
 it reached each phase to ``OUT/phases`` (JSON): the script's start, the process group,
-the model (DDP, or ``prepare``), the state loaded.
+the model built (the script's own ``net()``), wrapped (DDP, or ``prepare``), the state
+loaded.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def plain() -> None:
 
     dist.init_process_group("gloo")
     PHASES["group"] = time.time()
-    model = DistributedDataParallel(net())
+    base = net()
+    PHASES["built"] = time.time()
+    model = DistributedDataParallel(base)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     PHASES["model"] = time.time()
     path, step = out / "plain.pt", 0
@@ -115,6 +118,7 @@ def with_accel() -> None:
     acc = Accelerator(cpu=True, seed=0)
     PHASES["group"] = time.time()
     base = net()
+    PHASES["built"] = time.time()
     model, opt = acc.prepare(base, torch.optim.Adam(base.parameters(), lr=1e-4))
     PHASES["model"] = time.time()
     step = acc.load_state() or 0

@@ -18,7 +18,7 @@ turns (the order rotated each round). Per launcher: the seconds from the kill to
 lost (trained before the kill and trained again), and whether the final weights equal,
 bit for bit, those of an uninterrupted run of the same script; and where that time goes
 (rank 0 of the restart: from the kill to the script's start, then the process group, the
-model, the state loaded, the first step). In the same run, the physical floors: a bare
+model built, DDP or ``prepare``, the state loaded, the first step). In the same run, the physical floors: a bare
 interpreter start and ``import torch`` (a restart that execs), and writing rank 0's
 state to a new file with fsync (a restart that commits the snapshot to disk first).
 
@@ -45,11 +45,12 @@ from _timing import accel_exe, p90
 
 SCRIPT = Path(__file__).with_name("_recovery_train.py")
 LAUNCHERS = ["torchrun", "accel launch", "accel launch --preload"]
-PHASE_MARKS = ("start", "group", "model", "loaded")  # written by _recovery_train.py
+PHASE_MARKS = ("start", "group", "built", "model", "loaded")  # by _recovery_train.py
 PHASES = (
     "kill -> script starts",  # failure seen, persist, stop, rendezvous, exec or fork
     "process group",
-    "model (DDP / prepare)",
+    "model built",  # the script's own net(): the same under every launcher
+    "DDP / prepare",
     "state loaded",
     "first step",
 )
