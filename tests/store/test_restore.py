@@ -169,7 +169,7 @@ def test_the_failures_step_is_kept_for_the_restart_and_committed_beside_it(
     go.set()
     persister.stop()  # joins the commit
     assert said == [(5, True)]
-    assert not (folder / COMMITTING).exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["owner", "persisted", "restore"]
     (five,) = ws.checkpoints.view("main").checkpoints
     assert five.manifest.step == 5 and five.manifest.tag == "failure"
     assert tier_copy(five, STATE_TENSORS) == folder / "restore" / "rank-0" / STATE_TENSORS
