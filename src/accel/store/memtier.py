@@ -64,6 +64,7 @@ __all__ = [
     "make_tier",
     "remove_tier",
     "snapshot_settings",
+    "whole_steps",
 ]
 
 DIR_ENV = "ACCEL_SNAPSHOT_DIR"  # set by accel launch for every worker when the tier is on
@@ -214,7 +215,7 @@ class SlotWriter:
         if empty:
             return empty[0], empty[0]
         oldest = min(SLOTS, key=mine.__getitem__)
-        floor = max(_common(found, self.world_size), default=-1)
+        floor = max(whole_steps(found, self.world_size), default=-1)
         older = [name for name in SLOTS if mine[name] < floor]
         return (oldest if older else None), oldest
 
@@ -403,10 +404,11 @@ def slots(tier: Path, world_size: int) -> dict[int, list[Slot]]:
 
 def common_steps(tier: Path, world_size: int) -> dict[int, dict[int, Slot]]:
     """Steps that every rank holds whole, each with its ranks' slots, newest last."""
-    return _common(slots(tier, world_size), world_size)
+    return whole_steps(slots(tier, world_size), world_size)
 
 
-def _common(found: dict[int, list[Slot]], world_size: int) -> dict[int, dict[int, Slot]]:
+def whole_steps(found: dict[int, list[Slot]], world_size: int) -> dict[int, dict[int, Slot]]:
+    """Of ``rank -> its slots``, the steps every rank holds (in one series), newest last."""
     if len(found) < world_size:
         return {}
     by_step: dict[int, dict[int, Slot]] = {}

@@ -48,6 +48,7 @@ from accel.store.memtier import (
     common_steps,
     read_slot,
     remove_tier,
+    whole_steps,
 )
 from accel.store.series import Found
 from accel.store.tensorfile import load_tensor_file
@@ -141,14 +142,15 @@ class Persister:
         handed = False
         try:
             remove_tier(self.tier / RESTORE)
-            newer = [step for step in self._common() if step > self._last]
+            common = self._common()
+            newer = [step for step in common if step > self._last]
             if not newer:
                 return False
             try:
                 committing = hold_commit(self.tier)  # before the workers can look
             except OSError:
                 committing = None
-            if committing is None or not self._keep(newer[-1]):
+            if committing is None or not self._keep(common[newer[-1]]):
                 if committing is not None:
                     committing.close()
                 if self._persist_newest() is not None:
@@ -166,8 +168,7 @@ class Persister:
             return True
         finally:
             if not handed:
-                for rank in range(self.world_size):
-                    remove_tier(self.tier / rank_name(rank))
+                self._remove_ranks()
                 self._lock.release()
 
     def _set_aside(self, rank: int) -> Path:
@@ -211,11 +212,9 @@ class Persister:
 
     def _kept(self) -> dict[int, Slot] | None:
         """The slots in ``restore/`` when they hold one step whole."""
-        kept = [read_slot(self.tier / RESTORE / rank_name(r), r) for r in range(self.world_size)]
-        if any(slot is None for slot in kept):
-            return None
-        whole = {slot.rank: slot for slot in kept if slot is not None}
-        return whole if len({(s.step, s.series) for s in whole.values()}) == 1 else None
+        kept = {r: read_slot(self.tier / RESTORE / rank_name(r), r) for r in range(self.world_size)}
+        common = whole_steps({r: [s] for r, s in kept.items() if s is not None}, self.world_size)
+        return next(iter(common.values())) if common else None
 
     def _persist(self, step: int, ranks: dict[int, Slot], tag: str) -> int | None:
         """Commit ``step`` from the slots ``ranks`` (as the caller read them: if they were
@@ -276,13 +275,16 @@ class Persister:
         that checkpoint's files from memory (:func:`load_file`). Whether it did."""
         with self._lock:
             remove_tier(self.tier / RESTORE)
-            kept = keep is not None and self._keep(keep)
-            for rank in range(self.world_size):
-                remove_tier(self.tier / rank_name(rank))
+            kept = keep is not None and self._keep(self._common().get(keep))
+            self._remove_ranks()
             return kept
 
-    def _keep(self, step: int) -> bool:
-        ranks = common_steps(self.tier, self.world_size).get(step)
+    def _remove_ranks(self) -> None:
+        for rank in range(self.world_size):
+            remove_tier(self.tier / rank_name(rank))
+
+    def _keep(self, ranks: dict[int, Slot] | None) -> bool:
+        """Move the slots ``ranks`` (one step's, as just read) to ``restore/``."""
         if ranks is None:
             return False
         staging = self.tier / f"{RESTORE}.new"
@@ -309,7 +311,7 @@ class Persister:
             return False  # still being committed
         if not (self.tier / RESTORE).exists():
             return True
-        if not common_steps(self.tier, self.world_size):
+        if not self._common():
             return False
         remove_tier(self.tier / RESTORE)
         return True
