@@ -1,17 +1,18 @@
 """The launcher sees a worker end when it ends (issue 28): the sleep of torch's agent
-between two checks of its workers waits on the workers' pidfds, and the wait for a
+between two checks of its workers waits on the launcher's exit watch, and the wait for a
 worker the launcher stops returns at its exit, not at Popen's next poll."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 
 import pytest
+from torch.distributed.elastic.agent.server import api as agent_api
 
 from accel.launch import _torch_compat as compat
+from accel.launch.deaths import ExitWatch
 
 pytestmark = pytest.mark.slow  # each starts a process
 
@@ -19,21 +20,23 @@ WAITS_FOR_STDIN = [sys.executable, "-c", "import sys; sys.stdin.read()"]
 
 
 @pytest.mark.timeout(60)
-def test_a_worker_that_ends_wakes_the_agent_before_its_interval() -> None:
+def test_a_worker_that_ends_wakes_the_agent_before_its_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(agent_api, "time", agent_api.time)
     child = subprocess.Popen(WAITS_FOR_STDIN, stdin=subprocess.PIPE)
-    fds = len(os.listdir("/proc/self/fd"))
-    wake = compat._Wake()
+    watch = ExitWatch()  # the launcher's: the kernel wakes its thread at the end
+    compat.wake_on_exit(watch.ended)
     try:
-        wake.watch([child.pid])
+        watch.watch({0: child.pid})
         assert child.stdin is not None
         child.stdin.close()  # the worker ends...
-        wake.sleep(3600)  # ...and wakes the agent: without it, the timeout fails this test
+        agent_api.time.sleep(3600)  # ...and wakes the agent: else the timeout fails this
         assert child.wait(timeout=60) == 0
-        assert wake._fds == []  # woken once; the next sleep is the interval's
+        assert not watch.ended.is_set()  # woken once; the next sleep is the interval's
     finally:
-        wake.watch(())
+        compat.wake_on_exit(None)
         child.kill()
-    assert len(os.listdir("/proc/self/fd")) == fds - 1  # the pipe closed, no pidfd kept
 
 
 @pytest.mark.timeout(60)

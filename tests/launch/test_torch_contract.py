@@ -239,7 +239,7 @@ def test_waking_on_exit_keeps_the_rest_of_the_agents_time(monkeypatch: pytest.Mo
     from torch.distributed.elastic.agent.server import api
 
     monkeypatch.setattr(api, "time", api.time)
-    compat.wake_on_exit()
+    compat.wake_on_exit(None)
     assert api.time is not time
     assert api.time.monotonic is time.monotonic and api.time.time is time.time
     api.time.sleep(0)  # nothing to watch: torch's sleep

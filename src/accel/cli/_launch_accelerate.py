@@ -138,7 +138,7 @@ FLAGS: dict[str, Placement] = {
     "rdzv_conf": _same("settings of torch's c10d rendezvous, as torchrun's `--rdzv-conf`"),
     "max_restarts": _same("restarts after a failure"),
     "monitor_interval": _same(
-        "accepted; accel sees a worker end when it ends (its pidfd), and checks them every 0.1 s"
+        "accepted; accel sees a worker end at once (its exit watch), and checks them every 0.1 s"
     ),
     "module": _same("SCRIPT is a module (`python -m`)", switch=True),
     "no_python": _same("SCRIPT is a program, run as it is", switch=True),

@@ -49,8 +49,9 @@ import re
 import select
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,16 +138,12 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     torch's private methods.
     """
 
-    def __init__(self, spec: Any, logs_specs: Any, *, grace: int) -> None:
+    def __init__(
+        self, spec: Any, logs_specs: Any, *, grace: int, ended: threading.Event | None = None
+    ) -> None:
         super().__init__(spec, logs_specs)
         self._accel_grace = grace
-        wake_on_exit()
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().run(*args, **kwargs)
-        finally:
-            WAKE.watch(())
+        wake_on_exit(ended)
 
     @property
     def restart_count(self) -> int:
@@ -179,7 +176,6 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
 
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids: dict[int, Any] = super()._start_workers(worker_group)
-        WAKE.watch(int(pid) for pid in pids.values())
         close_with_grace(self._pcontext, self._accel_grace, before=self.workers_stopping)
         judge = TeardownJudge(float(self._accel_grace), self.worker_teardown)
         tolerate_teardown(self._pcontext, judge)
@@ -253,66 +249,38 @@ def close_with_grace(
 # -- the monitor -----------------------------------------------------------------------------
 
 
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # Linux before 5.3; a pid already reaped
-        return None
-
-
-def _readable(fds: Sequence[int], seconds: float) -> list[int]:
-    """The ``fds`` that became readable within ``seconds`` (a pidfd: its process ended)."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    return [fd for fd, _ in poller.poll(max(0.0, seconds) * 1000)]
-
-
-class _Wake:
-    """The sleep between two of the agent's checks, cut short when a worker ends."""
-
-    def __init__(self) -> None:
-        self._fds: list[int] = []
-
-    def watch(self, pids: Iterable[int]) -> None:
-        """The processes of the new attempt (none: sleep as torch does)."""
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = [fd for fd in map(_pidfd, pids) if fd is not None]
-
-    def sleep(self, seconds: float) -> None:
-        if not self._fds:
-            time.sleep(seconds)
-            return
-        for fd in _readable(self._fds, seconds):  # each ended process wakes it once
-            self._fds.remove(fd)
-            os.close(fd)
-
-
 class _Time:
-    """torch's agent module's ``time``, with the wakeful sleep (:func:`wake_on_exit`)."""
+    """torch's agent module's ``time``, whose sleep an end cuts short (:func:`wake_on_exit`)."""
+
+    ended: threading.Event | None = None
 
     def sleep(self, seconds: float) -> None:
-        WAKE.sleep(seconds)
+        ended = self.ended
+        if ended is None:
+            time.sleep(seconds)
+        elif ended.wait(seconds):
+            ended.clear()  # an end after this is seen by the check that follows anyway
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
 
-WAKE = _Wake()
+AGENT_TIME = _Time()
 TORCH_AGENT_TIME = getattr(agent_api, "time", None)  # torch's, kept (the contract test)
 
 
-def wake_on_exit() -> None:
+def wake_on_exit(ended: threading.Event | None) -> None:
     """The agent sees a worker end when it ends, not at its next check.
 
     torch's agent sleeps ``monitor_interval`` (0.1 s) between two checks of its workers
     (``_invoke_run``): a worker that crashed waited 0.05 s on average, and up to 0.1 s,
-    before its peers were stopped and the restart began. The sleep now waits on the
-    workers' pidfds, for at most the same interval.
+    before its peers were stopped and the restart began. The sleep now waits on
+    ``ended`` (set by :class:`accel.launch.deaths.ExitWatch`, whose threads the kernel
+    wakes at each worker's end), for at most the same interval; None: torch's sleep.
     """
     if TORCH_AGENT_TIME is time:
-        agent_api.time = _Time()  # type: ignore[attr-defined,assignment]
+        agent_api.time = AGENT_TIME  # type: ignore[attr-defined,assignment]
+    AGENT_TIME.ended = ended
 
 
 def wait_on_pidfd(proc: Any) -> None:
@@ -323,12 +291,16 @@ def wait_on_pidfd(proc: Any) -> None:
     def waited(timeout: float | None = None) -> Any:
         if timeout is not None and proc.returncode is None:
             deadline = time.monotonic() + timeout
-            fd = _pidfd(proc.pid)
-            if fd is not None:
-                try:
-                    _readable([fd], timeout)
-                finally:
-                    os.close(fd)
+            try:
+                fd = os.pidfd_open(proc.pid)
+            except (AttributeError, OSError):  # Linux before 5.3; a pid already reaped
+                return wait(timeout)
+            try:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)  # readable once the process ended
+                poller.poll(max(0.0, timeout) * 1000)
+            finally:
+                os.close(fd)
             timeout = max(0.0, deadline - time.monotonic())
         return wait(timeout)
 

@@ -11,6 +11,7 @@ launching: it imports torch.
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -145,8 +146,16 @@ class RunLogsSpecs(LogsSpecs):  # type: ignore[misc]
 
 
 class AccelAgent(CompatAgent):
-    def __init__(self, spec: Any, logs_specs: Any, *, hooks: RunHooks, grace: int) -> None:
-        super().__init__(spec, logs_specs, grace=grace)
+    def __init__(
+        self,
+        spec: Any,
+        logs_specs: Any,
+        *,
+        hooks: RunHooks,
+        grace: int,
+        ended: threading.Event | None = None,
+    ) -> None:
+        super().__init__(spec, logs_specs, grace=grace, ended=ended)
         self._hooks = hooks
         self._global_ranks: dict[int, int] = {}
 

@@ -7,7 +7,9 @@ collective it broke. :class:`ExitWatch` runs one thread per worker blocked in
 ``waitid(WEXITED | WNOWAIT)``: the kernel wakes it the moment the worker ends, and
 ``WNOWAIT`` leaves the process unreaped, so torch's ``Popen`` still collects its
 status as before. The workers are the launcher's own children (torch starts a binary
-entrypoint with ``subprocess.Popen``), which is what ``waitid`` needs.
+entrypoint with ``subprocess.Popen``), which is what ``waitid`` needs. Each end noted
+also sets :attr:`ExitWatch.ended`, which cuts short the agent's sleep between two
+checks of its workers (:func:`accel.launch._torch_compat.wake_on_exit`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class ExitWatch:
         self._generation = 0
         self._threads: list[threading.Thread] = []
         self._pids: dict[int, int] = {}
+        self.ended = threading.Event()  # set at each end noted; its waiter clears it
 
     def watch(self, pids: Mapping[int, int]) -> None:
         """Start watching ``rank -> pid`` (a new attempt: what was seen before is dropped)."""
@@ -114,8 +117,10 @@ class ExitWatch:
 
     def _note(self, generation: int, rank: int, found: Exit) -> None:
         with self._lock:
-            if generation == self._generation:
-                self._exits.setdefault(rank, found)
+            if generation != self._generation or rank in self._exits:
+                return
+            self._exits[rank] = found
+        self.ended.set()
 
 
 def _exitcode(info: os.waitid_result) -> int | None:

@@ -272,7 +272,8 @@ class _Run:
             router.begin_attempt,
             AttemptStore() if self.plan.nnodes == 1 else None,
         )
-        agent = AccelAgent(spec, logs, hooks=self, grace=math.ceil(self.plan.grace_period))
+        grace = math.ceil(self.plan.grace_period)
+        agent = AccelAgent(spec, logs, hooks=self, grace=grace, ended=self.exits.ended)
         interrupted = False
         try:
             result = agent.run()
