@@ -21,6 +21,7 @@ __all__ = [
     "StorageError",
     "UsageError",
     "WorkspaceError",
+    "hint",
     "storage_error",
 ]
 
@@ -116,6 +117,18 @@ _HINTS = {
 
 
 _DEFAULT_HINT = "check that the disk is writable and healthy, then retry"
+# A connection's errors (a remote's backend opens sockets); a name that does not resolve
+# is a negative errno (socket.gaierror's EAI_* codes).
+_NETWORK = (
+    _errno.ECONNREFUSED,
+    _errno.ECONNRESET,
+    _errno.ECONNABORTED,
+    _errno.ETIMEDOUT,
+    _errno.EHOSTUNREACH,
+    _errno.ENETUNREACH,
+    _errno.ENETDOWN,
+)
+_NETWORK_HINT = "check the URL and the network, then retry"
 
 
 def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
@@ -125,7 +138,9 @@ def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
         return exc
     where = path if path is not None else exc.filename
     reason = exc.strerror or os.strerror(exc.errno)
-    return StorageError(f"cannot {action} {where}: {reason}; {_hint(exc)}", exc.errno, str(where))
+    if where is None:  # a socket's error, or a descriptor's: there is no file to name
+        return StorageError(f"{reason}; {hint(exc)}", exc.errno)
+    return StorageError(f"cannot {action} {where}: {reason}; {hint(exc)}", exc.errno, str(where))
 
 
 class TierFull(AccelError):
@@ -151,13 +166,16 @@ def write_failed(target: object, exc: BaseException) -> WriteFailed:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, OSError) and code is not None and exc.strerror:
         text = exc.strerror
-    return WriteFailed(f"cannot write {target}: {text}; {_hint(exc)}")
+    return WriteFailed(f"cannot write {target}: {text}; {hint(exc)}")
 
 
-def _hint(exc: BaseException) -> str:
+def hint(exc: BaseException) -> str:
+    """What to do about an OSError (or a message naming its cause), in a few words."""
     code = getattr(exc, "errno", None)
     if code in _HINTS:
         return _HINTS[code]
+    if code in _NETWORK or (isinstance(code, int) and code < 0):
+        return _NETWORK_HINT
     text = str(exc).lower()
     if "file size" in text:
         return _HINTS[_errno.EFBIG]

@@ -380,6 +380,63 @@ def test_a_missing_backend_is_one_line_naming_the_extra(
     assert hint in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("direction", ["push", "pull"])
+def test_a_remote_that_cannot_be_reached_is_one_line_naming_it(
+    ws: Workspace,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    direction: str,
+) -> None:
+    """`accel sync push ftp://typo` said "cannot use None: Name or service not known;
+    check that the disk is writable": the backend connects when it is made, and its
+    socket error reached the CLI's last resort, which took it for the disk's."""
+    import socket
+
+    from fsspec.implementations.ftp import FTPFileSystem
+    from fsspec.registry import _registry
+
+    class Unreachable(FTPFileSystem):  # ftp:// connects as it is made; no host has the name
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise socket.gaierror(-2, "Name or service not known")
+
+        def __del__(self) -> None:  # FTPFileSystem's closes a connection this never made
+            pass
+
+    monkeypatch.setitem(_registry, "ftp", Unreachable)
+    save_checkpoints(ws, (1,))
+    before = tree(ws.path)
+    fresh = tmp_path / "fresh" / ".accelerate"
+    target = ws.path if direction == "push" else fresh
+    capsys.readouterr()
+    url = "ftp://user:hunter2@host/prefix"
+    assert main(["--workspace", str(target), "sync", direction, url]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "ftp://" in err and "host/prefix" in err and "hunter2" not in err, err
+    assert "Name or service not known" in err and "check the URL" in err, err
+    assert "None" not in err and "disk" not in err, err
+    assert tree(ws.path) == before and not fresh.exists()
+
+
+def test_an_os_error_naming_no_file_is_not_blamed_on_the_disk(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's last resort for an OSError names no file that is not there ("cannot use
+    None") and sends nobody to check a disk for a refused connection."""
+    import accel.sync
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(accel.sync, "open_remote", refused)
+    capsys.readouterr()
+    assert main(["sync", "push", "file:///tmp/x"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Connection refused" in err, err
+    assert "None" not in err and "disk" not in err, err
+
+
 BAD_URLS = {  # issue 22: the first four uploaded into the current folder
     "": "is empty",
     "file://": "names no folder",

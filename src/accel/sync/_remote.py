@@ -24,7 +24,7 @@ from typing import IO, Any
 from accel._fs import TMP_PREFIX
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
-from accel.errors import IntegrityError, JobFailed, UsageError
+from accel.errors import IntegrityError, JobFailed, UsageError, hint
 from accel.store.hashing import CHUNK, hash_file, new_hasher
 from accel.sync._checksum import (
     DEFAULT_ALGORITHM,
@@ -287,6 +287,9 @@ def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) ->
         raise UsageError(f"{shown}: {_first_line(exc)}") from None
     except TypeError as exc:
         raise UsageError(f"{shown}: bad --storage-option ({_first_line(exc)})") from None
+    except OSError as exc:  # a backend that connects as it is made (ftp://, sftp://)
+        reason = exc.strerror or _first_line(exc)
+        raise JobFailed(f"{shown}: cannot reach the remote: {reason}; {hint(exc)}") from None
     return Remote(fs, root, url)
 
 
@@ -310,8 +313,8 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
         return f"chained fsspec URLs (a::b) are not accepted: write {_FORMS}"
     match = _URL.fullmatch(url)
     if match is None:
-        hint = f"file://{url}" if url.startswith("/") else _FORMS
-        return f"not a URL: write {hint}"
+        form = f"file://{url}" if url.startswith("/") else _FORMS
+        return f"not a URL: write {form}"
     protocol, rest = match.group(1).lower(), match.group(2)
     if protocol in _LOCAL:
         if not rest.startswith("/"):
