@@ -192,6 +192,35 @@ def test_a_step_in_two_series_needs_series(ws: Workspace) -> None:
     assert json.loads(cli("checkpoints", "show", "7", "-s", "b", "--json").stdout)["series"] == "b"
 
 
+def test_latest_names_the_newest_checkpoint_as_it_names_the_newest_run(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """`accel logs latest` and `accel runs show latest` take `latest`; the checkpoint
+    commands said "invalid checkpoint step 'latest'". rm still wants the number."""
+    from safetensors.torch import load_file
+
+    for step in (5, 9):
+        ws.checkpoints.save({"model": {"w": torch.full((2,), float(step))}}, step)
+    assert json.loads(cli("checkpoints", "show", "latest", "--json").stdout)["step"] == 9
+    verified = json.loads(cli("checkpoints", "verify", "latest", "--json").stdout)
+    assert [c["step"] for c in verified["checkpoints"]] == [9]
+    assert len(json.loads(cli("checkpoints", "verify", "--json").stdout)["checkpoints"]) == 2
+    out = tmp_path / "w.safetensors"
+    assert cli("checkpoints", "export", "Latest", "-o", str(out)).exit_code == 0
+    assert load_file(str(out))["w"].tolist() == [9.0, 9.0]
+    for args, message in (
+        (["show", "newest"], "use a number such as 1200 or `latest`"),
+        (["rm", "latest", "--yes"], "takes the step to remove as a number, not `latest`"),
+    ):
+        result = cli("checkpoints", *args)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert [f.path.name for f in ws.checkpoints.view().checkpoints] == [
+        "step-000000000005",
+        "step-000000000009",
+    ]
+
+
 # -- verify -----------------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "find_checkpoint",
     "list_checkpoints",
     "parse_step",
+    "parse_step_or_latest",
     "series_views",
 ]
 
@@ -181,17 +182,25 @@ def _strays(folder: Path) -> list[Leftover]:
 # -- which checkpoint a STEP names ----------------------------------------------------------
 
 
-def parse_step(text: str) -> int:
-    """``1200`` or the folder name ``step-000000001200``; UsageError otherwise."""
+def parse_step(text: str, *, latest: bool = False) -> int:
+    """``1200`` or the folder name ``step-000000001200``; UsageError otherwise
+    (``latest``: the message offers ``latest`` too, where the command takes it)."""
     raw = text.strip()
     match = layout.STEP_RE.fullmatch(raw)
     digits = match.group(1) if match else raw
     if not digits.isascii() or not digits.isdigit():
+        alias = " or `latest`" if latest else ""
         raise UsageError(
-            f"invalid checkpoint step {text!r}: use a number such as 1200 "
+            f"invalid checkpoint step {text!r}: use a number such as 1200{alias} "
             "(see `accel checkpoints list`)"
         )
     return check_step(int(digits))
+
+
+def parse_step_or_latest(text: str) -> int | None:
+    """A STEP that may also be ``latest``, as a run may (`accel logs latest`): None for
+    the newest committed checkpoint."""
+    return None if text.strip().lower() == "latest" else parse_step(text, latest=True)
 
 
 def find_checkpoint(ws: Workspace, step: int | None, series: str | None) -> Found:

@@ -56,7 +56,8 @@ def _list(keys: tuple[str, ...] | None) -> list[str] | None:
     return None if keys is None else list(keys)
 
 
-def show_checkpoint(ws: Workspace, step: int, series: str | None) -> CheckpointDetail:
+def show_checkpoint(ws: Workspace, step: int | None, series: str | None) -> CheckpointDetail:
+    """The checkpoint at ``step`` (None: the newest) of ``series``, or of the one that has it."""
     return read_checkpoint(ws, step, series, _detail)
 
 

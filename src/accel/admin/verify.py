@@ -120,10 +120,13 @@ class VerifyReport:
         }
 
 
-def targets(ws: Workspace, step: int | None, series: str | None) -> VerifyTargets:
-    """``step``'s checkpoint, or every committed (and every unreadable) one of ``series``
-    or of all series. UsageError for a step that is not there."""
-    if step is not None:
+def targets(
+    ws: Workspace, step: int | None, series: str | None, latest: bool = False
+) -> VerifyTargets:
+    """``step``'s checkpoint (``latest``: the newest), or every committed (and every
+    unreadable) one of ``series`` or of all series. UsageError for a step that is not
+    there."""
+    if step is not None or latest:
         return VerifyTargets((find_checkpoint(ws, step, series),))
     views = series_views(ws, series).values()
     return VerifyTargets(
@@ -133,12 +136,16 @@ def targets(ws: Workspace, step: int | None, series: str | None) -> VerifyTarget
 
 
 def verify_series(
-    ws: Workspace, step: int | None, series: str | None, progress: Progress = SILENT
+    ws: Workspace,
+    step: int | None,
+    series: str | None,
+    progress: Progress = SILENT,
+    latest: bool = False,
 ) -> VerifyReport:
     """:func:`targets` verified under their series' readers lock: retention removes none
     of them meanwhile (:mod:`accel.admin._reading`)."""
     with reading(ws, series):
-        return verify(targets(ws, step, series), progress)
+        return verify(targets(ws, step, series, latest), progress)
 
 
 def verify(chosen: VerifyTargets, progress: Progress = SILENT) -> VerifyReport:

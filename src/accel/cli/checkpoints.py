@@ -32,14 +32,22 @@ _JSON = typer.Option(False, "--json", help="One JSON object, for machines.")
 
 
 def _step(text: str | None) -> int | None:
+    """A STEP that may be omitted or ``latest`` (None for both)."""
+    from accel.admin.catalog import parse_step_or_latest
+
+    return None if text is None else parse_step_or_latest(text)
+
+
+def _removed_step(text: str) -> int:
+    """``rm``'s STEP: a number, never ``latest`` (what it removes is named, not implied)."""
     from accel.admin.catalog import parse_step
+    from accel.errors import UsageError
 
-    return None if text is None else parse_step(text)
-
-
-def _required_step(text: str) -> int:
-    from accel.admin.catalog import parse_step
-
+    if text.strip().lower() == "latest":
+        raise UsageError(
+            "`accel checkpoints rm` takes the step to remove as a number, not `latest`: "
+            "`accel checkpoints list` shows the steps"
+        )
     return parse_step(text)
 
 
@@ -90,14 +98,16 @@ def _print_listing(listing: CheckpointListing) -> None:
 @app.command(cls=_help.Command)
 def show(
     ctx: typer.Context,
-    step: str = typer.Argument(..., metavar="STEP", help="The step (1200, or step-000000001200)."),
+    step: str = typer.Argument(
+        ..., metavar="STEP", help="The step (1200, step-000000001200, or latest)."
+    ),
     series: str | None = _SERIES,
     as_json: bool = _JSON,
 ) -> int:
     """One checkpoint's manifest: files, sizes, checksums, created, run, what it holds."""
     from accel.admin.detail import show_checkpoint
 
-    detail = show_checkpoint(_app.workspace(ctx), _required_step(step), series)
+    detail = show_checkpoint(_app.workspace(ctx), _step(step), series)
     if as_json:
         _output.print_json(detail.to_json())
     else:
@@ -138,7 +148,7 @@ def _print_detail(detail: CheckpointDetail) -> None:
 def verify(
     ctx: typer.Context,
     step: str | None = typer.Argument(
-        None, metavar="STEP", help="The step; every checkpoint when omitted."
+        None, metavar="STEP", help="The step, or latest; every checkpoint when omitted."
     ),
     series: str | None = _SERIES,
     as_json: bool = _JSON,
@@ -147,7 +157,8 @@ def verify(
     from accel.admin import verify as verify_mod
 
     with _output.progress() as bar:
-        report = verify_mod.verify_series(_app.workspace(ctx), _step(step), series, bar)
+        latest = step is not None and _step(step) is None
+        report = verify_mod.verify_series(_app.workspace(ctx), _step(step), series, bar, latest)
     if as_json:
         _output.print_json(report.to_json())
     else:
@@ -185,7 +196,7 @@ def _print_report(report: VerifyReport) -> None:
 def export(
     ctx: typer.Context,
     step: str | None = typer.Argument(
-        None, metavar="STEP", help="The step; the latest when omitted."
+        None, metavar="STEP", help="The step; the latest when omitted (or latest)."
     ),
     output: Path = typer.Option(..., "--output", "-o", metavar="PATH", help="The file to write."),
     fmt: str | None = typer.Option(
@@ -246,5 +257,5 @@ def rm(
     from accel.admin.remove import plan_checkpoint_removal
 
     ws = _app.workspace(ctx)
-    plan = plan_checkpoint_removal(ws, _required_step(step), series, force=force)
+    plan = plan_checkpoint_removal(ws, _removed_step(step), series, force=force)
     return _removal.carry_out(ws, plan, yes=yes, dry_run=dry_run, as_json=as_json)
