@@ -63,6 +63,25 @@ def test_show_prints_summary_ranks_resources_and_metrics(ws: Workspace) -> None:
     assert "loss" in out and "0.03333" in out and "(min) @ 29" in out and "█" in out
 
 
+def test_logs_of_a_rank_the_run_has_no_log_of_say_which_ranks_it_has(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`accel logs --rank 9` of a 2-rank run warned and exited 0, as if rank 9 had
+    printed nothing: a rank that is not there is bad input, as a step that is not."""
+    from accel.cli.main import main
+
+    folder = _run(ws)
+    for r in (0, 1):
+        (folder / f"rank-{r}.log").write_text(f"hello from {r}\n")
+    capsys.readouterr()
+    assert main(["logs", "--rank", "9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: run {RUN_ID} has no log of rank 9; its logs here: ranks 0, 1", err
+    assert main(["logs", "--rank", "1", "--rank", "9", "--no-prefix"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "hello from 1\n" and "no log of rank 9; its logs here: ranks 0, 1" in err
+
+
 def test_show_json_is_the_view(ws: Workspace) -> None:
     _run(ws)
     result = CliRunner().invoke(_app(), ["show", "aaaaaa", "--json"])

@@ -107,12 +107,11 @@ def logs(
     record = runs_mod.read_run(ws.layout, runs_mod.resolve_run_id(ws.layout, run))
     wanted = set(rank or ())
     files = select_logs(record, wanted)
-    if not files and not follow:
-        _output.warn(
-            f"run {record.id} has no rank logs"
-            + (f" for rank(s) {sorted(wanted)}" if wanted else "")
-        )
-        return
+    if not follow:
+        _check_ranks(record.id, wanted, set(files), set(select_logs(record, set())))
+        if not files:
+            _output.warn(f"run {record.id} has no rank logs")
+            return
     console = WorkerConsole(max(files, default=0) + 1, prefix=prefix)
     for rank_, stream, piece in follow_logs(
         ws.layout, record, wanted, live=follow, keep=keep, cutoff=cutoff
@@ -125,6 +124,23 @@ def logs(
             f"run {final.id} {final.status}"
             + (f", exit code {final.exit_code}" if final.exit_code is not None else "")
         )
+
+
+def _check_ranks(run: str, wanted: set[int], found: set[int], logged: set[int]) -> None:
+    """Ranks asked for that the run has no log of: exit 2 when none of them has one (as
+    a step that is not there), a warning when some have; the line says which ranks do."""
+    from accel.errors import UsageError
+
+    missing = sorted(wanted - found)
+    if not missing:
+        return
+    have = ", ".join(map(str, sorted(logged))) or "none"
+    line = (
+        f"run {run} has no log of rank {', '.join(map(str, missing))}; its logs here: ranks {have}"
+    )
+    if not found:
+        raise UsageError(line)
+    _output.warn(line)
 
 
 app.command("show", cls=_help.Command)(runs_view.show)
