@@ -116,6 +116,33 @@ def test_load_state_into_other_objects_is_refused(project: Path) -> None:
         other.load_state()
 
 
+@pytest.mark.parametrize("what", ["model", "optimizer"])
+def test_a_checkpoint_of_another_model_is_one_line_saying_so(project: Path, what: str) -> None:
+    """Two scripts of one project share the `default` series: the second's load_state()
+    found the first's newest checkpoint and died in torch's own multi-line
+    "Error(s) in loading state_dict ... Missing key(s)"."""
+    acc = accel.Accelerator()
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    acc.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    acc.save_state(200)
+    other = accel.Accelerator()
+    if what == "model":
+        model = torch.nn.Linear(2, 2)
+        params = list(model.parameters())
+    else:  # the same model, an optimizer with one parameter group too many
+        model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+        params = [{"params": model[0].parameters()}, {"params": model[2].parameters()}]
+    other.prepare(model, torch.optim.SGD(params, lr=0.1))
+    with pytest.raises(UsageError) as caught:
+        other.load_state()
+    line = str(caught.value)
+    assert "\n" not in line and len(line) < 600, line
+    assert f"the checkpoint of step 200 does not fit this run's {what} 0" in line, line
+    assert "--run-name" in line, line
+    if what == "model":
+        assert 'Missing key(s) in state_dict: "weight"' in line, line
+
+
 def test_log_appends_json_lines(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     acc = accel.Accelerator()
     acc.log({"loss": torch.tensor(0.5), "lr": 0.1}, step=1)

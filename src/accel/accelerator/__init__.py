@@ -547,7 +547,7 @@ class Accelerator(ProcessApi, FolderApi):
             saved = _matching(state, kind, objs, found)
             for index, (obj, sd) in enumerate(zip(objs, saved, strict=True)):
                 if f"{kind[:-1]}.{index}" not in restored:
-                    obj.load_state_dict(sd)
+                    resume.restore(obj, sd, f"{kind[:-1]}.{index}", found)
         for model in self._models:  # every rank's parameters are the checkpoint's now
             _ddp.loaded(model)
         for loader, sd in zip(

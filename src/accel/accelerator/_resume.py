@@ -43,7 +43,7 @@ class Accelerator(Protocol):
     def checkpoints(self) -> Any: ...
 
 
-__all__ = ["Loaded", "agreed_step", "load", "refuse_foreign"]
+__all__ = ["Loaded", "agreed_step", "load", "refuse_foreign", "restore"]
 
 # The keys every Accelerator.save_state has written (later ones are read with .get).
 SAVED_KEYS = ("step", "models", "optimizers")
@@ -187,3 +187,23 @@ def _warn(
         warnings.warn(line, RuntimeWarning, stacklevel=4)
     if acc.is_main_process:
         acc.workspace.log(line, "warning", command="load_state")
+
+
+def restore(obj: Any, saved: Any, what: str, step: int) -> None:
+    """``obj.load_state_dict(saved)``; a checkpoint another model or optimizer wrote is one
+    line (torch's is several: every missing and unexpected key), naming the way out.
+
+    The usual cause: two scripts of one project saving into the same series (``default``
+    unless the launch names one), the second resuming from the first's newest step."""
+    try:
+        obj.load_state_dict(saved)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        detail = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+        if len(detail) > 300:
+            detail = detail[:297] + "..."
+        kind, _, index = what.partition(".")
+        raise UsageError(
+            f"the checkpoint of step {step} does not fit this run's {kind} {index} ({detail}): "
+            "another script saved it? prepare() what saved it, or give this script a series "
+            "of its own (accel launch --run-name NAME, launch.run_name)"
+        ) from None
