@@ -156,9 +156,10 @@ def verify(
     """Check every file against its manifest's size and checksum; exit 1 on a mismatch."""
     from accel.admin import verify as verify_mod
 
+    chosen = _step(step)
+    latest = step is not None and chosen is None
     with _output.progress() as bar:
-        latest = step is not None and _step(step) is None
-        report = verify_mod.verify_series(_app.workspace(ctx), _step(step), series, bar, latest)
+        report = verify_mod.verify_series(_app.workspace(ctx), chosen, series, bar, latest)
     if as_json:
         _output.print_json(report.to_json())
     else:

@@ -108,7 +108,7 @@ def logs(
     wanted = set(rank or ())
     files = select_logs(record, wanted)
     if not follow:
-        _check_ranks(record.id, wanted, set(files), set(select_logs(record, set())))
+        _check_ranks(record, wanted, set(files))
         if not files:
             _output.warn(f"run {record.id} has no rank logs")
             return
@@ -126,17 +126,19 @@ def logs(
         )
 
 
-def _check_ranks(run: str, wanted: set[int], found: set[int], logged: set[int]) -> None:
+def _check_ranks(record: RunRecord, wanted: set[int], found: set[int]) -> None:
     """Ranks asked for that the run has no log of: exit 2 when none of them has one (as
     a step that is not there), a warning when some have; the line says which ranks do."""
     from accel.errors import UsageError
+    from accel.runs.follow import select_logs
 
     missing = sorted(wanted - found)
     if not missing:
         return
-    have = ", ".join(map(str, sorted(logged))) or "none"
+    have = ", ".join(map(str, select_logs(record, set()))) or "none"  # every log, in order
     line = (
-        f"run {run} has no log of rank {', '.join(map(str, missing))}; its logs here: ranks {have}"
+        f"run {record.id} has no log of rank {', '.join(map(str, missing))}; "
+        f"its logs here: ranks {have}"
     )
     if not found:
         raise UsageError(line)
