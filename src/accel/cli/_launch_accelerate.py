@@ -20,7 +20,8 @@ command line (one that carries a flag only Accelerate has, such as ``--use_fsdp`
 
 The table is checked against the installed Accelerate's parser
 (tests/launch/test_launch_accelerate.py): a release that adds a flag fails it until the
-flag is placed; docs/commands/launch.md shows :func:`markdown` of it.
+flag is placed, and one that removes a flag until it is named in :data:`RETIRED`;
+docs/commands/launch.md shows :func:`markdown` of it.
 """
 
 from __future__ import annotations
@@ -265,6 +266,9 @@ for _name in (
 ):  # fmt: skip
     FLAGS[f"fp8_{_name}"] = _refused(_FP8)
 FLAGS["fp8_use_autocast_during_eval"] = _refused(_FP8, switch=True)
+# Flags a later Accelerate release removed, kept (and refused with their line) for the
+# command lines written for the releases that had them: the name, the release without it.
+RETIRED = {"fp8_opt_level": "1.16"}  # MS-AMP's, gone with the msamp backend
 for _name in (
     "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend",
     "cp_comm_strategy", "sp_size", "sp_backend", "sp_seq_length",

@@ -169,8 +169,12 @@ def accelerate_env(params: Mapping[str, Any]) -> dict[str, str]:
     switches = [key for key in DYNAMO_ENV if key != "dynamo_mode"]
     dynamo: dict[str, Any] = {}
     if mode is not None or any(params.get(key) for key in switches):
-        # accelerate launch sets them all: the mode ("default" unless given) and each switch
+        # accelerate launch sets them all: the mode ("default" unless given) and each switch,
+        # but dynamic shapes only when asked: unset, torch.compile keeps its own default
+        # (dynamic after the first recompilation; Accelerate 1.16, where 1.15 forced False)
         dynamo = {"dynamo_mode": mode or "default", **{k: bool(params.get(k)) for k in switches}}
+        if not dynamo["dynamo_use_dynamic"]:
+            del dynamo["dynamo_use_dynamic"]
     return {**out, **worker_env(debug=bool(params.get("debug")), dynamo=dynamo)}
 
 
