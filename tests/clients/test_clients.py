@@ -1,9 +1,9 @@
 """Real third-party clients under `accel launch` give torchrun's result, bit for bit.
 
-A transformers ``Trainer`` on a tiny randomly initialised BERT and Lightning Fabric,
-each run under ``torchrun --nproc-per-node 2`` and ``accel launch --cpu -n 2``: the
+A transformers ``Trainer`` on a tiny randomly initialised BERT, Lightning's ``Trainer``
+and Lightning Fabric, each run under ``torchrun --nproc-per-node 2`` and ``accel launch --cpu -n 2``: the
 final weights hash the same, the losses are equal, and their progress bars and warnings
-stay on stderr as under torchrun. Heavy installs (transformers, lightning), so a marked
+stay on stderr as under torchrun (Lightning's Trainer: its bar is off, it writes to stdout). Heavy installs (transformers, lightning), so a marked
 set: ``pip install transformers lightning accelerate`` then ``pytest -m clients``
 (.ci/run does). Nothing is downloaded: the model is built from a config in code.
 """
@@ -85,3 +85,14 @@ def test_lightning_fabric_matches_torchrun(project: Path, accel_exe: list[str]) 
     found = run_both("fabric_train.py", project, accel_exe)
     assert_same_run(found)
     assert "[rank0] epoch 1: 100%|" in found["accel"]["stderr"]
+
+
+def test_lightning_trainer_matches_torchrun(project: Path, accel_exe: list[str]) -> None:
+    """The Trainer, not Fabric: what most Lightning scripts use, its DDP strategy under
+    the elastic environment it detects, and its own checkpoint callback."""
+    pytest.importorskip("lightning")
+    found = run_both("lightning_trainer.py", project, accel_exe)
+    theirs, ours = found["torchrun"]["result"], found["accel"]["result"]
+    assert ours == theirs  # weights hash, every loss, world size, environment, checkpoint
+    assert ours["world_size"] == 2 and ours["environment"] == "TorchElasticEnvironment"
+    assert len(ours["losses"]) == 16 and ours["checkpoints"] == ["epoch=1-step=16.ckpt"]
