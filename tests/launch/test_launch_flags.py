@@ -371,3 +371,17 @@ def test_accelerates_dynamo_and_debug_flags_reach_its_accelerator(
     }  # no ACCELERATE_DYNAMO_USE_DYNAMIC: torch.compile's own default (Accelerate 1.16)
     assert "ACCELERATE_DEBUG_MODE" not in plan(capsys, SCRIPT)["worker_env"]
     assert "invalid value for --dynamo-mode" in refused(capsys, "--dynamo-mode", "fast")
+
+
+def test_a_scripts_option_given_before_the_script_says_where_it_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`accel launch --steps 10 train.py`: not launch's options that share letters."""
+    line = refused(capsys, "--steps", "10")
+    assert "no such option: --steps: accel launch's options go before the script" in line
+    assert f"accel launch [OPTIONS] {SCRIPT} --steps ..." in line and "Possible" not in line
+    assert "env_dump.py -x ..." in refused(capsys, "-n", "2", "-x")
+    # a typo of launch's own option keeps click's suggestion
+    assert "Possible options: --no-preload, --nproc-per-node" in refused(
+        capsys, "--nproc-per-nod", "2"
+    )

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
         _output.error("interrupted")
         return EXIT_INTERRUPTED
     except typer.exceptions.TyperException as exc:
-        return _usage_error(exc)
+        return _usage_error(exc, argv)
     except AccelError as exc:
         _output.error(_redacted(str(exc), argv))  # messages quote values: URLs, ranks' errors
         return exc.exit_code
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
     return result if isinstance(result, int) else 0
 
 
-def _usage_error(exc: typer.exceptions.TyperException) -> int:
+def _usage_error(exc: typer.exceptions.TyperException, argv: list[str]) -> int:
     """Bad flags or arguments: one line naming the problem and where help is."""
     code = int(getattr(exc, "exit_code", 2))
     ctx = getattr(exc, "ctx", None)
@@ -173,8 +173,33 @@ def _usage_error(exc: typer.exceptions.TyperException) -> int:
         exc.show()  # type: ignore[attr-defined]
         return code
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    _output.error(f"{exc.format_message().rstrip('.')}{where}")
+    message = _script_option_first(exc, argv) or exc.format_message().rstrip(".")
+    _output.error(f"{message}{where}")
     return code
+
+
+def _script_option_first(exc: typer.exceptions.TyperException, argv: list[str]) -> str | None:
+    """``accel launch --steps 10 train.py``: the script's own option given before the
+    script, where click would offer launch's options that merely share letters (``--tee,
+    --tpu``). None for a typo of one of launch's own options, or when no script follows."""
+    import difflib
+
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ != "NoSuchOption" or ctx is None or ctx.info_name != "launch":
+        return None
+    option = str(getattr(exc, "option_name", ""))
+    own = [o for param in ctx.command.params for o in param.opts if o.startswith("--")]
+    if difflib.get_close_matches(option, own, n=1, cutoff=0.8):
+        return None  # --nproc-per-nod: click's "Did you mean" is the help
+    at = next((i for i, a in enumerate(argv) if a == option or a.startswith(option + "=")), None)
+    rest = argv[at + 1 :] if at is not None else []
+    script = next((a for a in rest if a.endswith(".py") and not a.startswith("-")), None)
+    if script is None:
+        return None
+    return (
+        f"no such option: {option}: accel launch's options go before the script, the "
+        f"script's own after it: accel launch [OPTIONS] {script} {option} ..."
+    )
 
 
 def _redacted(text: str, argv: list[str]) -> str:
