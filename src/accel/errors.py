@@ -131,6 +131,13 @@ _NETWORK = (
 _NETWORK_HINT = "check the URL and the network, then retry"
 
 
+def unreachable(exc: BaseException) -> bool:
+    """An OSError of a connection: refused, reset, timed out, or a name that does not
+    resolve (what a remote's backend raises for a host it cannot reach)."""
+    code = getattr(exc, "errno", None)
+    return code in _NETWORK or (isinstance(code, int) and code < 0)
+
+
 def storage_error(exc: OSError, action: str, path: object = None) -> OSError:
     """``exc`` as one actionable line (a :class:`StorageError`), unless it is not about the
     storage (a file that vanished stays a ``FileNotFoundError``: callers handle races)."""
@@ -174,7 +181,7 @@ def hint(exc: BaseException) -> str:
     code = getattr(exc, "errno", None)
     if code in _HINTS:
         return _HINTS[code]
-    if code in _NETWORK or (isinstance(code, int) and code < 0):
+    if unreachable(exc):
         return _NETWORK_HINT
     text = str(exc).lower()
     if "file size" in text:

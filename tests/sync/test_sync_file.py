@@ -419,6 +419,32 @@ def test_a_remote_that_cannot_be_reached_is_one_line_naming_it(
     assert tree(ws.path) == before and not fresh.exists()
 
 
+@pytest.mark.parametrize("direction", ["push", "pull"])
+def test_an_http_remote_that_refuses_the_connection_is_the_same_line(
+    ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], direction: str
+) -> None:
+    """http:// (and s3://) connect at the first request, not when the filesystem is made:
+    the refusal came out as `http://...: ClientConnectorError: Cannot connect to host`."""
+    pytest.importorskip("aiohttp", reason="fsspec's http:// needs aiohttp (s3fs brings it)")
+    from run_helpers import free_port
+
+    def data(root: Path) -> dict[str, bytes]:  # the push takes its lock, nothing else
+        return {k: v for k, v in tree(root).items() if not k.startswith("locks/")}
+
+    save_checkpoints(ws, (1,))
+    before = data(ws.path)
+    fresh = tmp_path / "fresh" / ".accelerate"
+    target = ws.path if direction == "push" else fresh
+    capsys.readouterr()
+    url = f"http://127.0.0.1:{free_port()}/prefix"  # nothing listens there
+    assert main(["--workspace", str(target), "sync", direction, url]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{url}: cannot reach the remote: " in err and "check the URL" in err, err
+    assert "ClientConnectorError" not in err, err
+    assert data(ws.path) == before and not fresh.exists()
+
+
 def test_an_os_error_naming_no_file_is_not_blamed_on_the_disk(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,7 +24,7 @@ from typing import IO, Any
 from accel._fs import TMP_PREFIX
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
-from accel.errors import IntegrityError, JobFailed, UsageError, hint
+from accel.errors import IntegrityError, JobFailed, UsageError, hint, unreachable
 from accel.store.hashing import CHUNK, hash_file, new_hasher
 from accel.sync._checksum import (
     DEFAULT_ALGORITHM,
@@ -288,9 +288,13 @@ def open_remote(url: str, options: Mapping[str, Any], env: Mapping[str, str]) ->
     except TypeError as exc:
         raise UsageError(f"{shown}: bad --storage-option ({_first_line(exc)})") from None
     except OSError as exc:  # a backend that connects as it is made (ftp://, sftp://)
-        reason = exc.strerror or _first_line(exc)
-        raise JobFailed(f"{shown}: cannot reach the remote: {reason}; {hint(exc)}") from None
+        raise _cannot_reach(shown, exc) from None
     return Remote(fs, root, url)
+
+
+def _cannot_reach(shown: str, exc: OSError) -> JobFailed:
+    reason = exc.strerror or _first_line(exc)
+    return JobFailed(f"{shown}: cannot reach the remote: {reason}; {hint(exc)}")
 
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
@@ -339,5 +343,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def backend_error(remote_url: str, exc: BaseException) -> JobFailed:
-    """A transfer error as one line (the URL already redacted)."""
+    """A transfer error as one line (the URL already redacted); a host the backend could
+    not reach (http://, s3:// connect at the first request) as :func:`open_remote` says it."""
+    if isinstance(exc, OSError) and unreachable(exc):
+        return _cannot_reach(remote_url, exc)
     return JobFailed(f"{remote_url}: {type(exc).__name__}: {_first_line(exc)}")
