@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -419,30 +421,89 @@ def test_a_remote_that_cannot_be_reached_is_one_line_naming_it(
     assert tree(ws.path) == before and not fresh.exists()
 
 
-@pytest.mark.parametrize("direction", ["push", "pull"])
-def test_an_http_remote_that_refuses_the_connection_is_the_same_line(
-    ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], direction: str
+@contextlib.contextmanager
+def http_server(folder: Path, status: int | None = None) -> Iterator[str]:
+    """A web server in a thread serving ``folder`` (every GET answered ``status`` when
+    given); its URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if status is None:
+                super().do_GET()
+            else:
+                self.send_error(status)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "report" not in err, err
+    return err
+
+
+@pytest.mark.timeout(60)
+def test_a_workspace_served_over_http_pulls_whole_and_a_push_there_is_refused(
+    ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """http:// (and s3://) connect at the first request, not when the filesystem is made:
-    the refusal came out as `http://...: ClientConnectorError: Cannot connect to host`."""
+    """A pushed folder behind any web server is a remote to pull from; a push to an
+    http:// URL went on to POST into the server and died as "unexpected
+    ClientResponseError: 501 ... (please report it)"."""
+    pytest.importorskip("aiohttp", reason="fsspec's http:// needs aiohttp (s3fs brings it)")
+    save_checkpoints(ws, (1, 2))
+    served = tmp_path / "served"
+    assert main(["--workspace", str(ws.path), "sync", "push", served.as_uri()]) == 0
+    fresh = tmp_path / "fresh" / ".accelerate"
+    before = tree(ws.path)
+    with http_server(served) as url:
+        capsys.readouterr()
+        assert main(["--workspace", str(fresh), "sync", "pull", url]) == 0
+        assert main(["--workspace", str(fresh), "checkpoints", "verify"]) == 0
+        capsys.readouterr()
+        assert main(["--workspace", str(ws.path), "sync", "push", f"{url}/x"]) == 2
+    err = one_error_line(capsys)
+    assert f"{url}/x: http:// is read-only for accel sync (pull works from it)" in err, err
+    assert tree(ws.path) == before and not (served / "x").exists()
+    assert [c.step for c in Workspace(fresh).checkpoints.all()] == [1, 2]
+
+
+@pytest.mark.timeout(60)
+def test_an_http_remote_that_refuses_or_fails_is_one_line_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """http:// connects at the first request, not when the filesystem is made: a refused
+    connection came out as `ClientConnectorError: Cannot connect to host`, and a server's
+    500 as a crash to report (aiohttp's ClientResponseError is no OSError)."""
     pytest.importorskip("aiohttp", reason="fsspec's http:// needs aiohttp (s3fs brings it)")
     from run_helpers import free_port
 
-    def data(root: Path) -> dict[str, bytes]:  # the push takes its lock, nothing else
-        return {k: v for k, v in tree(root).items() if not k.startswith("locks/")}
-
-    save_checkpoints(ws, (1,))
-    before = data(ws.path)
     fresh = tmp_path / "fresh" / ".accelerate"
-    target = ws.path if direction == "push" else fresh
-    capsys.readouterr()
     url = f"http://127.0.0.1:{free_port()}/prefix"  # nothing listens there
-    assert main(["--workspace", str(target), "sync", direction, url]) == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh), "sync", "pull", url]) == 1
+    err = one_error_line(capsys)
     assert f"{url}: cannot reach the remote: " in err and "check the URL" in err, err
-    assert "ClientConnectorError" not in err, err
-    assert data(ws.path) == before and not fresh.exists()
+    with http_server(tmp_path, status=500) as served:
+        assert main(["--workspace", str(fresh), "sync", "pull", served]) == 1
+    err = one_error_line(capsys)
+    assert err.startswith(f"error: {served}: ClientResponseError: 500"), err
+    assert not fresh.exists()
 
 
 def test_an_os_error_naming_no_file_is_not_blamed_on_the_disk(

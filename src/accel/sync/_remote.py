@@ -40,7 +40,13 @@ INDEX_VERSION = 1
 TMP_MARK = TMP_PREFIX  # a file being written, on the remote as on disk
 ENDPOINT_VARS = ("ACCEL_SYNC_ENDPOINT_URL", "AWS_ENDPOINT_URL")
 _ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
-_EXTRAS = {"s3": extra("s3"), "s3a": extra("s3"), "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
+# Protocols fsspec only reads: a pull works from them (a pushed folder served over HTTP),
+# a push is refused before anything is read or written.
+_READ_ONLY = {"http", "https", "github", "zip", "tar", "libarchive"}
+_EXTRAS = {
+    "s3": extra("s3"), "s3a": extra("s3"), "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
+    "http": "aiohttp", "https": "aiohttp",
+}  # fmt: skip
 
 Progress = Callable[[int], None]
 
@@ -83,6 +89,8 @@ class Remote:
         self.url = redact_url(url)
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
         self.atomic_put = any(p in _ATOMIC_PUT for p in protocols)
+        # fsspec reads these over plain requests; a push would POST into a web server
+        self.read_only = any(p in _READ_ONLY for p in protocols)
         self._made: set[str] = set()
 
     def path(self, rel: str) -> str:
@@ -340,6 +348,17 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def from_backend(exc: BaseException) -> bool:
+    """An error of the remote's backend: an OSError, RuntimeError or ValueError, or any
+    exception of a package other than Python's and accel's (aiohttp's ClientResponseError
+    for an HTTP 500, ...). A bug of accel's own (a TypeError, a KeyError) is not one: it
+    stays a crash, with its traceback saved for the report."""
+    if isinstance(exc, (OSError, RuntimeError, ValueError)):
+        return True
+    package = type(exc).__module__.split(".")[0]
+    return isinstance(exc, Exception) and package not in ("builtins", "accel")
 
 
 def backend_error(remote_url: str, exc: BaseException) -> JobFailed:

@@ -38,7 +38,7 @@ from accel.sync._model import (
 from accel.sync._paths import kind_of, local_path, unit_of
 from accel.sync._plan import LocalView, needs_checksum, plan_pull, plan_push
 from accel.sync._pull import PullUnit
-from accel.sync._remote import INDEX_NAME, Remote, backend_error
+from accel.sync._remote import INDEX_NAME, Remote, backend_error, from_backend
 from accel.sync._trust import screen
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 INDEX_EVERY = 2.0  # seconds between index writes while small units stream by
-_BACKEND_ERRORS = (OSError, RuntimeError, ValueError)
 
 
 def push(
@@ -63,6 +62,12 @@ def push(
     ``verify`` re-reads checkpoint files and checks them against their manifest first
     (a pull always verifies; this catches local damage before it is sent).
     """
+    if remote.read_only:
+        protocol = remote.url.split("://", 1)[0]
+        raise UsageError(
+            f"{remote.url}: {protocol}:// is read-only for accel sync (pull works from it): "
+            "push to a writable remote (file://, s3://, gs://, ...)"
+        )
     if not ws.exists:
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
@@ -144,7 +149,9 @@ def _guard(remote: Remote, fn: Callable[[], _T]) -> _T:
         return fn()
     except AccelError:
         raise
-    except _BACKEND_ERRORS as exc:
+    except Exception as exc:
+        if not from_backend(exc):
+            raise
         raise backend_error(remote.url, exc) from None
 
 
@@ -253,7 +260,9 @@ def _execute(plan: SyncPlan, remote: Remote, reporter: Reporter, move: _Mover) -
                 else:
                     failed.append(Skipped(unit, _reason(exc)))
                 continue
-            except _BACKEND_ERRORS as exc:
+            except Exception as exc:
+                if not from_backend(exc):
+                    raise
                 raise backend_error(remote.url, exc) from None
             files += len(transfers)
             moved_bytes += sum(t.size for t in transfers)
