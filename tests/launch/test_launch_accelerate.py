@@ -110,6 +110,15 @@ def accelerates_env(monkeypatch: pytest.MonkeyPatch, *line: str) -> dict[str, st
     return prepare_multi_gpu_env(args)
 
 
+def both_envs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, line: tuple[str, ...]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The workers' variables for ``LINE`` on 2 ranks: Accelerate's, then accel's."""
+    theirs = accelerates_env(monkeypatch, "--num_processes", "2", *line)
+    ours = dry_run_json(capsys, "--cpu", "--num_processes", "2", *line, SCRIPT)["worker_env"]
+    return theirs, ours
+
+
 FSDP_VARS = ("ACCELERATE_USE_FSDP", "ACCELERATE_CPU_AFFINITY")
 
 
@@ -127,8 +136,7 @@ FSDP_VARS = ("ACCELERATE_USE_FSDP", "ACCELERATE_CPU_AFFINITY")
 def test_the_workers_get_accelerates_fsdp_variables(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, line: tuple[str, ...]
 ) -> None:
-    theirs = accelerates_env(monkeypatch, "--num_processes", "2", *line)
-    ours = dry_run_json(capsys, "--cpu", "--num_processes", "2", *line, SCRIPT)["worker_env"]
+    theirs, ours = both_envs(capsys, monkeypatch, line)
 
     def fsdp(env: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in env.items() if k.startswith("FSDP_") or k in FSDP_VARS}
@@ -153,8 +161,7 @@ def test_the_workers_get_accelerates_dynamo_variables(
     """What Accelerate's own ``Accelerator`` in the script reads to compile the model."""
     from accelerate.commands.launch import launch_command_parser
 
-    theirs = accelerates_env(monkeypatch, "--num_processes", "2", *line)
-    ours = dry_run_json(capsys, "--cpu", "--num_processes", "2", *line, SCRIPT)["worker_env"]
+    theirs, ours = both_envs(capsys, monkeypatch, line)
 
     def dynamo(env: dict[str, str]) -> dict[str, str]:
         return {
