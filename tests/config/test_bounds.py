@@ -69,6 +69,31 @@ def test_hostile_environment_values_are_refused(var: str, value: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("var", "value", "reason"),
+    [
+        # json's parser recurses: 2000 brackets were a RecursionError, a crash in every command
+        ("ACCEL_LAUNCH_ENV", '{"a":' + "[" * 2000 + "]" * 2000 + "}", "expected a JSON object"),
+        ("ACCEL_LAUNCH_ENV", '{"A": 1.5e400}', "value of A must be a string, got inf"),
+        # a reason, not a blank after the colon
+        (
+            "ACCEL_LAUNCH_GPU_IDS",
+            "cuda:0",
+            "list of GPU indices like [0, 1] (0 to 1023), got 'cuda:0'",
+        ),
+        ("ACCEL_LAUNCH_GPU_IDS", "[0, x]", "got '[0, x]'"),
+        ("ACCEL_LAUNCH_GPU_IDS", "1.5", "got '1.5'"),
+    ],
+)
+def test_a_malformed_environment_value_says_what_is_wrong(
+    var: str, value: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        env_values({var: value})
+    shown = str(caught.value)
+    assert reason in shown and var in shown and "\n" not in shown, shown
+
+
+@pytest.mark.parametrize(
     ("key", "value"),
     [
         ("launch.stop_grace_period", "2h"),

@@ -6,6 +6,7 @@ files in the formats of older releases and hand edits people make.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -313,14 +314,33 @@ def test_values_accel_does_not_use_are_reported_not_guessed() -> None:
         ),
         ({"num_machines": 2, "main_process_ip": None}, "needs main_process_ip"),
         ({"num_machines": 2, "main_process_ip": "h", "machine_rank": 2}, "out of range"),
-        ({"gpu_ids": "zero"}, "gpu_ids:"),
+        ({"gpu_ids": "zero"}, "gpu_ids: expected 'all' or a list of GPU indices"),
         ({"distributed_type": "MULTI_TPU"}, "unknown distributed_type 'MULTI_TPU'"),
         ({"parallelism_config": {"tp_size": 2}}, "parallelism_config"),
+        # hand edits gone wrong: a list or a mapping where Accelerate writes a word was a
+        # TypeError (unhashable) or written into the project file as its Python repr
+        ({"distributed_type": ["MULTI_GPU"]}, "distributed_type: expected a word like MULTI_GPU"),
+        ({"distributed_type": {"a": 1}}, "distributed_type: expected a word like MULTI_GPU"),
+        ({"compute_environment": ["X"]}, "compute_environment: expected a word like LOCAL"),
+        (
+            {"dynamo_config": {"dynamo_backend": ["inductor"]}},
+            "dynamo_config.dynamo_backend: expected a word like INDUCTOR, got ['inductor']",
+        ),
+        (
+            {"dynamo_config": {"dynamo_backend": "INDUCTOR", "dynamo_mode": {"x": [1]}}},
+            "dynamo_config.dynamo_mode: expected a word or true/false, got {'x': [1]}",
+        ),
     ],
 )
 def test_bad_values_are_refused(change: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
         map_hf_config({**load("multi_gpu_2.yaml"), **change}, "f.yaml")
+    assert str(caught.value).startswith("f.yaml: ")
+
+
+def test_a_null_dynamo_setting_is_not_set() -> None:
+    data = {**load("multi_gpu_2.yaml"), "dynamo_config": {"dynamo_backend": None}}
+    assert "launch.dynamo_backend" not in map_hf_config(data).values  # not the backend "none"
 
 
 def test_an_ipv6_host_and_the_default_port() -> None:

@@ -37,16 +37,16 @@ def coerce(f: Field, value: Any) -> Any:
         raise ValueError(f"expected {f.expected}, got null")
     result = _COERCE[f.kind](f, value)
     if f.choices and f.kind != "names" and result not in f.choices:
-        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+        raise ValueError(f"expected {f.expected}, got {shown(value)}")
     if isinstance(result, (int, float)) and not isinstance(result, bool):
         low = f.minimum if f.minimum is not None else 0
         # An int is compared as an int: float() of a 400-digit number would overflow.
         if not low <= result <= (f.maximum if f.maximum is not None else result):
-            raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+            raise ValueError(f"expected {f.expected}, got {shown(value)}")
     return result
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """``value`` for an error message, cut short: a 400-digit number is not one line."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
@@ -64,8 +64,6 @@ def parse_text(f: Field, text: str) -> Any:
         return None
     if f.kind == "env":
         return coerce(f, _parse_env_pairs(stripped))
-    if f.kind == "gpu_ids" and stripped.lower() != "all":
-        return coerce(f, [_int(p.strip()) for p in stripped.strip("[]").split(",") if p.strip()])
     return coerce(f, stripped)
 
 
@@ -83,7 +81,7 @@ def _coerce_int(f: Field, value: Any) -> int:
     try:
         return _int(value)
     except ValueError:
-        raise ValueError(f"expected {f.expected}, got {_shown(value)}") from None
+        raise ValueError(f"expected {f.expected}, got {shown(value)}") from None
 
 
 def _coerce_int_or_auto(f: Field, value: Any) -> int | str:
@@ -103,7 +101,7 @@ def _coerce_bool(f: Field, value: Any) -> bool:
 def _coerce_str(f: Field, value: Any) -> str:
     if isinstance(value, str) and value and "\0" not in value and len(value) <= MAX_TEXT:
         return value
-    raise ValueError(f"expected {f.expected} of at most {MAX_TEXT} characters, got {_shown(value)}")
+    raise ValueError(f"expected {f.expected} of at most {MAX_TEXT} characters, got {shown(value)}")
 
 
 def _coerce_name(f: Field, value: Any) -> str:
@@ -125,10 +123,11 @@ def _coerce_endpoint(f: Field, value: Any) -> str:
 
 
 def _coerce_gpu_ids(f: Field, value: Any) -> str | list[int]:
+    given = value
     if isinstance(value, str) and value.strip().lower() == "all":
         return "all"
-    if isinstance(value, str):
-        value = [p for p in value.split(",") if p.strip()]
+    if isinstance(value, str):  # "0,1" or "[0, 1]", as a flag or a variable gives it
+        value = [p for p in value.strip().strip("[]").split(",") if p.strip()]
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
     try:
@@ -137,19 +136,21 @@ def _coerce_gpu_ids(f: Field, value: Any) -> str | list[int]:
         ids = None
     bad = ids is None or any(not 0 <= i <= MAX_GPU_INDEX for i in ids)
     if bad or ids is None or len(set(ids)) != len(ids):
-        raise ValueError(f"expected {f.expected} (0 to {MAX_GPU_INDEX}), got {_shown(value)}")
+        raise ValueError(f"expected {f.expected} (0 to {MAX_GPU_INDEX}), got {shown(given)}")
     return ids
 
 
 def _coerce_env(f: Field, value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or len(value) > MAX_ENV_VARS:
-        raise ValueError(f"expected {f.expected} (at most {MAX_ENV_VARS}), got {_shown(value)}")
+        raise ValueError(f"expected {f.expected} (at most {MAX_ENV_VARS}), got {shown(value)}")
     out: dict[str, str] = {}
     for name, val in value.items():
         if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or len(name) > 255:
-            raise ValueError(f"invalid environment variable name {_shown(name)}")
-        if isinstance(val, bool) or not isinstance(val, (str, int, float)):
-            raise ValueError(f"value of {name} must be a string, got {_shown(val)}")
+            raise ValueError(f"invalid environment variable name {shown(name)}")
+        # JSON's 1e400 is inf: a value no one meant, refused as YAML's .inf is elsewhere
+        finite = not isinstance(val, float) or math.isfinite(val)
+        if isinstance(val, bool) or not isinstance(val, (str, int, float)) or not finite:
+            raise ValueError(f"value of {name} must be a string, got {shown(val)}")
         text = str(val)
         if len(text.encode("utf-8", "surrogatepass")) > MAX_ENV_VALUE or "\0" in text:
             raise ValueError(f"value of {name} is longer than {MAX_ENV_VALUE} bytes or has NUL")
@@ -163,7 +164,7 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
 
         try:
             loaded = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # 2000 nested brackets exceed the parser's stack
             raise ValueError("expected a JSON object or KEY=VALUE,KEY=VALUE") from None
         return loaded if isinstance(loaded, dict) else {}
     pairs = {}
@@ -179,7 +180,7 @@ def _coerce_names(f: Field, value: Any) -> list[str]:
     if isinstance(value, str):
         value = [p.strip() for p in value.strip().strip("[]").split(",") if p.strip()]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+        raise ValueError(f"expected {f.expected}, got {shown(value)}")
     if len(value) > MAX_NAMES:
         raise ValueError(f"expected {f.expected} (at most {MAX_NAMES}), got {len(value)}")
     if f.choices:
@@ -187,7 +188,7 @@ def _coerce_names(f: Field, value: Any) -> list[str]:
     else:  # free names (class names): identifiers, so they can name nothing else
         unknown = [v for v in value if not _IDENTIFIER_RE.fullmatch(v) or len(v) > 255]
     if unknown:
-        raise ValueError(f"expected {f.expected}, got {_shown(unknown[0])}")
+        raise ValueError(f"expected {f.expected}, got {shown(unknown[0])}")
     return list(dict.fromkeys(value))
 
 
@@ -203,16 +204,16 @@ def _coerce_duration(f: Field, value: Any) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         # 1e999 is inf, .nan compares false, a 400-digit int overflows float(): all refused
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+            raise ValueError(f"expected {f.expected}, got {shown(value)}")
         if 0 <= value <= limit:
             return float(value)
-        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+        raise ValueError(f"expected {f.expected}, got {shown(value)}")
     if not isinstance(value, str):
-        raise ValueError(f"expected {f.expected}, got {_shown(value)}")
+        raise ValueError(f"expected {f.expected}, got {shown(value)}")
     try:
         return parse_duration(value)
     except UsageError:
-        raise ValueError(f"expected {f.expected}, got {_shown(value)}") from None
+        raise ValueError(f"expected {f.expected}, got {shown(value)}") from None
 
 
 _COERCE = {

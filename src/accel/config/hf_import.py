@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accel.config import schema
+from accel.config.coerce import shown
 from accel.config.hf_fsdp import fsdp_values
 from accel.errors import ConfigError
 
@@ -137,14 +138,15 @@ def map_hf_config(data: Mapping[str, Any], source: str = "the config") -> Import
 
 def _refuse_unsupported(data: Mapping[str, Any], source: str) -> None:
     where = data.get("compute_environment", "LOCAL_MACHINE")
+    where = _text(where, "compute_environment", source, "LOCAL_MACHINE")
     if where != "LOCAL_MACHINE":
         raise ConfigError(
             f"{source}: compute_environment {where}: accel launches on this machine only; "
             "start this job with `accelerate launch`"
         )
-    kind = data.get("distributed_type")
-    if kind is None:
+    if data.get("distributed_type") is None:
         raise ConfigError(f"{source}: no distributed_type: not a Hugging Face Accelerate config")
+    kind = _text(data["distributed_type"], "distributed_type", source, "MULTI_GPU")
     if kind in _REFUSED_TYPES:
         raise ConfigError(
             f"{source}: distributed_type {kind}: {_REFUSED_TYPES[kind]}; "
@@ -193,6 +195,14 @@ def _job_shape(data: Mapping[str, Any], source: str, notes: list[str]) -> dict[s
         "launch.machine_rank": _machine_rank(data, machines, source),
         "launch.rdzv_endpoint": _endpoint(data, source),
     }
+
+
+def _text(value: Any, key: str, source: str, example: str) -> str:
+    """A value Accelerate writes as a word (MULTI_GPU, inductor): a list or a mapping there
+    is a hand edit gone wrong, refused before it is compared, hashed or passed on."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{source}: {key}: expected a word like {example}, got {shown(value)}")
+    return value
 
 
 def _one_machine(per_node: int | None) -> dict[str, Any]:
@@ -266,7 +276,16 @@ def _accelerate_env(
         dynamo = {"dynamo_backend": data["dynamo_backend"]}
     if not isinstance(dynamo, Mapping):
         raise ConfigError(f"{source}: dynamo_config: expected a mapping, got {dynamo!r}")
-    backend = str(dynamo.get("dynamo_backend", "no")).lower()
+    # null is Accelerate's "not set", as a missing key
+    dynamo = {k: v for k, v in dynamo.items() if v is not None}
+    backend = dynamo.get("dynamo_backend", "no")
+    backend = _text(backend, "dynamo_config.dynamo_backend", source, "INDUCTOR").lower()
+    for key in DYNAMO_ENV.keys() & dynamo.keys():  # a word or a switch, passed on as text
+        if not isinstance(dynamo[key], (str, bool, int)):
+            raise ConfigError(
+                f"{source}: dynamo_config.{key}: expected a word or true/false, "
+                f"got {shown(dynamo[key])}"
+            )
     if "dynamo_backend" in dynamo:
         values["launch.dynamo_backend"] = _checked(backend, "launch.dynamo_backend", source)
     for key in dynamo:
