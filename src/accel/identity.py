@@ -259,6 +259,8 @@ def _claim_data(layout: Layout, root: Marker) -> None:
             return
         if found.id is not None:
             raise not_our_data(layout)
+    elif data_state(layout, root.id) == FOREIGN:  # a new workspace's: identify() did not look
+        raise not_our_data(layout)
     layout.data.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         layout.data_marker,
@@ -280,6 +282,31 @@ def ensure(layout: Layout) -> bool:
     except OSError as exc:
         raise WorkspaceError(
             f"cannot create the workspace at {layout.root}: {exc.strerror}; "
+            "choose another with --workspace or ACCEL_WORKSPACE"
+        ) from None
+
+
+def ensure_root(root: Path) -> bool:
+    """Create the workspace folder itself (``layout.json``, ``config/``, ``locks/``) or
+    check it is accel's, leaving its data alone: the data folder follows the config,
+    which may be what is being repaired. The marker it writes names no id; the first
+    :func:`ensure` gives it one (or adopts the relocated data's). True when created."""
+    layout = Layout(root, root)  # the root alone: a relocated data folder is not looked at
+    if not root.exists():
+        _create_root(root)
+    try:
+        if identify(layout) and (root / CONFIG_DIR).is_dir():
+            return False
+        layout.locks_dir.mkdir(parents=True, exist_ok=True)
+        with _locks.locked(layout.lock(LAYOUT_LOCK), timeout=30.0):
+            created = not identify(layout)  # again, under the lock
+            if created:
+                atomic_write_json(layout.layout_file, {"layout_version": LAYOUT_VERSION})
+            (root / CONFIG_DIR).mkdir(exist_ok=True)
+        return created
+    except OSError as exc:
+        raise WorkspaceError(
+            f"cannot create the workspace at {root}: {exc.strerror}; "
             "choose another with --workspace or ACCEL_WORKSPACE"
         ) from None
 

@@ -69,6 +69,8 @@ def find_workspace(
 def _not_a_project(path: Path, given: str) -> Path:
     """``path``, unless it is a project folder: one that holds a ``.accelerate/`` and is no
     workspace itself (the usual slip is naming the project, not its ``.accelerate``)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{given} {path} is a file, not a folder: give a workspace folder")
     inner = path / DIRNAME
     if inner.is_dir() and not (path / LAYOUT_FILE).exists():
         raise UsageError(
@@ -231,6 +233,26 @@ class Workspace:
         if _identity.ensure(self.layout) and self.on_create is not None:
             self.on_create(self.path)
         return self
+
+    def ensure_root(self) -> Workspace:
+        """Create or check this folder alone, not the data ``workspace.path`` moves: what
+        editing the project file needs, so neither an invalid config nor a bad
+        ``workspace.path`` stops the command that repairs it (see
+        :func:`accel.identity.ensure_root`)."""
+        if _identity.ensure_root(self.path) and self.on_create is not None:
+            self.on_create(self.path)
+        return self
+
+    def check_data_path(self, value: str | None) -> None:
+        """Refuse ``value`` as ``workspace.path`` where it holds what is not this
+        workspace's, before the project file names it (reads only)."""
+        if not value:
+            return
+        layout = Layout(self.path, _absolute(Path(value), self.project_root))
+        marker = _identity.read_marker(self.layout_file)
+        root_id = marker.id if marker is not None else None
+        if layout.relocated and _identity.data_state(layout, root_id) == _identity.FOREIGN:
+            raise _identity.not_our_data(layout)
 
     def ensure_gitignore(self) -> None:
         """Write ``.accelerate/.gitignore`` unless there is one (``accel config`` calls it)."""

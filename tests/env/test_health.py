@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -38,6 +39,10 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
         make_ws(project).layout_file.write_text('{"layout_version": 99}')
         return {}
 
+    def torn_layout() -> dict[str, str]:
+        make_ws(project).layout_file.write_text("garbage")
+        return {}
+
     def gpus() -> dict[str, str]:
         return {"ACCEL_LAUNCH_GPU_IDS": "63"}
 
@@ -68,6 +73,7 @@ def _problem_setups(project: Path, tmp_path: Path) -> dict[str, object]:
         "config": invalid_config,
         "workspace_unwritable": unwritable,
         "layout": newer_layout,
+        "layout-torn": torn_layout,
         "gpus": gpus,
         "debris": torn_checkpoint,
         "debris-tmp": temp_debris,
@@ -142,6 +148,9 @@ FIXES = {
     "debris": {"accel clean --yes"},
     "debris-tmp": {"accel clean --yes"},
     "layout": {"pip install -U accel-workspace"},
+    # not `rm`: without its marker the folder no longer reads as accel's, and every
+    # command, `accel config --default` included, refused it
+    "layout-torn": {"echo '{\"layout_version\": 1}' > LAYOUT_FILE"},
 }
 
 
@@ -159,12 +168,17 @@ def test_check_prints_the_exact_command_that_fixes_the_problem(
     fixes = [
         line.removeprefix("  fix: ") for line in out.splitlines() if line.startswith("  fix: ")
     ]
-    assert code == 1 and len(fixes) == 1 and fixes[0] in FIXES[kind], out
-    fix = fixes[0].split()
+    layout_file = Workspace.discover().layout_file
+    expected = {fix.replace("LAYOUT_FILE", str(layout_file)) for fix in FIXES[kind]}
+    assert code == 1 and len(fixes) == 1 and fixes[0] in expected, out
+    fix = shlex.split(fixes[0])
     if fix[0] == "accel":
         assert main(fix[1:]) == 0
     elif fix[0] == "unset":
         monkeypatch.delenv(fix[1])
+    elif fix[0] == "echo":  # echo TEXT > FILE, as the shell would run it
+        assert fix[2] == ">" and len(fix) == 4, fix
+        Path(fix[3]).write_text(fix[1] + "\n")
     else:
         return  # upgrading accel is not for a test to do
     capsys.readouterr()

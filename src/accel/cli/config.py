@@ -41,7 +41,7 @@ def config(
         _questionnaire(ws)
         return
     if not force and project.exists(ws):
-        ws.ensure().ensure_gitignore()
+        ws.ensure_root().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
         return
     _output.out(f"wrote {project.write(ws, {})}")

@@ -41,14 +41,16 @@ class ProjectFiles(Protocol):
 
     def lock_path(self, name: str) -> Path: ...
 
-    def ensure(self) -> ProjectFiles: ...
+    def ensure_root(self) -> ProjectFiles: ...
+
+    def check_data_path(self, value: str | None) -> None: ...
 
     def ensure_gitignore(self) -> None: ...
 
 
 @contextlib.contextmanager
 def _editing(ws: ProjectFiles) -> Iterator[tuple[str, dict[str, Any]]]:
-    ws.ensure()
+    ws.ensure_root()
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         text = _text_or_empty(path)
@@ -74,7 +76,7 @@ def exists(ws: ProjectFiles) -> bool:
 
 def write(ws: ProjectFiles, values: dict[str, Any]) -> Path:
     """Write a fresh project file holding ``values`` (flat keys, already validated)."""
-    ws.ensure().ensure_gitignore()
+    ws.ensure_root().ensure_gitignore()
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         rewrite(ws.config_file, "", dump(values), values)
     return ws.config_file
@@ -96,7 +98,7 @@ def plan_edit(ws: ProjectFiles, values: dict[str, Any]) -> tuple[str, str]:
 
 def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
     """Write what :func:`plan_edit` planned, unless the file changed since it was read."""
-    ws.ensure().ensure_gitignore()
+    ws.ensure_root().ensure_gitignore()
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         now = _text_or_empty(path)
@@ -109,6 +111,8 @@ def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
 def set_value(ws: ProjectFiles, key: str, text: str) -> Any:
     f = schema.field(key)
     value = flag_value(f.key, text, named=f.key)
+    if f.key == "workspace.path":  # a folder of someone else's would lock every command out
+        ws.check_data_path(value)
     with _editing(ws) as (current, values):
         values[f.key] = value
         edited = set_in_text(current, f.key, render_value(f, value, text))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -56,7 +57,9 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
         ws.check_layout()
     except AccelError as exc:
         newer = "newer than this accel" in str(exc)
-        fix = UPGRADE_HINT if newer else f"rm {ws.layout_file}"
+        # as the error says: removed, the folder would no longer read as accel's
+        marker = f'{{"layout_version": {LAYOUT_VERSION}}}'
+        fix = UPGRADE_HINT if newer else f"echo {shlex.quote(marker)} > {ws.layout_file}"
         found.append(Problem("layout", str(exc), fix))
     else:
         found += _identity_problems(ws)

@@ -1,0 +1,102 @@
+"""`accel config` is how a project file is repaired, so nothing in that file, the
+workspace's data folder or its marker may stop it: each test starts from a state a user
+reached (by `config set`, a hand edit, or following `env --check`) and repairs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from accel.cli.main import main
+from accel.errors import WorkspaceError
+from accel.workspace import Workspace
+
+
+def config_file(project: Path) -> Path:
+    return project / ".accelerate" / "config" / "accelerate_config.yaml"
+
+
+@pytest.fixture
+def accel(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """The CLI in this process: (exit code, stdout and stderr)."""
+
+    def run(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    return run
+
+
+@pytest.mark.parametrize("target", [".", "notes"])
+def test_a_workspace_path_holding_other_files_is_refused_before_it_is_written(
+    project: Path, target: str, accel: Callable[..., tuple[int, str]]
+) -> None:
+    (project / "notes").mkdir()
+    (project / "notes" / "todo.txt").write_text("mine")
+    assert accel("config", "--default")[0] == 0
+    before = config_file(project).read_bytes()
+    code, out = accel("config", "set", "workspace.path", target)
+    assert code == 2 and "holds files accel did not write" in out, out
+    assert config_file(project).read_bytes() == before
+    # an empty or new folder, or one that is already this workspace's, is taken
+    assert accel("config", "set", "workspace.path", "data")[0] == 0
+    Workspace.discover().ensure()  # what `accel launch` does first
+    assert (project / "data" / "accel-data.json").is_file()
+    assert accel("config", "set", "workspace.path", "data")[0] == 0
+
+
+def test_a_hand_edited_workspace_path_can_be_unset_and_replaced(
+    project: Path, accel: Callable[..., tuple[int, str]]
+) -> None:
+    # the project folder itself: accel refuses to write its data among the user's files
+    config_file(project).parent.mkdir(parents=True)
+    config_file(project).write_text("workspace:\n  path: .\n")
+    with pytest.raises(WorkspaceError, match="holds files accel did not write"):
+        Workspace.discover().ensure()  # what `accel launch` does first
+    # the repair the line asks for works: before, each of these refused with that line
+    assert accel("config", "set", "workspace.path", "elsewhere") == (
+        0,
+        "workspace.path = elsewhere\n",
+    )
+    assert accel("config", "unset", "workspace.path") == (0, "workspace.path unset\n")
+    Workspace.discover().ensure()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "launch:\n\tnum_processes: 2\n",  # a tab
+        "launhc:\n  num_processes: 2\n",  # a section misspelt
+        "launch:\n  num_processes: many\n",
+        "version: 2\n",  # written by a newer accel
+        "workspace:\n  path: .\n",  # a data folder accel must refuse
+    ],
+)
+def test_force_replaces_a_project_file_that_is_invalid(
+    project: Path, text: str, accel: Callable[..., tuple[int, str]]
+) -> None:
+    config_file(project).parent.mkdir(parents=True)
+    config_file(project).write_text(text)
+    accel("config", "--default")
+    assert config_file(project).read_text() == text  # without --force: left as it is
+    code, out = accel("config", "--default", "--force")
+    assert code == 0 and out.endswith(f"wrote {config_file(project)}\n"), out
+    assert Workspace.discover().config.values["launch.num_processes"] == 1  # the default
+
+
+def test_a_file_as_the_workspace_is_named_as_one(
+    project: Path, accel: Callable[..., tuple[int, str]]
+) -> None:
+    (project / "afile").write_text("hi")
+    for args in (["-w", "afile", "config", "show"], ["-w", "afile", "config", "--default"]):
+        code, out = accel(*args)
+        assert (code, out) == (
+            2,
+            f"error: --workspace {project / 'afile'} is a file, not a folder: give a "
+            "workspace folder\n",
+        )
+    assert (project / "afile").read_text() == "hi"
