@@ -42,7 +42,9 @@ def _read_until(fd: int, needle: bytes, deadline: float) -> bytes:
     return ANSI.sub(b"", seen)
 
 
-def _converse(accel_exe: list[str], answers: list[tuple[bytes, bytes]], last: bytes) -> str:
+def _converse(
+    accel_exe: list[str], answers: list[tuple[bytes, bytes]], last: bytes, **env: str
+) -> str:
     """Answer each prompt in turn; everything the terminal showed, up to ``last``."""
     main_fd, sub_fd = pty.openpty()
     proc = subprocess.Popen(
@@ -50,7 +52,7 @@ def _converse(accel_exe: list[str], answers: list[tuple[bytes, bytes]], last: by
         stdin=sub_fd,
         stdout=sub_fd,
         stderr=sub_fd,
-        env={**os.environ, "TERM": "dumb", "COLUMNS": "200"},
+        env={**os.environ, "TERM": "dumb", "COLUMNS": "200", **env},
     )
     os.close(sub_fd)
     deadline = time.monotonic() + 50
@@ -128,3 +130,16 @@ def test_saying_no_writes_nothing(existing: Path, accel_exe: list[str]) -> None:
     answers = [(b"processes", b"8"), *((q, b"") for q in QUESTIONS[1:]), (b"Write", b"n")]
     _converse(accel_exe, answers, b"nothing written")
     assert existing.read_text() == EXISTING
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_variable_of_this_shell_is_named_not_written_into_the_file(
+    project: Path, accel_exe: list[str]
+) -> None:
+    # Enter everywhere wrote num_processes: 8 from the variable into the file git tracks
+    answers = [*((q, b"") for q in QUESTIONS), (b"Write", b"y")]
+    shown = _converse(accel_exe, answers, b"wrote", ACCEL_LAUNCH_NUM_PROCESSES="8")
+    assert "note: env (ACCEL_LAUNCH_NUM_PROCESSES) sets launch.num_processes for you" in shown
+    text = (project / ".accelerate" / "config" / "accelerate_config.yaml").read_text()
+    assert "num_processes: 1" in text and "8" not in text

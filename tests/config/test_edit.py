@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,26 @@ def test_set_value_writes_atomically_and_validates(ws: Workspace) -> None:
     assert Workspace.discover().config["cache.max_size"] == 20 * 10**9
     leftovers = [p for p in ws.config_file.parent.iterdir() if p.name != ws.config_file.name]
     assert leftovers == []
+
+
+def test_a_linked_config_stays_a_link_and_its_file_is_rewritten(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    # as dotfile managers (stow, chezmoi, yadm) make it: the link was replaced by a plain
+    # file, the dotfile kept the old values and the two parted silently
+    dotfile = tmp_path / "dotfiles" / "accel.yaml"
+    dotfile.parent.mkdir()
+    ws.config_file.rename(dotfile)
+    ws.config_file.symlink_to(os.path.relpath(dotfile, ws.config_file.parent))
+    config_project.set_value(ws, "launch.num_processes", "4")
+    config_project.unset_value(ws, "launch.max_restarts")
+    config_project.write(ws, {"cache.max_size": 10**9})  # --default --force
+    assert ws.config_file.is_symlink() and ws.config_file.resolve() == dotfile
+    assert Workspace.discover().config["cache.max_size"] == 10**9
+    config_project.write(ws, {})
+    config_project.set_value(ws, "launch.num_processes", "4")
+    assert "num_processes: 4" in dotfile.read_text()
+    assert sorted(p.name for p in dotfile.parent.iterdir()) == ["accel.yaml"]  # no temporary
 
 
 @pytest.mark.parametrize(

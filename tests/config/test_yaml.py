@@ -11,6 +11,12 @@ def test_yaml_12_scalars_keep_strings_that_yaml_11_would_mangle() -> None:
     assert doc.data == {"a": "no", "b": "1:20", "c": "on", "d": True, "e": 31, "f": 12, "g": 1.5}
 
 
+def test_a_date_is_text_as_in_yaml_12() -> None:
+    # YAML 1.1 built a datetime.date: `run_name: 2024-01-01` was refused as `got datetime...`
+    doc = load_yaml_text("launch:\n  run_name: 2024-01-01\n  rdzv_id: 2024-01-01 10:00:00\n", "f")
+    assert doc.data == {"launch": {"run_name": "2024-01-01", "rdzv_id": "2024-01-01 10:00:00"}}
+
+
 def test_lines_are_recorded_per_dotted_key() -> None:
     doc = load_yaml_text("launch:\n  num_processes: 2\n\ncache:\n  max_size: 1GB\n", "f.yaml")
     assert doc.lines == {"launch": 1, "launch.num_processes": 2, "cache": 4, "cache.max_size": 5}

@@ -1,8 +1,9 @@
 """The interactive ``accel config`` questionnaire (terminal only).
 
-It edits, never wipes: every question starts from the current value (the effective
-configuration, shown as the default), and only the answers that change something are
-written, into the existing file, keeping its comments and the keys not asked about.
+It edits, never wipes: every question starts from the project file's value (or the
+default), and only the answers that change something are written, into the existing
+file, keeping its comments and the keys not asked about. A value an ``ACCEL_*`` variable
+or the user's config sets is named beside its question, never written into the file.
 """
 
 from __future__ import annotations
@@ -24,22 +25,37 @@ QUESTIONS = (
 ENDPOINT = ("launch.rdzv_endpoint", "Rendezvous endpoint HOST:PORT")
 
 
-def ask(current: Mapping[str, Any]) -> dict[str, Any]:
-    """Every answer, keyed by config key; ``current`` gives the defaults shown."""
+def ask(current: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Every answer, keyed by config key; ``current`` gives the defaults shown (the
+    project file's values), ``overrides`` what sets a key elsewhere for this shell."""
     from rich.prompt import Prompt
 
     values: dict[str, Any] = {}
-    for key, question in QUESTIONS:
+    asked = list(QUESTIONS)
+    while asked:
+        key, question = asked.pop(0)
+        if key in overrides:  # said, not silently written into the file git tracks
+            _output.raw(f"  note: {overrides[key]} sets {key} for you, whatever the file says")
         values[key] = _ask_one(Prompt, key, question, current.get(key))
-    if values.get("launch.num_machines", 1) > 1:
-        key, question = ENDPOINT
-        values[key] = _ask_one(Prompt, key, question, current.get(key))
+        if key == "launch.num_machines" and values[key] > 1:
+            asked.append(ENDPOINT)
     return values
+
+
+def overrides(config: ResolvedConfig) -> dict[str, str]:
+    """Keys set by a layer above or beside the project file (an ``ACCEL_*`` variable,
+    the user's config), each with where it comes from."""
+    return {
+        key: str(origin)
+        for key, origin in config.origins.items()
+        if origin.layer not in ("project", "default")
+    }
 
 
 def changes(answers: Mapping[str, Any], config: ResolvedConfig, fresh: bool) -> dict[str, Any]:
     """The answers to write: all of them into a new file; into an existing one, those
-    that change the effective value or that the project file already sets."""
+    that change the file's value (``config``: the file over the defaults) or that the
+    file already sets."""
     if fresh:
         return dict(answers)
     return {

@@ -51,14 +51,16 @@ def _questionnaire(ws: Workspace) -> None:
     """Ask, starting from the current values; show the diff; write only when confirmed."""
     from rich.prompt import Confirm
 
-    from accel.cli._questionnaire import ask, changes
+    from accel.cli._questionnaire import ask, changes, overrides
     from accel.config import project
     from accel.config.edit import unified_diff
+    from accel.config.resolve import resolve
 
     config = ws.config  # a broken file stops here, with its line: fix it first
-    answers = ask(config.values)
+    in_file = resolve(project=ws.config_layers()[0], user=None, env={})  # what git tracks
+    answers = ask(in_file.values, overrides(config))
     fresh = not project.exists(ws)
-    before, after = project.plan_edit(ws, changes(answers, config, fresh))
+    before, after = project.plan_edit(ws, changes(answers, in_file, fresh))
     diff = unified_diff(before, after, ws.config_file)
     if not diff:
         _output.out(f"no changes: {ws.config_file} is left as it is")

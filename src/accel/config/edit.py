@@ -129,7 +129,10 @@ def rewrite(path: Path, text: str, edited: str, expected: dict[str, Any]) -> Non
 def write_config(path: Path, text: str) -> None:
     """Write the project file atomically. A file that holds a secret by design (anything
     accel hides when it shows the file: a secret-named ``launch.env`` variable, a URL's
-    password) is written 0600; any other keeps the mode it has (a new one: the umask's)."""
+    password) is written 0600; any other keeps the mode it has (a new one: the umask's).
+    A link (dotfile managers make them) stays a link: the file it names is rewritten."""
+    if path.is_symlink():  # a dotfile manager's link: the file it names is the config
+        path = Path(os.path.realpath(path))
     if redact_text(text) != text:
         perms = SECRET_MODE
     else:

@@ -1,7 +1,8 @@
 """Strict, safe YAML reading for configuration files.
 
 - SafeLoader only: no tag builds an object.
-- YAML 1.2 core scalars: ``no``/``on`` stay strings, ``1:20`` is not sexagesimal 80;
+- YAML 1.2 core scalars: ``no``/``on`` stay strings, ``1:20`` is not sexagesimal 80,
+  ``2024-01-01`` is not a date;
   the typed schema then catches what was meant.
 - Duplicate keys are an error, not last-wins.
 - Alias expansion is bounded by counting the nodes visited (no billion laughs).
@@ -37,7 +38,13 @@ _StrictLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag not in _REPLACED]
     for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     for _REPLACED in [
-        {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+        {
+            "tag:yaml.org,2002:bool",
+            "tag:yaml.org,2002:int",
+            "tag:yaml.org,2002:float",
+            # YAML 1.2 has no implicit dates: `run_name: 2024-01-01` is a name, not a date
+            "tag:yaml.org,2002:timestamp",
+        }
     ]
 }
 _StrictLoader.add_implicit_resolver(
