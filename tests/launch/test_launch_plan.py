@@ -96,6 +96,29 @@ def test_flags_and_env(tmp_path: Path) -> None:
     assert env["A"] == "1" and env["B"] == "3"
 
 
+@pytest.mark.parametrize(
+    ("flags", "env", "series"),
+    [
+        # exported in the shell, as a script under torchrun reads it: was ignored, and the
+        # run resumed from (and saved into) the series 'default' of another experiment
+        ({}, {"ACCEL_RUN_NAME": "exp-42"}, "exp-42"),
+        ({}, {"ACCEL_RUN_NAME": "exp-42", "ACCEL_LAUNCH_RUN_NAME": "other"}, "exp-42"),
+        ({"launch.run_name": "flag"}, {"ACCEL_RUN_NAME": "exp-42"}, "flag"),  # the flag wins
+        ({}, {"ACCEL_RUN_NAME": ""}, "default"),  # set but empty: the worker API's rule
+    ],
+)
+def test_the_series_exported_in_the_shell_is_the_series_of_the_run(
+    tmp_path: Path, flags: dict[str, Any], env: dict[str, str], series: str
+) -> None:
+    plan = make_plan(tmp_path, flags, env=env)
+    assert plan.run_name == series and plan.worker_env["ACCEL_RUN_NAME"] == series
+
+
+def test_an_exported_series_name_that_cannot_be_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="invalid run name 'my exp' for a checkpoint series"):
+        make_plan(tmp_path, env={"ACCEL_RUN_NAME": "my exp"})
+
+
 def test_user_omp_threads_are_kept(tmp_path: Path) -> None:
     plan = make_plan(tmp_path, {"launch.num_processes": 2}, env={"OMP_NUM_THREADS": "4"})
     assert "OMP_NUM_THREADS" not in plan.worker_env  # inherited from the launcher as is

@@ -24,6 +24,7 @@ from accel.launch.launcher_env import accel_env, launcher_set, refusal
 from accel.launch.request import LaunchRequest
 from accel.launch.schedulers import DEFAULT_RDZV_PORT, Scheduler, detect
 from accel.launch.target import check_module
+from accel.store.series import series_from_env
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 EXEC = "--accel-exec"  # the bootstrap's marker for --no-python (see _bootstrap.py)
@@ -126,13 +127,15 @@ def plan_launch(
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
-    workers_env = worker_env(config, request, env, nproc, gpu_count, workspace, cache_dir, run_id)
+    run_name = _run_name(config, env)
+    workers_env = worker_env(config, request, env, nproc, gpu_count, cache_dir)
+    workers_env.update(accel_env(workspace, run_id, run_name))
     says = nodes.scheduler.says if nodes.scheduler is not None else {}
     if nproc == 1 and "local_rank" in says:  # the one rank the scheduler started (_bootstrap)
         workers_env["ACCEL_LOCAL_RANK"] = str(says["local_rank"])
     return LaunchPlan(
         run_id=run_id,
-        run_name=str(config.settings.launch.run_name),
+        run_name=run_name,
         started_at=now.isoformat(timespec="milliseconds"),
         cwd=cwd,
         workspace=workspace,
@@ -371,17 +374,26 @@ def _told(config: ResolvedConfig, scheduler: Scheduler | None, key: str, flag: s
     return scheduler.told("node_rank" if key == "machine_rank" else "nnodes") or flag
 
 
+def _run_name(config: ResolvedConfig, env: Mapping[str, str]) -> str:
+    """The checkpoint series: ``--run-name``, else an ``ACCEL_RUN_NAME`` exported in the
+    launcher's shell (what a script under torchrun reads, so the two agree), else
+    ``launch.run_name``."""
+    name = str(config.settings.launch.run_name)
+    if config.origins["launch.run_name"].layer == "flag":
+        return name
+    return series_from_env(name, env)
+
+
 def worker_env(
     config: ResolvedConfig,
     request: LaunchRequest,
     env: Mapping[str, str],
     nproc: int,
     gpu_count: int,
-    workspace: Path,
     cache_dir: Path,
-    run_id: str,
 ) -> dict[str, str]:
-    """Variables added to every worker's environment (torchrun's own come on top)."""
+    """Variables added to every worker's environment (torchrun's own and accel's come on
+    top)."""
     out: dict[str, str] = {}
     if "OMP_NUM_THREADS" not in env and nproc > 1:
         out["OMP_NUM_THREADS"] = OMP_DEFAULT  # torchrun's default, so as not to oversubscribe
@@ -389,7 +401,6 @@ def worker_env(
     out.update(_framework_caches(config, env, cache_dir))
     out.update(config.settings.launch.env)
     out.update(request.extra_env)
-    out.update(accel_env(workspace, run_id, str(config.settings.launch.run_name)))
     return out
 
 
