@@ -82,6 +82,27 @@ def test_logs_of_a_rank_the_run_has_no_log_of_say_which_ranks_it_has(
     assert out == "hello from 1\n" and "no log of rank 9; its logs here: ranks 0, 1" in err
 
 
+def test_following_a_rank_that_will_never_log_is_refused_too(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`accel logs -f --rank 9` printed nothing and exited 0 for a finished run, and
+    waited silently to the end of a live one."""
+    from accel import runs
+    from accel.cli.main import main
+
+    folder = _run(ws)
+    (folder / "rank-0.log").write_text("hello from 0\n")
+    capsys.readouterr()
+    assert main(["logs", "-f", "--rank", "9"]) == 2
+    assert "has no log of rank 9; its logs here: ranks 0" in capsys.readouterr().err
+    live = _run(ws, "20261129-110000-bbbbbb", status="running", exit_code=None)
+    (live / "rank-0.log").write_text("hello from 0\n")
+    with runs.run_lock(ws.layout, "20261129-110000-bbbbbb"):  # as its launcher holds it
+        assert main(["logs", "bbbbbb", "-f", "--rank", "5"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == "error: run 20261129-110000-bbbbbb has 2 rank(s), 0 to 1: no rank 5", err
+
+
 def test_show_json_is_the_view(ws: Workspace) -> None:
     _run(ws)
     result = CliRunner().invoke(_app(), ["show", "aaaaaa", "--json"])

@@ -107,11 +107,13 @@ def logs(
     record = runs_mod.read_run(ws.layout, runs_mod.resolve_run_id(ws.layout, run))
     wanted = set(rank or ())
     files = select_logs(record, wanted)
-    if not follow:
+    if not follow or record.status != runs_mod.RunStatus.RUNNING:  # no log is still to come
         _check_ranks(record, wanted, set(files))
-        if not files:
+        if not files and not follow:
             _output.warn(f"run {record.id} has no rank logs")
             return
+    else:
+        _check_world(record, wanted)
     console = WorkerConsole(max(files, default=0) + 1, prefix=prefix)
     for rank_, stream, piece in follow_logs(
         ws.layout, record, wanted, live=follow, keep=keep, cutoff=cutoff
@@ -123,6 +125,19 @@ def logs(
         _output.info(
             f"run {final.id} {final.status}"
             + (f", exit code {final.exit_code}" if final.exit_code is not None else "")
+        )
+
+
+def _check_world(record: RunRecord, wanted: set[int]) -> None:
+    """A live run's ranks may not have logged yet, but one beyond its world never will."""
+    from accel.errors import UsageError
+
+    world = record.world_size
+    beyond = sorted(r for r in wanted if world is not None and r >= world)
+    if beyond and world is not None:
+        raise UsageError(
+            f"run {record.id} has {world} rank(s), 0 to {world - 1}: "
+            f"no rank {', '.join(map(str, beyond))}"
         )
 
 
