@@ -141,3 +141,21 @@ def test_commands_refuse_a_hostile_config_in_one_line(
         assert done.returncode == (0 if args == ["status"] else 2), (args, err)
         assert message in err and len(err.splitlines()) == 1, err
         assert "unexpected" not in err
+
+
+@pytest.mark.parametrize("name", ["a" * 128, "_private", "exp.1-b_2", "7"])
+def test_a_run_name_is_any_series_name(name: str) -> None:
+    from accel.store.series import check_series
+
+    # the config took 100 characters from a letter or digit, the store 128 from '_' too
+    assert flag_value("launch.run_name", name) == check_series(name) == name
+
+
+@pytest.mark.parametrize("name", ["a" * 129, "", "-x", ".hidden", "my exp"])
+def test_a_run_name_that_is_no_series_name_says_the_rule(name: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        flag_value("launch.run_name", name)
+    assert "1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'" in str(
+        caught.value
+    )
+    assert "4096" not in str(caught.value)  # a string's limit, not this name's

@@ -15,6 +15,7 @@ from typing import Any
 
 from accel.config.fields import Field
 from accel.errors import UsageError
+from accel.layout import SERIES_RE
 from accel.units import parse_duration, parse_size
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -105,10 +106,10 @@ def _coerce_str(f: Field, value: Any) -> str:
 
 
 def _coerce_name(f: Field, value: Any) -> str:
-    text = _coerce_str(f, value)
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", text, re.ASCII) is None:
-        raise ValueError(f"expected {f.expected}, got {value!r}")
-    return text
+    # a series' folder name: the rule the store checks, so the two cannot disagree
+    if not isinstance(value, str) or SERIES_RE.fullmatch(value) is None:
+        raise ValueError(f"expected {f.expected}, got {shown(value)}")
+    return value
 
 
 def _coerce_endpoint(f: Field, value: Any) -> str:

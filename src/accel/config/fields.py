@@ -83,7 +83,7 @@ _EXPECTED = {
     "int_or_auto": "an integer or 'auto'",
     "bool": "true or false",
     "str": "a string",
-    "name": "a name of letters, digits, '.', '_' or '-'",
+    "name": "a name of 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
     "enum": "one of the allowed values",
     "endpoint": "HOST:PORT",
     "gpu_ids": "'all' or a list of GPU indices like [0, 1]",

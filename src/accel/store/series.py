@@ -34,6 +34,7 @@ removes accel's files and keeps the folder with those (unless forced).
 from __future__ import annotations
 
 import os
+import reprlib
 import secrets
 import threading
 import time
@@ -112,8 +113,8 @@ def check_step(step: Any) -> int:
 def check_series(name: Any) -> str:
     if not isinstance(name, str) or not SERIES_RE.fullmatch(name):
         raise UsageError(
-            f"invalid run name {name!r} for a checkpoint series: use letters, digits, "
-            "'.', '_' or '-' (not starting with '.')"
+            f"invalid run name {reprlib.repr(name)} for a checkpoint series: use 1 to 128 letters, "
+            "digits, '.', '_' or '-', not starting with '.' or '-'"
         )
     return name
 
