@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import zipapp
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,13 +164,20 @@ def test_file_argv_and_path_are_those_of_torchrun(accel_exe: list[str], project:
     (project / "sub").mkdir()
     shutil.copy(SCRIPTS / "sub" / "where.py", project / "sub" / "where.py")
     (project / "linked.py").symlink_to(project / "sub" / "where.py")
-    for typed in ("sub/where.py", "./sub/../sub/where.py", "linked.py"):
+    # a folder and a zipapp holding __main__.py, which python and torchrun run: accel said
+    # "no such script" of the one and raised SyntaxError (null bytes) on the other
+    (project / "app").mkdir()
+    shutil.copy(SCRIPTS / "sub" / "where.py", project / "app" / "__main__.py")
+    zipapp.create_archive(project / "app", project / "app.pyz")
+    for typed in ("sub/where.py", "./sub/../sub/where.py", "linked.py", "app", "app.pyz"):
         theirs = run([str(TORCHRUN), "--nproc-per-node", "1", typed, "--flag", "x"], project)
         ours = run([*accel_exe, "launch", "--quiet", typed, "--flag", "x"], project)
         assert theirs.returncode == 0 and ours.returncode == 0, ours.stderr
         expected = json.loads(theirs.stdout)
-        assert expected["file"] == os.path.join(str(project), typed)  # torchrun = python
-        assert expected["argv"] == [typed, "--flag", "x"] and expected["dirname_after_chdir"]
+        main = "/__main__.py" if typed.startswith("app") else ""
+        assert expected["file"] == os.path.join(str(project), typed) + main  # torchrun = python
+        assert expected["argv"] == [typed, "--flag", "x"]
+        assert expected["dirname_after_chdir"] == (typed != "app.pyz")
         log = next((project / ".accelerate" / "logs" / "runs").glob("*/rank-0.log"))
         assert json.loads(log.read_text()) == expected
         shutil.rmtree(project / ".accelerate" / "logs")

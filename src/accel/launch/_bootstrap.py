@@ -163,6 +163,9 @@ def _run_script(typed: str, args: list[str]) -> None:
 
     path = os.path.join(os.getcwd(), typed)
     sys.argv = [typed, *args]
+    if os.path.isdir(path) or (not typed.endswith(".py") and _is_zip(path)):
+        _run_main_of(path)
+        return
     sys.path[0] = os.path.dirname(os.path.realpath(path))
     main = types.ModuleType("__main__")
     main.__dict__.update(
@@ -175,6 +178,28 @@ def _run_script(typed: str, args: list[str]) -> None:
     with io.open_code(path) as fh:
         code = compile(fh.read(), path, "exec", dont_inherit=True)
     exec(code, main.__dict__)
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    return zipfile.is_zipfile(path)
+
+
+def _run_main_of(path: str) -> None:
+    """A folder or a zipapp holding ``__main__.py``, run as python (and so torchrun) runs
+    it: ``sys.path[0]`` is the folder or archive, ``sys.argv`` as typed, its
+    ``__main__.py`` in a fresh ``__main__`` module. ``runpy._run_module_as_main`` is
+    what the interpreter itself calls for one (Modules/main.c)."""
+    import builtins
+    import runpy
+    import types
+
+    sys.path[0] = path
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
 
 
 def _exec(program: str, args: list[str]) -> None:

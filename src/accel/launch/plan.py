@@ -219,7 +219,13 @@ def _check_target(
         check_module(request.script, cwd, launched.get("PYTHONPATH", ""))
         return
     path = Path(request.script)
-    if not (path if path.is_absolute() else cwd / path).is_file():
+    path = path if path.is_absolute() else cwd / path
+    if path.is_dir() and not (path / "__main__.py").is_file():  # python runs one that has it
+        raise UsageError(
+            f"{request.script} is a folder with no __main__.py: give the script in it "
+            f"({request.script.rstrip('/')}/train.py), or -m for a package (run from {cwd})"
+        )
+    if not path.is_file() and not path.is_dir():
         raise UsageError(f"no such script: {request.script} (run from {cwd})")
 
 
