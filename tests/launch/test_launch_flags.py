@@ -152,6 +152,24 @@ def test_the_scripts_own_arguments_are_never_read(capsys: pytest.CaptureFixture[
     assert p["worker_command"][-len(tail) - 1 :] == [SCRIPT, *tail]
 
 
+@pytest.mark.parametrize(
+    ("typed", "given"),
+    [
+        # as torchrun (its argparse): the `--` right after the script goes, that one only;
+        # accel passed it on and the script's argparse failed on `-- --lr 0.5`
+        (["--", "--lr", "0.5"], ["--lr", "0.5"]),
+        (["--", "--lr", "0.5", "--", "x"], ["--lr", "0.5", "--", "x"]),
+        (["--lr", "--", "0.5"], ["--lr", "--", "0.5"]),
+        (["--", "--"], ["--"]),
+    ],
+)
+def test_a_separator_after_the_script_is_torchruns(
+    capsys: pytest.CaptureFixture[str], typed: list[str], given: list[str]
+) -> None:
+    p = plan(capsys, SCRIPT, *typed)
+    assert p["worker_command"][-len(given) - 1 :] == [SCRIPT, *given]
+
+
 def test_config_file_is_the_config_for_this_launch(
     capsys: pytest.CaptureFixture[str], project: Path
 ) -> None:

@@ -410,9 +410,12 @@ def launch(
         from accel.launch.schedulers import requeue_command
 
         requeue_argv = requeue_command(os.environ, shutil.which)
+    args = tuple(script_args or ())
+    if args[:1] == ("--",):  # torchrun's parser drops a `--` right after the script, that one
+        args = args[1:]
     request = LaunchRequest(
         script=script,
-        script_args=tuple(script_args or ()),
+        script_args=args,
         module=params["module"],
         extra_env={
             **given.file_env,
