@@ -170,6 +170,21 @@ def test_a_separator_after_the_script_is_torchruns(
     assert p["worker_command"][-len(given) - 1 :] == [SCRIPT, *given]
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        # accepted silently, and every line of the run hidden
+        (["-n", "2", "--ranks", "5"], "--ranks 5: this job has ranks 0 to 1;"),
+        (["-n", "2", "--ranks", "0,2,3"], "--ranks 2,3: this job has ranks 0 to 1;"),
+        (["-n", "2", "--local-ranks-filter", "2"], "each node has local ranks 0 to 1;"),
+    ],
+)
+def test_a_rank_to_show_that_the_job_never_has_is_refused(
+    capsys: pytest.CaptureFixture[str], args: list[str], line: str
+) -> None:
+    assert line in refused(capsys, *args)
+
+
 def test_config_file_is_the_config_for_this_launch(
     capsys: pytest.CaptureFixture[str], project: Path
 ) -> None:

@@ -126,6 +126,7 @@ def plan_launch(
     _check_env(config)
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
+    _check_shown_ranks(request, nproc, nproc * nodes.nnodes)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     run_name = _run_name(config, env)
     workers_env = worker_env(config, request, env, nproc, gpu_count, cache_dir)
@@ -378,6 +379,20 @@ def _told(config: ResolvedConfig, scheduler: Scheduler | None, key: str, flag: s
     if scheduler is None or config.origins[f"launch.{key}"].layer != "default":
         return flag
     return scheduler.told("node_rank" if key == "machine_rank" else "nnodes") or flag
+
+
+def _check_shown_ranks(request: LaunchRequest, nproc: int, world: int) -> None:
+    """A rank to show that the job will never have would hide every line, silently."""
+    for flag, ranks, limit, has in (
+        ("--ranks", request.console_ranks, world, "this job has ranks"),
+        ("--local-ranks-filter", request.console_local_ranks, nproc, "each node has local ranks"),
+    ):
+        beyond = sorted(r for r in ranks or () if r >= limit)
+        if beyond:
+            raise UsageError(
+                f"{flag} {','.join(map(str, beyond))}: {has} 0 to {limit - 1}; name one "
+                f"of them, or leave {flag} out to see every rank"
+            )
 
 
 def _run_name(config: ResolvedConfig, env: Mapping[str, str]) -> str:
