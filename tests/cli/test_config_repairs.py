@@ -100,3 +100,27 @@ def test_a_file_as_the_workspace_is_named_as_one(
             "workspace folder\n",
         )
     assert (project / "afile").read_text() == "hi"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        # click took -1 for an option: "No such option: -1"
+        (
+            ["config", "set", "launch.num_processes", "-1"],
+            "launch.num_processes: expected an integer from 1 to 1024 or 'auto', got '-1'",
+        ),
+        # an enum was told about a string's 4096-character limit
+        (
+            ["config", "set", "launch.mixed_precision", ""],
+            "launch.mixed_precision: expected one of no, fp16, bf16, got ''",
+        ),
+        # a folder was "no such file", as `validate` does not say
+        (["config", "import", "."], ".: not a regular file"),
+    ],
+)
+def test_a_bad_value_is_named_for_what_it_is(
+    project: Path, accel: Callable[..., tuple[int, str]], args: list[str], line: str
+) -> None:
+    code, out = accel(*args)
+    assert code == 2 and out.strip() == f"error: {'invalid value for ' * (args[1] == 'set')}{line}"

@@ -137,7 +137,9 @@ def get(
     _output.raw(_shown(f.key, config[f.key]))
 
 
-@app.command("set", cls=_help.Command)
+# A VALUE may start with '-' (`-1`, a negative number to be refused as such, not as an
+# unknown option): what follows KEY is the value.
+@app.command("set", cls=_help.Command, context_settings={"ignore_unknown_options": True})
 def set_(
     ctx: typer.Context,
     key: str = typer.Argument(..., metavar="KEY", help="A dotted key, e.g. launch.num_processes."),

@@ -112,6 +112,12 @@ def _coerce_name(f: Field, value: Any) -> str:
     return value
 
 
+def _coerce_enum(f: Field, value: Any) -> str:
+    if not isinstance(value, str) or value not in f.choices:  # its choices are its bound
+        raise ValueError(f"expected {f.expected}, got {shown(value)}")
+    return value
+
+
 def _coerce_endpoint(f: Field, value: Any) -> str:
     text = _coerce_str(f, value).strip()
     match = _ENDPOINT_RE.fullmatch(text)
@@ -223,7 +229,7 @@ _COERCE = {
     "bool": _coerce_bool,
     "str": _coerce_str,
     "name": _coerce_name,
-    "enum": _coerce_str,
+    "enum": _coerce_enum,
     "endpoint": _coerce_endpoint,
     "gpu_ids": _coerce_gpu_ids,
     "env": _coerce_env,

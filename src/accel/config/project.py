@@ -152,8 +152,10 @@ def _remove_broken_key(ws: ProjectFiles, key: str) -> bool:
 
 def read_hf(source: Path) -> ImportResult:
     """What a Hugging Face Accelerate config file means for accel (ConfigError if nothing)."""
-    if not source.is_file():
-        raise ConfigError(f"{source}: no such file")
+    if not source.is_file():  # a folder, a FIFO: named as `validate` names it
+        raise ConfigError(
+            f"{source}: {'not a regular file' if source.exists() else 'no such file'}"
+        )
     loaded = load_yaml_file(source)
     if not isinstance(loaded.data, dict):
         raise ConfigError(f"{source}: not a Hugging Face Accelerate config (expected a mapping)")
