@@ -175,7 +175,7 @@ def test_a_separator_after_the_script_is_torchruns(
     [
         # accepted silently, and every line of the run hidden
         (["-n", "2", "--ranks", "5"], "--ranks 5: this job has ranks 0 to 1;"),
-        (["-n", "2", "--ranks", "0,2,3"], "--ranks 2,3: this job has ranks 0 to 1;"),
+        (["-n", "2", "--ranks", "2,3"], "--ranks 2,3: this job has ranks 0 to 1;"),
         (["-n", "2", "--local-ranks-filter", "2"], "each node has local ranks 0 to 1;"),
     ],
 )
@@ -183,6 +183,8 @@ def test_a_rank_to_show_that_the_job_never_has_is_refused(
     capsys: pytest.CaptureFixture[str], args: list[str], line: str
 ) -> None:
     assert line in refused(capsys, *args)
+    # one it has among them: shown, as torchrun's filter shows it
+    assert dry_run_json(capsys, *args[:-1], "0," + args[-1], SCRIPT)["nproc_per_node"] == 2
 
 
 def test_config_file_is_the_config_for_this_launch(

@@ -382,13 +382,14 @@ def _told(config: ResolvedConfig, scheduler: Scheduler | None, key: str, flag: s
 
 
 def _check_shown_ranks(request: LaunchRequest, nproc: int, world: int) -> None:
-    """A rank to show that the job will never have would hide every line, silently."""
+    """Ranks to show of which the job has none would hide every line, silently (some of
+    them it has: shown, as torchrun's filter shows them, for a line used on any size)."""
     for flag, ranks, limit, has in (
         ("--ranks", request.console_ranks, world, "this job has ranks"),
         ("--local-ranks-filter", request.console_local_ranks, nproc, "each node has local ranks"),
     ):
         beyond = sorted(r for r in ranks or () if r >= limit)
-        if beyond:
+        if beyond and len(beyond) == len(ranks or ()):
             raise UsageError(
                 f"{flag} {','.join(map(str, beyond))}: {has} 0 to {limit - 1}; name one "
                 f"of them, or leave {flag} out to see every rank"
