@@ -119,6 +119,8 @@ def test_rm_removes_a_damaged_entry_by_its_key(ws: Workspace) -> None:
         (["datasets/missing"], "no cache entry 'datasets/missing'"),
         (["--prefix", "../"], "invalid --prefix '../'"),
         (["--prefix", "/"], "invalid --prefix '/'"),
+        (["caf\udce9"], "invalid cache key 'caf\\udce9': it is not valid UTF-8 text"),
+        (["--prefix", "\udce9"], "invalid --prefix '\\udce9': it is not valid UTF-8 text"),
         ([], "give a KEY or --prefix PREFIX"),
         (["datasets/train-index", "--prefix", "datasets/"], "give a KEY or --prefix PREFIX"),
     ],
@@ -131,6 +133,23 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert keys(ws) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "--prefix", "\udce9"),
+        ("rm", "--prefix", "datasets/caf\udce9", "--dry-run"),
+        ("rm", "caf\udce9", "--dry-run"),
+    ],
+    ids=["list-prefix", "rm-prefix", "rm-key"],
+)
+def test_a_key_that_is_not_utf8_is_one_line_exit_2(ws: Workspace, args: tuple[str, ...]) -> None:
+    """``$'caf\\xe9'`` in a UTF-8 shell: argv holds the byte as a lone surrogate."""
+    result = cli("cache", *args)
+    assert result.exit_code == 2, result.output
+    assert "is not valid UTF-8 text" in result.stderr and "unexpected" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_rm_never_follows_a_namespace_link_out_of_the_cache(ws: Workspace, tmp_path: Path) -> None:

@@ -96,6 +96,8 @@ BAD_KEYS = [
     "x.entry/y",
     "a" * 600,
     "b" * 201,
+    "caf\udce9",  # the bytes caf\xe9 (Latin-1), as Python holds a name that is not UTF-8
+    "\udce9/train",
     None,
     42,
 ]

@@ -75,6 +75,30 @@ def test_state_file_is_checksummed(ws: Workspace) -> None:
         ws.store.get("k")
 
 
+def test_a_store_too_large_to_read_back_is_never_written(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel.store import kv
+
+    ws.store.set("important", {"step": 1})
+    before = ws.state_file.read_bytes()
+    limit = len(before) + 40  # the limit the reader applies, small enough to reach
+    monkeypatch.setattr(kv, "_MAX_BYTES", limit)
+    for change in (
+        lambda: ws.store.set("blob", ["y" * 30] * 2),
+        lambda: ws.store.update("blob", lambda _: "y" * 60),
+    ):
+        with pytest.raises(UsageError, match=f"over its limit of {limit} bytes") as info:
+            change()
+        assert "\n" not in str(info.value)
+        assert ws.state_file.read_bytes() == before
+    assert ws.store.get("important") == {"step": 1}
+    fits = "y" * (limit - len(encode_state({"blob": "", "important": {"step": 1}})))
+    ws.store.set("blob", fits)  # exactly the limit: written, and read back
+    assert ws.state_file.stat().st_size == limit
+    assert Workspace.discover().store.get("blob") == fits
+
+
 def test_reading_creates_nothing(project: Path) -> None:
     ws = Workspace.discover()
     assert ws.store.get("k") is None

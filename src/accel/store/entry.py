@@ -143,11 +143,23 @@ def key_problem(key: Any) -> str | None:
         return "it contains a backslash (use '/' between namespaces)"
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
         return "it contains a control character"
+    if not key.isascii() and not _is_utf8(key):
+        return "it is not valid UTF-8 text"
     for segment in key.split("/"):
         problem = _segment_problem(segment)
         if problem:
             return problem
     return None
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes: a lone surrogate (how Python holds the bytes of a name
+    that is not UTF-8, as argv and file names reach it) has no UTF-8 form."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _segment_problem(segment: str) -> str | None:

@@ -28,7 +28,7 @@ from accel.errors import IntegrityError, UsageError
 from accel.identity import ensure
 from accel.layout import STATE_LOCK, Layout
 
-__all__ = ["Store", "decode_state", "encode_state", "json_problem", "require_json"]
+__all__ = ["Store", "decode_state", "encode_state", "json_problem", "read_state", "require_json"]
 
 MAGIC = b"accel-state"
 FORMAT = 1
@@ -44,6 +44,11 @@ def encode_state(data: dict[str, Any]) -> bytes:
     if json_depth(body) > JSON_DEPTH:  # what the reader would refuse is never written
         raise UsageError(f"the store holds values nested at most {JSON_DEPTH - 1} levels deep")
     header = f"{MAGIC.decode()} {FORMAT} {zlib.crc32(body):08x} {len(body)}\n".encode()
+    if len(header) + len(body) > _MAX_BYTES:  # nor what it would refuse as too large
+        raise UsageError(
+            f"the store would be {len(header) + len(body)} bytes, over its limit of "
+            f"{_MAX_BYTES} bytes; keep large data in the cache (ws.cache.put) or a checkpoint"
+        )
     return header + body
 
 
@@ -69,6 +74,16 @@ def decode_state(raw: bytes, source: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _corrupt(source, "it does not hold an object")
     return data
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The state in the file at ``path``, ``{}`` when there is none; IntegrityError when
+    it is not a whole state file (a FIFO, a device, a link, too large, torn)."""
+    try:
+        raw = read_regular(path, _MAX_BYTES)  # never a FIFO, device or link
+    except FileNotFoundError:
+        return {}
+    return decode_state(raw, path)
 
 
 def _corrupt(source: Path, why: str) -> IntegrityError:
@@ -100,11 +115,7 @@ class Store:
 
     def read(self) -> dict[str, Any]:
         """A snapshot of the whole store."""
-        try:
-            raw = read_regular(self.path, _MAX_BYTES)  # never a FIFO, device or link
-        except FileNotFoundError:
-            return {}
-        return decode_state(raw, self.path)
+        return read_state(self.path)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.read().get(_check_key(key), default)
