@@ -122,3 +122,38 @@ def test_force_replaces_a_link_to_a_regular_file_and_not_its_target(
     assert result.exit_code == 0, result.output
     assert not link.is_symlink() and real.read_bytes() == b"keep me"
     assert sorted(torch.load(link, weights_only=True)) == ["bias", "weight"]
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize(
+    ("output", "force"),
+    [
+        (".accelerate/checkpoints/default/step-000000000001/state.tensors", True),
+        (".accelerate/state.bin", True),
+        (".accelerate/state.bin", False),
+        (".accelerate/checkpoints/default/step-000000000001/model.safetensors", False),
+        ("linked/model.safetensors", False),  # a link to a folder of the workspace
+        ("data/checkpoints/model.safetensors", True),  # the relocated data folder
+    ],
+    ids=["own-tensors", "state-bin", "state-bin-no-force", "new-file", "linked", "relocated"],
+)
+def test_an_output_inside_the_workspace_is_refused_and_nothing_is_written(
+    saved: Workspace, project: Path, tmp_path: Path, output: str, force: bool
+) -> None:
+    if output.startswith("data/"):
+        saved.config_file.write_text(f"workspace:\n  path: {project / 'data'}\n")
+        moved = Workspace.discover().ensure()
+        torch.manual_seed(0)
+        moved.checkpoints.save({"model": torch.nn.Linear(4, 4).state_dict()}, 1)
+    (project / "linked").symlink_to(saved.checkpoints_dir, target_is_directory=True)
+    saved.store.set("k", 1)
+    before = _tree(project)
+    result = cli("checkpoints", "export", "-o", output, *(["--force"] if force else []))
+    assert result.exit_code == 2, result.output
+    assert "is inside the workspace" in result.stderr and "outside it" in result.stderr
+    assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr
+    assert _tree(project) == before
+    assert cli("checkpoints", "verify").exit_code == 0

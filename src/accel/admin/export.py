@@ -105,6 +105,7 @@ class _Source:
 
 
 def export(ws: Workspace, request: ExportRequest, progress: Progress = SILENT) -> ExportResult:
+    refuse_inside(ws, request.output)
     output = check_output(request.output, request.force)
     fmt = check_format(request.format, output)
     where = None if request.model is None else _model.parse_path(request.model)
@@ -172,6 +173,21 @@ def check_output(output: Path, force: bool) -> Path:
                 "give another --output"
             )
     return path
+
+
+def refuse_inside(ws: Workspace, output: Path) -> None:
+    """UsageError when ``output`` would be written in the workspace (its root or its
+    relocated data folder), the links to its folder resolved: every file there is
+    accel's, and a checkpoint or ``state.bin`` an export replaced would be lost. (A link
+    named as the output is replaced itself, never its target.)"""
+    path = os.path.abspath(os.path.expanduser(output))  # the path check_output gives
+    real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    for folder in dict.fromkeys(os.path.realpath(p) for p in (ws.path, ws.data_path)):
+        if os.path.commonpath([folder, real]) == folder:
+            raise UsageError(
+                f"--output {output} is inside the workspace ({folder}), whose files are "
+                "accel's: write the export outside it, e.g. in the project folder"
+            )
 
 
 _KINDS = (

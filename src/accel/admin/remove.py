@@ -30,7 +30,7 @@ from accel import layout
 from accel._locks import held as lock_held
 from accel.admin.cache import DEBRIS, CacheRow, check_prefix, list_cache, read_entry
 from accel.admin.catalog import find_checkpoint
-from accel.clean import Item, checkpoint_item, kept_reason
+from accel.clean import Bounds, Item, checkpoint_item, kept_reason
 from accel.errors import AccelError, LeaseHeld, UsageError
 from accel.runs import is_live
 from accel.store import entry as entry_mod
@@ -169,6 +169,9 @@ def plan_checkpoint_removal(
     item = checkpoint_item(name, found)._replace(foreign=foreign)
     m = found.manifest
     removal = Removal(CHECKPOINT, item.name, found.path, m.size, m.created, m.run_id, item, foreign)
+    out = Bounds.of(ws.data_path).problem(found.path.parent)  # as `accel clean` plans
+    if out is not None:
+        return RemovalPlan("checkpoints", (), (Kept(removal, out),), force=force)
     return RemovalPlan("checkpoints", (removal,), force=force)
 
 

@@ -29,6 +29,7 @@ from accel.clean._plan import (
     parse_policy,
     protection,
 )
+from accel.clean._proof import Bounds
 from accel.clean._scan import checkpoint_item, scan
 from accel.workspace import Workspace
 
@@ -40,6 +41,7 @@ __all__ = [
     "CATEGORIES",
     "DEBRIS_GRACE",
     "LEFT_ALONE",
+    "Bounds",
     "CleanOutcome",
     "CleanPlan",
     "CleanResult",

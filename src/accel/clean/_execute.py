@@ -23,7 +23,7 @@ from accel._locks import locked, try_hold
 from accel.clean._foreign import kept_reason, strip
 from accel.clean._items import META, Item
 from accel.clean._plan import CleanPlan, PlanItem
-from accel.clean._proof import proves_item
+from accel.clean._proof import ELSEWHERE, Bounds, proves_item
 from accel.clean._walk import read_json as _read_json
 from accel.errors import WorkspaceError
 from accel.layout import CACHE_LOCK, CLEAN_LOCK
@@ -61,11 +61,10 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     removed: list[PlanItem] = []
     skipped: list[Skipped] = []
     freed = 0
-    root = os.path.realpath(plan.scan.root)
     with locked(ws.lock_path(CLEAN_LOCK), ws.lock_timeout):
-        device = os.lstat(root).st_dev
+        bounds = Bounds.of(plan.scan.root)
         for planned in plan.items:
-            why = _remove(ws, planned.item, root, device, plan.policy.force)
+            why = _remove(ws, planned.item, bounds, plan.policy.force)
             if why is None:
                 removed.append(planned)
                 freed += planned.item.size
@@ -75,14 +74,16 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
     return CleanResult(tuple(removed), tuple(skipped), freed)
 
 
-def _remove(ws: Workspace, item: Item, root: str, device: int, force: bool) -> str | None:
+def _remove(ws: Workspace, item: Item, bounds: Bounds, force: bool) -> str | None:
     """Remove ``item``; the reason it stayed, or None when it is gone."""
     if item.kind in ("unknown", "unreadable"):
         return "not made by accel"
-    if not _inside(item.path, root):
-        return "outside the workspace"
-    if _elsewhere(item.path, device):
-        return "on another filesystem"
+    # The item itself may be a link (removed as such): its folder must be in bounds.
+    out = bounds.problem(item.path.parent)
+    if out is not None:
+        return out
+    if _elsewhere(item.path, bounds.device):  # a mount point in its place: seen only here
+        return ELSEWHERE
     if item.run_id is not None and is_live(ws.layout, item.run_id):
         return "live run"
     with _guard(ws, item) as free:
@@ -107,7 +108,7 @@ def _remove(ws: Workspace, item: Item, root: str, device: int, force: bool) -> s
         return None
     _faults.point("clean.detached")
     # The data goes outside the lock: it was moved out of everyone's way first.
-    left = layout.dispose(detached, device)
+    left = layout.dispose(detached, bounds.device)
     return None if not left else f"kept {left} path(s) on another filesystem"
 
 
@@ -184,12 +185,6 @@ def _elsewhere(path: Path, device: int) -> bool:
 
 def _under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
-
-
-def _inside(path: Path, root: str) -> bool:
-    # The item itself may be a link (removed as such); its folder must resolve inside.
-    parent = os.path.realpath(path.parent)
-    return parent == root or parent.startswith(root + os.sep)
 
 
 def _drop_empty_series(ws: Workspace, plan: CleanPlan) -> None:

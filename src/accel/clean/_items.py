@@ -32,7 +32,8 @@ LEFT_ALONE = frozenset({UNKNOWN, UNREADABLE})
 class Item(NamedTuple):
     """One thing found. ``kind`` is entry, checkpoint, framework, run, log, debris (all
     removable) or unknown, unreadable (never removed); ``last_used`` is a unix time;
-    ``marker`` the file that proves accel made it; ``detail`` why it is left alone.
+    ``marker`` the file that proves accel made it; ``detail`` why it is left alone
+    (unreadable, or in a folder outside the workspace: then it stays whatever its kind).
 
     Immutable like a frozen dataclass, and three times cheaper to build: a scan makes
     one per cache entry, 100,000 of them in a large workspace.
@@ -56,6 +57,12 @@ class Item(NamedTuple):
     def path(self) -> Path:
         return Path(self.location)
 
+    @property
+    def left_alone(self) -> bool:
+        """Never removed, whatever the selectors: not accel's, unreadable, or in a folder
+        outside the workspace (``detail`` says why)."""
+        return self.kind in LEFT_ALONE or self.detail is not None
+
 
 @dataclass(frozen=True)
 class WorkspaceScan:
@@ -75,4 +82,4 @@ class WorkspaceScan:
 
     @property
     def left_alone(self) -> tuple[Item, ...]:
-        return tuple(i for i in self.items if i.kind in LEFT_ALONE)
+        return tuple(i for i in self.items if i.left_alone)

@@ -186,6 +186,8 @@ def protection(item: Item, scan: WorkspaceScan, policy: Policy, rank: int | None
     """Why ``item`` must stay whatever the selectors say, or None."""
     if item.kind in LEFT_ALONE:
         return NOT_OURS if item.kind == UNKNOWN else UNREADABLE
+    if item.detail is not None:  # accel's, in a folder outside the workspace
+        return item.detail
     if item.run_id is not None and item.run_id in scan.live_runs:
         return "live run"
     if item.series is not None and item.series in scan.held_series:

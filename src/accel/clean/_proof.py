@@ -1,12 +1,14 @@
 """What proves an item of the workspace accel's, checked when it is scanned and again
 just before it is removed: the record of its format, accel's owner marker, or the name
-accel gives what it is writing or deleting. See :mod:`accel.layout` for the names.
+accel gives what it is writing or deleting (see :mod:`accel.layout` for the names); and
+whether the folder it lies in is inside the workspace at all.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from accel import layout
@@ -17,7 +19,44 @@ from accel.layout import is_atomic_temp
 from accel.runs import read_record, records_this_run
 from accel.training_log import is_crash_log, is_log_file
 
-__all__ = ["accel_log", "debris", "in_flight", "provably_debris", "proves_debris", "proves_item"]
+__all__ = [
+    "Bounds",
+    "accel_log",
+    "debris",
+    "in_flight",
+    "provably_debris",
+    "proves_debris",
+    "proves_item",
+]
+
+OUTSIDE = "outside the workspace"
+ELSEWHERE = "on another filesystem"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The workspace's data folder, resolved, and its filesystem: where clean may act."""
+
+    root: str
+    device: int
+
+    @classmethod
+    def of(cls, root: str | Path) -> Bounds:
+        real = os.path.realpath(root)
+        return cls(real, os.stat(real).st_dev)
+
+    def problem(self, folder: str | Path) -> str | None:
+        """Why nothing in ``folder`` may be removed, or None. A linked ``checkpoints/`` or
+        ``logs/runs/`` resolves outside the workspace; a mount point is another
+        filesystem. The scan asks it once per folder, so the plan keeps what execution
+        would refuse; execution asks it again for each item's folder."""
+        real = os.path.realpath(folder)
+        if real != self.root and not real.startswith(self.root + os.sep):
+            return OUTSIDE
+        try:
+            return ELSEWHERE if os.stat(real).st_dev != self.device else None
+        except OSError:
+            return None  # gone: there is nothing in it to remove
 
 
 def in_flight(name: str, is_dir: bool) -> bool:

@@ -31,6 +31,7 @@ from accel.clean._items import (
     Item,
     WorkspaceScan,
 )
+from accel.clean._proof import Bounds
 from accel.clean._proof import accel_log as _accel_log
 from accel.clean._proof import debris as _debris
 from accel.clean._proof import in_flight as _in_flight
@@ -44,6 +45,7 @@ from accel.layout import ENTRY_SUFFIX, MANIFEST, RUN_RECORD, is_atomic_temp
 from accel.runs import live_run_ids, read_record, records_this_run
 from accel.store import series as series_mod
 from accel.store.entry import parse_cache_meta
+from accel.store.kv import read_state
 from accel.units import recorded_time as _time
 from accel.workspace import Workspace
 
@@ -91,6 +93,7 @@ def scan(ws: Workspace, now: float) -> WorkspaceScan:
         _scan_logs(lay.logs_dir, acc)
         _scan_tmp(lay.tmp_dir, acc)
         acc.other += _walk(lay.root / layout.CONFIG_DIR)[0]
+        acc.items = _in_bounds(acc.items, Bounds.of(root))
     return WorkspaceScan(
         root=root,
         now=now,
@@ -102,6 +105,21 @@ def scan(ws: Workspace, now: float) -> WorkspaceScan:
     )
 
 
+def _in_bounds(items: list[Item], bounds: Bounds) -> list[Item]:
+    """``items``, those in a folder that leads out of the workspace (a linked
+    ``checkpoints/``) or onto another filesystem left alone, saying why: the folder's
+    verdict is the one execution would give each of them."""
+    verdicts: dict[str, str | None] = {}
+    kept = []
+    for item in items:
+        folder = os.path.dirname(item.location)
+        if folder not in verdicts:
+            verdicts[folder] = bounds.problem(folder)
+        why = verdicts[folder]
+        kept.append(item if why is None or item.left_alone else item._replace(detail=why))
+    return kept
+
+
 def _scan_data_root(lay: layout.Layout, acc: _Acc) -> None:
     root_files = {layout.LAYOUT_FILE, layout.LOCKS_DIR, layout.GITIGNORE}
     own = {layout.DATA_MARKER} if lay.relocated else root_files
@@ -109,12 +127,26 @@ def _scan_data_root(lay: layout.Layout, acc: _Acc) -> None:
         name = entry.name
         if name in layout.DATA_NAMES - {layout.STATE_FILE} or name == layout.CONFIG_DIR:
             continue  # scanned below (config: counted once, from the root)
-        if name == layout.STATE_FILE or name in own:
+        if name == layout.STATE_FILE and (problem := _state_problem(Path(entry.path))):
+            acc.warnings.append(f"skipped {entry.path}: {problem}")
+            acc.unknown("workspace", entry.path, problem)
+        elif name == layout.STATE_FILE or name in own:
             acc.other += _walk(entry.path)[0]
         elif is_atomic_temp(name) and not entry.is_dir(follow_symlinks=False):
             acc.items.append(_debris("cache", entry))
         else:
             acc.unknown("workspace", entry.path)
+
+
+def _state_problem(path: Path) -> str | None:
+    """Why the store cannot read ``state.bin`` (its own reader decides), or None."""
+    try:
+        read_state(path)
+    except IntegrityError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror or exc}); move it aside"
+    return None
 
 
 # -- cache --------------------------------------------------------------------------------

@@ -161,16 +161,15 @@ def _show_plan(
 
 
 def _show_left_alone(plan: CleanPlan, dry_run: bool) -> None:
-    """What accel found but cannot prove it made: named, so nobody wonders about it."""
-    from accel.clean import LEFT_ALONE
+    """What accel found but may not remove: named, so nobody wonders about it."""
     from accel.units import format_size
 
-    alone = [k.item for k in plan.kept if k.item.kind in LEFT_ALONE]
+    alone = [k.item for k in plan.kept if k.item.left_alone]
     if not alone:
         return
     if not dry_run:
         _output.warn(
-            f"left alone {len(alone)} item(s) accel did not make or cannot read "
+            f"left alone {len(alone)} item(s) accel did not make, cannot read or may not touch "
             "(`accel clean --dry-run` lists them)"
         )
         return
