@@ -52,6 +52,7 @@ def test_a_damaged_state_file_is_reported_by_status_env_and_clean(
     assert main(["env", "--check"]) == 1
     out = capsys.readouterr()
     assert f"{ws.state_file} " in out.out + out.err and says in out.out + out.err
+    assert "neither loads" not in out.out  # the store loads it: its own advice stands alone
     assert main(["clean", "--older-than", "0s", "--keep-last", "0", "--yes"]) == 0
     assert os.path.lexists(ws.state_file)
 

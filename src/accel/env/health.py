@@ -197,13 +197,16 @@ def _debris(ws: Workspace) -> list[Problem]:
         for item in found.items
         if item.kind == "debris" and protection(item, found, policy, None) is None
     ] + [
-        Problem(
-            "unreadable",
-            f"{item.detail}: accel neither loads nor deletes it; move it away if it is not needed",
-        )
+        Problem("unreadable", _unreadable(item.category, item.detail))
         for item in found.items
         if item.kind == "unreadable"
     ]
+
+
+def _unreadable(category: str, detail: str) -> str:
+    if category == "workspace":  # state.bin: the store's own line says what to do
+        return detail
+    return f"{detail}: accel neither loads nor deletes it; move it away if it is not needed"
 
 
 def _debris_kind(category: str) -> str:
