@@ -124,3 +124,13 @@ def test_a_bad_value_is_named_for_what_it_is(
 ) -> None:
     code, out = accel(*args)
     assert code == 2 and out.strip() == f"error: {'invalid value for ' * (args[1] == 'set')}{line}"
+
+
+def test_unset_in_a_folder_with_no_workspace_makes_none(
+    project: Path, accel: Callable[..., tuple[int, str]]
+) -> None:
+    # it made a whole .accelerate/ to say the key was not set
+    code, out = accel("config", "unset", "launch.num_processes")
+    assert (code, out) == (0, "launch.num_processes was not set in the project file\n")
+    assert not (project / ".accelerate").exists()
+    assert accel("config", "unset", "launch.nope")[0] == 2  # an unknown key is still one

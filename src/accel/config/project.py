@@ -126,6 +126,9 @@ def unset_value(ws: ProjectFiles, key: str) -> bool:
     A file that is invalid because of that very key (an unknown key, a bad value) is
     repaired this way: the one line goes, nothing else is touched.
     """
+    if not exists(ws):  # nothing to remove: no workspace is made to say so
+        schema.field(key)  # an unknown key is still refused as one
+        return False
     try:
         with _editing(ws) as (current, values):
             f = schema.field(key)
