@@ -203,8 +203,8 @@ def _debris(ws: Workspace) -> list[Problem]:
     ]
 
 
-def _unreadable(category: str, detail: str) -> str:
-    if category == "workspace":  # state.bin: the store's own line says what to do
+def _unreadable(category: str, detail: str | None) -> str:
+    if category == "workspace" and detail:  # state.bin: the store's own line says what to do
         return detail
     return f"{detail}: accel neither loads nor deletes it; move it away if it is not needed"
 
