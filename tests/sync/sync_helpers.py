@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,54 @@ class Interrupt:
         self.seen += num_bytes
         if self.seen > self.limit:
             raise KeyboardInterrupt
+
+    def end(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def http_server(folder: Path, status: int | None = None) -> Iterator[str]:
+    """A web server in a thread serving ``folder`` (every GET answered ``status`` when
+    given); its URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if status is None:
+                super().do_GET()
+            else:
+                self.send_error(status)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class Counted:
+    """A progress reporter that counts the bytes a sync read (and can act as it begins)."""
+
+    def __init__(self, on_begin: Any = None) -> None:
+        self.seen, self._on_begin = 0, on_begin
+
+    def begin(self, total_bytes: int, total_files: int) -> None:
+        if self._on_begin is not None:
+            self._on_begin()
+
+    def advance(self, num_bytes: int) -> None:
+        self.seen += num_bytes
 
     def end(self) -> None:
         pass

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sync_helpers import Interrupt, checkpoint_file_count, finished_run, save_checkpoints, tree
+from sync_helpers import (
+    Interrupt,
+    checkpoint_file_count,
+    finished_run,
+    http_server,
+    save_checkpoints,
+    tree,
+)
 
 from accel import Workspace
 from accel.cli.main import main
@@ -421,37 +426,6 @@ def test_a_remote_that_cannot_be_reached_is_one_line_naming_it(
     assert tree(ws.path) == before and not fresh.exists()
 
 
-@contextlib.contextmanager
-def http_server(folder: Path, status: int | None = None) -> Iterator[str]:
-    """A web server in a thread serving ``folder`` (every GET answered ``status`` when
-    given); its URL."""
-    import functools
-    import http.server
-    import threading
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if status is None:
-                super().do_GET()
-            else:
-                self.send_error(status)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "report" not in err, err
@@ -539,6 +513,7 @@ BAD_URLS = {  # issue 22: the first four uploaded into the current folder
     "s3://": "names no bucket",
     "nosuchproto://bucket/x": "not a protocol fsspec knows",
     "file:///tmp/x\x1b]0;t\x07": "control characters",
+    "file:///tmp/x/\udcff": "not valid UTF-8",  # the byte 0xff, as Python keeps it from argv
 }
 
 

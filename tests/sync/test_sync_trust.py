@@ -103,6 +103,11 @@ def test_a_remote_cannot_run_code_on_the_next_launch(
         (f"{STEP}/libcrypto.so", "not a file of a checkpoint"),
         (f"{STEP}/sharded/openssl.cnf", "not a file of a checkpoint"),
         ("cache/entries/ns/blob.entry/deeper/x", "not a file of a cache entry"),
+        # a hidden or lock name aborted the whole pull as "an unsafe path"
+        (".envrc", "a hidden, temp or lock name"),
+        ("locks/state.lock", "a hidden, temp or lock name"),
+        (f"logs/runs/{RUN}/.accel-tmp-1-run.json", "a hidden, temp or lock name"),
+        ("cache/entries/ns/blob.entry/meta.json.lock", "a hidden, temp or lock name"),
     ],
 )
 def test_unknown_files_and_places_are_refused_and_listed(

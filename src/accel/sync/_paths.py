@@ -7,12 +7,15 @@ The remote mirrors the workspace's data layout::
     logs/runs/<run-id>/...                   one unit per run
     cache/...                                one unit per entry folder (opt-in)
 
-A path read from a remote index is untrusted: :func:`local_path` refuses anything that
-could land outside those folders or that names temp debris.
+A path read from a remote index is untrusted: :func:`split` refuses anything that could
+land outside those folders (``..``, an absolute path, a backslash); which names a pull
+brings in is :mod:`accel.sync._trust`'s to say. Nor is a folder on the way to a path
+trusted: :func:`link_below` finds the link a write would go through.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,15 +48,11 @@ def is_debris(name: str) -> bool:
 
 
 def split(rel: str) -> list[str]:
-    """The parts of a remote path, or :class:`IntegrityError` for an unsafe one."""
+    """The parts of a remote path, or :class:`IntegrityError` for an unsafe one: one that
+    could name a place out of the folder it is joined to. A hidden or temp name is safe
+    here (the pull refuses it by name and still brings the rest)."""
     parts = rel.split("/")
-    bad = (
-        not rel
-        or "\\" in rel
-        or "\0" in rel
-        or any(p in ("", ".", "..") for p in parts)
-        or (any(is_debris(p) for p in parts) and not is_checkpoint_file(parts))
-    )
+    bad = not rel or "\\" in rel or "\0" in rel or any(p in ("", ".", "..") for p in parts)
     if bad:
         raise IntegrityError(f"the remote index lists an unsafe path {rel!r}; refusing it")
     return parts
@@ -64,6 +63,18 @@ def is_checkpoint_file(parts: list[str]) -> bool:
     from accel.store.manifest import FILE_NAME
 
     return parts[0] == CHECKPOINTS_DIR and FILE_NAME.fullmatch("/".join(parts[3:])) is not None
+
+
+def link_below(root: Path | str, path: Path | str) -> str | None:
+    """The first of the folders below ``root`` down to ``path`` (itself included) that is a
+    symbolic link, or None: a write through one could land anywhere. ``root`` itself is the
+    user's to place (``workspace.path``, a remote on a mounted disk) and not looked at."""
+    current = str(root)
+    for part in Path(os.path.relpath(path, root)).parts:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return current
+    return None
 
 
 def kind_of(rel: str) -> str:

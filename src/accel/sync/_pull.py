@@ -33,8 +33,8 @@ from accel.layout import (
     SYNC_STAGE_PREFIX,
     make_owned_dir,
 )
-from accel.sync._model import CACHE, CHECKPOINT, CONFIG, FileEntry, Reporter, Transfer
-from accel.sync._paths import local_path
+from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, Reporter, Transfer
+from accel.sync._paths import link_below, local_path
 from accel.sync._remote import Remote
 from accel.sync._trust import PLAIN_NAME, cache_key
 
@@ -52,6 +52,9 @@ class PullUnit:
 
     def __call__(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
         kind = transfers[0].kind
+        link = link_in_the_way(self.ws, unit, kind)  # the plan refused it: one made since
+        if link is not None:
+            raise JobFailed(link_refusal(link))
         if kind == CONFIG:
             self._config(transfers[0], reporter)
         elif kind == CHECKPOINT:
@@ -152,10 +155,35 @@ class PullUnit:
     def _commit(self, stage: Path, final: Path, lock: Path) -> None:
         fsync_dir(stage)
         with locked(lock, self.ws.lock_timeout):
-            if final.exists():
+            if os.path.lexists(final):
                 raise UsageError(f"{final} appeared while it was pulled; kept the local one")
             os.rename(stage, final)
         fsync_dir(final.parent)
+
+
+# -- where a unit may go -------------------------------------------------------------------
+
+_MARKER = {CHECKPOINT: MANIFEST, RUN: RUN_RECORD, CACHE: CACHE_META}
+
+
+def link_in_the_way(ws: Workspace, unit: str, kind: str) -> str | None:
+    """The symbolic link in the workspace a pull of ``unit`` would write through (on the
+    way to its folder or to the staging folder), or None. The config goes aside in the
+    workspace's own ``config/``, which a dotfile manager may link: not looked at."""
+    if kind == CONFIG:
+        return None
+    place = local_path(ws, f"{unit}/{_MARKER[kind]}").parent
+    link = link_below(ws.layout.data, place)
+    if link is None and kind != CHECKPOINT:  # a checkpoint is staged beside its place
+        link = link_below(ws.layout.data, ws.tmp_dir)
+    return link
+
+
+def link_refusal(link: str) -> str:
+    return (
+        f"{link} is a symbolic link; pull never writes through a link, which could lead "
+        "out of the workspace: remove it (workspace.path moves the data)"
+    )
 
 
 # -- what a unit must be ------------------------------------------------------------------

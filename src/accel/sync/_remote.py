@@ -4,6 +4,12 @@ Object stores (s3, gcs, azure) make a PUT visible whole, so files go straight to
 their names there. Elsewhere (``file://``, sftp, ...) a file is written under a temp
 name beside its target and renamed, so a reader never sees half of one.
 
+Everything read from a remote is bounded: the index by :data:`INDEX_MAX_BYTES`, a file by
+the size its index records (one byte more at most, then it is refused). A local remote
+(``file://``) is someone else's folder too: its files are read only if they are regular
+files (a FIFO would block the read, a device never end it), and nothing is written or
+cleaned through a link in it.
+
 Credentials come only from the backend's usual sources (environment, profiles,
 instance metadata) or ``--storage-option``; none of it is written anywhere, and URLs
 are shown with their credentials redacted.
@@ -17,14 +23,15 @@ import posixpath
 import re
 import secrets
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from accel._fs import TMP_PREFIX
+from accel._fs import TMP_PREFIX, open_regular
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
-from accel.errors import IntegrityError, JobFailed, UsageError, hint, unreachable
+from accel.errors import DamagedFile, IntegrityError, JobFailed, UsageError, hint, unreachable
+from accel.layout import DATA_MARKER, LAYOUT_FILE
 from accel.store.hashing import CHUNK, hash_file, new_hasher
 from accel.sync._checksum import (
     DEFAULT_ALGORITHM,
@@ -33,13 +40,18 @@ from accel.sync._checksum import (
     format_checksum,
 )
 from accel.sync._model import FileEntry
+from accel.sync._paths import link_below
 
 INDEX_NAME = "accel-sync.json"
 INDEX_FORMAT = "accel-sync"
 INDEX_VERSION = 1
+# About 600,000 files' entries: far beyond a workspace's, and a bound on what a hostile
+# index (a link to /dev/zero, a server's endless answer) can make a read hold in memory.
+INDEX_MAX_BYTES = 64 << 20
 TMP_MARK = TMP_PREFIX  # a file being written, on the remote as on disk
 ENDPOINT_VARS = ("ACCEL_SYNC_ENDPOINT_URL", "AWS_ENDPOINT_URL")
 _ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
+_LOCAL = ("file", "local")
 # Protocols fsspec only reads: a pull works from them (a pushed folder served over HTTP),
 # a push is refused before anything is read or written.
 _READ_ONLY = {"http", "https", "github", "zip", "tar", "libarchive"}
@@ -91,6 +103,7 @@ class Remote:
         self.atomic_put = any(p in _ATOMIC_PUT for p in protocols)
         # fsspec reads these over plain requests; a push would POST into a web server
         self.read_only = any(p in _READ_ONLY for p in protocols)
+        self.local = any(p in _LOCAL for p in protocols)
         self._made: set[str] = set()
 
     def path(self, rel: str) -> str:
@@ -100,11 +113,22 @@ class Remote:
 
     def read_index(self) -> dict[str, FileEntry] | None:
         """The files the remote holds, None when nothing was ever pushed there."""
+        too_large = f"{self.url}/{INDEX_NAME} is larger than any index accel writes"
         try:
-            raw = self.fs.cat_file(self.path(INDEX_NAME))
-        except FileNotFoundError:
+            with self._open(INDEX_NAME) as src:
+                raw = b"".join(_chunks(src, INDEX_MAX_BYTES, too_large))
+        except FileNotFoundError as exc:
+            hidden = _hidden_error(exc)
+            if hidden is not None:
+                raise hidden from None
             return None
         return parse_index(raw, self.url)
+
+    def workspace_marker(self) -> str | None:
+        """The marker that makes the remote folder an accel workspace (or a workspace's
+        data folder), or None: a push there would replace its config and write into its
+        series without their leases."""
+        return next((n for n in (LAYOUT_FILE, DATA_MARKER) if self.fs.exists(self.path(n))), None)
 
     def write_index(self, files: Mapping[str, FileEntry]) -> None:
         """Merge ``files`` into the remote index (a concurrent push's entries survive)."""
@@ -163,8 +187,10 @@ class Remote:
         moment where another user can open it)."""
         hasher = new_hasher(algorithm_of(expected.checksum))
         size = 0
-        with self.fs.open(self.path(rel), "rb") as src, _create(dest, perms) as dst:
-            while chunk := src.read(CHUNK):
+        where = f"{self.url}/{rel}"
+        too_large = f"{where} is larger than the remote index records"
+        with self._open(rel) as src, _create(dest, perms) as dst:
+            for chunk in _chunks(src, expected.size, too_large):
                 hasher.update(chunk)
                 dst.write(chunk)
                 size += len(chunk)
@@ -174,18 +200,33 @@ class Remote:
         got = format_checksum(algorithm_of(expected.checksum), hasher)
         if size != expected.size or got != expected.checksum:
             raise IntegrityError(
-                f"{self.url}/{rel} does not match the remote index ({size} bytes, {got}; "
+                f"{where} does not match the remote index ({size} bytes, {got}; "
                 f"expected {expected.size} bytes, {expected.checksum}): refused"
             )
+
+    def _open(self, rel: str) -> IO[bytes]:
+        """``rel`` opened for reading; on a local remote only a regular file, opened
+        without blocking (:func:`accel._fs.open_regular`): IntegrityError otherwise."""
+        if not self.local:
+            src: IO[bytes] = self.fs.open(self.path(rel), "rb")
+            return src
+        try:
+            return os.fdopen(open_regular(self.path(rel), follow=True), "rb")
+        except DamagedFile as exc:
+            raise IntegrityError(f"{self.url}/{rel} {exc.why}; refused") from None
 
     def remove_debris(self, unit: str) -> None:
         """Temp files an interrupted push left in ``unit`` (never on object stores)."""
         if self.atomic_put:
             return
-        try:
-            found = self.fs.find(self.path(unit))
-        except (FileNotFoundError, NotADirectoryError):
-            return
+        if self.local:
+            self._refuse_links(unit)
+            found = _local_files(self.path(unit))
+        else:
+            try:
+                found = self.fs.find(self.path(unit))
+            except (FileNotFoundError, NotADirectoryError):
+                return
         for path in found:
             if path.rsplit("/", 1)[-1].startswith(TMP_MARK):
                 try:
@@ -200,6 +241,8 @@ class Remote:
             write(final)
             return
         parent, _, name = final.rpartition("/")
+        if self.local:
+            self._refuse_links(rel)
         self._mkdir(parent)
         tmp = f"{parent}/{TMP_MARK}{secrets.token_hex(4)}-{name}"
         try:
@@ -216,6 +259,44 @@ class Remote:
         if folder and folder not in self._made:
             self.fs.makedirs(folder, exist_ok=True)
             self._made.add(folder)
+
+    def _refuse_links(self, rel: str) -> None:
+        """A local remote is written and cleaned only through its own folders: a link in
+        it (planted by anyone who can write there) could lead the write anywhere."""
+        link = link_below(self.root, self.path(rel))
+        if link is not None:
+            shown = f"{self.url}/{link[len(self.root) + 1 :]}"
+            raise JobFailed(
+                f"{shown} is a symbolic link; push never writes or cleans through a link "
+                "in the remote: remove it"
+            )
+
+
+def _chunks(src: IO[bytes], limit: int, too_large: str) -> Iterator[bytes]:
+    """What ``src`` holds, chunk by chunk, ``limit`` bytes at most: one byte more (no more
+    is read) is IntegrityError ``too_large``."""
+    seen = 0
+    while chunk := src.read(min(CHUNK, limit + 1 - seen)):
+        seen += len(chunk)
+        if seen > limit:
+            raise IntegrityError(f"{too_large} ({limit} bytes); refused")
+        yield chunk
+
+
+def _hidden_error(exc: FileNotFoundError) -> BaseException | None:
+    """The error ``exc`` stands for, when it is no "not found": fsspec's http:// asks for a
+    file's size before it opens it, and turns every failure of that request (a server's
+    500, a refused connection) into FileNotFoundError; only a 404 means nothing is there."""
+    cause = exc.__cause__
+    if cause is None or type(cause).__module__.split(".")[0] != "aiohttp":
+        return None
+    return None if getattr(cause, "status", None) == 404 else cause
+
+
+def _local_files(folder: str) -> Iterator[str]:
+    """The files (and links) under ``folder``, never entering a linked folder."""
+    for parent, _, names in os.walk(folder):
+        yield from (os.path.join(parent, name) for name in names)
 
 
 def _create(dest: Path, perms: int) -> IO[bytes]:
@@ -319,6 +400,8 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     URL."""
     if not url.strip():
         return f"the remote URL is empty: write {_FORMS}"
+    if not _utf8(url):  # bytes that are no text, which Python keeps as lone surrogates
+        return f"the remote URL is not valid UTF-8: write {_FORMS}"
     if not url.isprintable():
         return f"a remote URL has no control characters: write {_FORMS}"
     if "::" in url:
@@ -343,6 +426,14 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     if not rest.split("/", 1)[0]:
         return f"a {protocol}:// URL names no bucket or host: write {protocol}://bucket/prefix"
     return None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _first_line(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ writes into a series a live run holds, and moves each unit staged and verified
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -37,7 +38,7 @@ from accel.sync._model import (
 )
 from accel.sync._paths import kind_of, local_path, unit_of
 from accel.sync._plan import LocalView, needs_checksum, plan_pull, plan_push
-from accel.sync._pull import PullUnit
+from accel.sync._pull import PullUnit, link_in_the_way, link_refusal
 from accel.sync._remote import INDEX_NAME, Remote, backend_error, from_backend
 from accel.sync._trust import screen
 
@@ -71,6 +72,7 @@ def push(
     if not ws.exists:
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
+    _refuse_a_workspace(ws, remote)
     with (
         locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout),
         tempfile.TemporaryDirectory(prefix="accel-") as tmp,
@@ -108,7 +110,7 @@ def pull(
     paths = {rel: str(_pulled_to(ws, rel)) for rel in accepted}
     view = _local_view(ws, accepted) if ws.exists else LocalView({})
     plan = plan_pull(accepted, view, include_cache, paths)
-    plan = _without_live_series(ws, plan, refused)
+    plan = _without_refused_places(ws, plan, refused)
     if dry_run:
         return SyncResult(plan, remote.url, True)
     ws.ensure()
@@ -123,8 +125,41 @@ def _pulled_to(ws: Workspace, rel: str) -> Path:
     return pulled_path(ws) if kind_of(rel) == CONFIG else local_path(ws, rel)
 
 
-def _without_live_series(ws: Workspace, plan: SyncPlan, refused: list[Skipped]) -> SyncPlan:
-    """Checkpoints of a series a live run holds here are refused, one line per series."""
+def _refuse_a_workspace(ws: Workspace, remote: Remote) -> None:
+    """A push never writes into a workspace: another's (its config would be replaced by
+    a redacted copy, its series written without their leases), nor this one."""
+    marker = _guard(remote, remote.workspace_marker)
+    if marker is not None:
+        raise UsageError(
+            f"{remote.url} is an accel workspace (it holds {marker}): push to a folder of "
+            "its own, never into a workspace"
+        )
+    folder = Path(os.path.realpath(remote.root))
+    for mine in (ws.path, ws.layout.data) if remote.local else ():
+        if Path(os.path.realpath(mine)) in (folder, *folder.parents):
+            raise UsageError(
+                f"{remote.url} is inside this workspace ({mine}): push to a folder of its own"
+            )
+
+
+def _without_refused_places(ws: Workspace, plan: SyncPlan, refused: list[Skipped]) -> SyncPlan:
+    """Units this pull may not write here are refused, one line per cause: the checkpoints
+    of a series a live run holds, and the units whose place is reached through a link."""
+    held = _live_series(ws, plan)
+    causes: dict[str, str] = {}  # what a refusal is listed by -> its reason
+    blocked: set[str] = set()
+    for unit, transfers in plan.units():
+        cause = _refused_here(ws, unit, transfers[0].kind, held)
+        if cause is not None:
+            blocked.add(unit)
+            causes.setdefault(*cause)
+    keep = tuple(t for t in plan.transfers if t.unit not in blocked)
+    refused = refused + [Skipped(key, why) for key, why in causes.items()]
+    return replace(plan, transfers=keep, refused=tuple(refused))
+
+
+def _live_series(ws: Workspace, plan: SyncPlan) -> dict[str, str]:
+    """``checkpoints/<series>`` -> why, for the series of the plan a live run holds here."""
     from accel.store.lease import holder_of
 
     series = {t.unit.split("/")[1] for t in plan.transfers if t.kind == CHECKPOINT}
@@ -133,15 +168,24 @@ def _without_live_series(ws: Workspace, plan: SyncPlan, refused: list[Skipped]) 
         holder = holder_of(ws.layout, name)
         if holder is not None:
             who = f"run {holder.run_id}" if holder.run_id else f"pid {holder.pid}"
-            held[name] = (
+            held[f"{CHECKPOINTS_DIR}/{name}"] = (
                 f"refused: the series {name!r} is held by the live {who} (pid {holder.pid} "
                 f"on {holder.host}); pull never writes into it: pull again once it ended"
             )
-    keep = tuple(
-        t for t in plan.transfers if t.kind != CHECKPOINT or t.unit.split("/")[1] not in held
-    )
-    refused = refused + [Skipped(f"{CHECKPOINTS_DIR}/{n}", why) for n, why in held.items()]
-    return replace(plan, transfers=keep, refused=tuple(refused))
+    return held
+
+
+def _refused_here(
+    ws: Workspace, unit: str, kind: str, held: dict[str, str]
+) -> tuple[str, str] | None:
+    """(what the refusal is listed by, why) when ``unit`` may not be written here."""
+    series = "/".join(unit.split("/")[:2])
+    if kind == CHECKPOINT and series in held:
+        return series, held[series]
+    link = link_in_the_way(ws, unit, kind)
+    if link is None:
+        return None
+    return os.path.relpath(link, ws.layout.data), f"refused: {link_refusal(link)}"
 
 
 def _guard(remote: Remote, fn: Callable[[], _T]) -> _T:

@@ -34,7 +34,7 @@ from accel.layout import (
     STEP_RE,
 )
 from accel.sync._model import FileEntry, Skipped
-from accel.sync._paths import is_checkpoint_file, split
+from accel.sync._paths import is_checkpoint_file, is_debris, split
 
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{1,32}")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -44,7 +44,8 @@ def screen(index: Mapping[str, FileEntry]) -> tuple[dict[str, FileEntry], list[S
     """The entries a pull may consider, and the refused ones with the reason.
 
     An unsafe path (``..``, absolute, a backslash) still fails the whole pull in
-    :func:`~accel.sync._paths.split`: that index is not trusted at all.
+    :func:`~accel.sync._paths.split`: that index is not trusted at all. A hidden, temp or
+    lock name (``.gitignore``, ``locks/state.lock``) is only refused, like any unknown name.
     """
     accepted: dict[str, FileEntry] = {}
     refused: list[Skipped] = []
@@ -62,6 +63,8 @@ def refusal(rel: str) -> str | None:
     parts = split(rel)
     if rel == CONFIG_REL:
         return None
+    if any(is_debris(p) for p in parts) and not is_checkpoint_file(parts):
+        return "a hidden, temp or lock name, which sync never moves"
     if parts[0] == CHECKPOINTS_DIR:
         return _checkpoint_file(parts)
     if parts[:2] == RUNS_REL.split("/"):
