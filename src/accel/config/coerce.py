@@ -100,9 +100,14 @@ def _coerce_bool(f: Field, value: Any) -> bool:
 
 
 def _coerce_str(f: Field, value: Any) -> str:
-    if isinstance(value, str) and value and "\0" not in value and len(value) <= MAX_TEXT:
-        return value
-    raise ValueError(f"expected {f.expected} of at most {MAX_TEXT} characters, got {shown(value)}")
+    # one line: a newline (or U+0085, U+2028, which YAML and `config get` break on too) in
+    # an id, a backend or a path is a paste gone wrong, not a value
+    one_line = isinstance(value, str) and len(f"{value}x".splitlines()) == 1
+    if one_line and value and "\0" not in value and len(value) <= MAX_TEXT:
+        return str(value)
+    raise ValueError(
+        f"expected {f.expected} on one line, of at most {MAX_TEXT} characters, got {shown(value)}"
+    )
 
 
 def _coerce_name(f: Field, value: Any) -> str:
