@@ -4,6 +4,7 @@ every number the schema accepts has a documented upper bound."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -162,3 +163,10 @@ def test_a_run_name_that_is_no_series_name_says_the_rule(name: str) -> None:
         caught.value
     )
     assert "4096" not in str(caught.value)  # a string's limit, not this name's
+
+
+@pytest.mark.parametrize("text", ["30", "2.5", " 7 "])
+def test_a_typed_duration_without_a_unit_asks_for_one(text: str) -> None:
+    # it said only "expected a duration like 30s, ...", while the file takes 30 as seconds
+    with pytest.raises(UsageError, match=re.escape(f"add a unit ({text.strip()}s)")):
+        flag_value("launch.hang_timeout", text)

@@ -222,6 +222,10 @@ def _coerce_duration(f: Field, value: Any) -> float:
         raise ValueError(f"expected {f.expected}, got {shown(value)}")
     if not isinstance(value, str):
         raise ValueError(f"expected {f.expected}, got {shown(value)}")
+    if re.fullmatch(r"[0-9]{1,20}(\.[0-9]{1,20})?", value.strip()):  # typed: the unit is said
+        raise ValueError(
+            f"expected {f.expected}, got {value.strip()!r}: add a unit ({value.strip()}s)"
+        )
     try:
         return parse_duration(value)
     except UsageError:
