@@ -17,6 +17,7 @@ from accel.runs.failures import (
     Stop,
     headline,
     recorded_verdict,
+    stuck_line,
 )
 
 
@@ -179,6 +180,23 @@ def test_the_hang_message_names_the_suspect_only_when_one_stands_out() -> None:
         "rank 1 is stuck in stuck_in_sleep (train.py), not in a collective"
     )
     assert describe_stuck(HangClue(stacks={0: SLEEP, 1: SLEEP}, quiet={0: 3.0, 1: 3.0})) is None
+
+
+def test_every_stuck_rank_is_named_in_one_bounded_line() -> None:
+    clue = HangClue(stacks={0: SLEEP, 1: SLEEP}, quiet={0: 3.0, 1: 3.0})
+    verdict = blame([end(0, -9, 50.1), end(1, -9, 50.1)], Stop(50.0, BY_HANG), clue)
+    assert fates(verdict) == {0: STUCK, 1: STUCK}
+    assert headline(verdict) == (
+        "ranks 0, 1 are stuck in stuck_in_sleep (train.py), not in a collective"
+    )
+    many = [(r, "stuck outside a collective") for r in range(20)] + [
+        (20 + i, f"stuck in f{i} (a.py), not in a collective") for i in range(4)
+    ]
+    assert stuck_line(many) == (
+        "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 12 more are stuck outside a collective; "
+        "rank 20 is stuck in f0 (a.py), not in a collective; "
+        "rank 21 is stuck in f1 (a.py), not in a collective; 2 more rank(s) are stuck elsewhere"
+    )
 
 
 def test_when_the_stacks_do_not_tell_the_rank_quiet_the_longest_is_stuck() -> None:

@@ -137,3 +137,46 @@ def test_a_hang_names_the_rank_in_sleep_not_the_rank_in_the_barrier(
     assert "OOM" not in json.dumps(record)
     ranks = _shown_ranks(accel)
     assert ranks[1]["status"] == "stuck" and ranks[0]["status"] == "stopped"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("how", "restarts", "why"),
+    [
+        ("text", 0, "SystemExit: fatal: config missing (token ***)"),
+        ("code", 2, "exited with code 7"),
+    ],
+)
+def test_a_rank_that_exited_non_zero_before_the_stop_also_failed(
+    accel: Accel, out: Path, how: str, restarts: int, why: str
+) -> None:
+    """Rank 1 exited by itself before accel stopped it, and was still in its exit handlers
+    when accel's SIGTERM came: it also failed, and that SIGTERM is no death in teardown."""
+    script = str(SCRIPTS / "exit_together.py")
+    token = "s3cr3t-demo-value"
+    done = accel(
+        "launch", "-n", "2", "--stop-grace-period", "30s", "--max-restarts", str(restarts),
+        script, str(out), how,
+        env={"DEMO_API_TOKEN": token}, timeout=150,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    code = 7 if how == "code" else 1
+    assert f"error: rank 0 failed first: {why}" in done.stderr
+    if how == "text":
+        assert f"{why} (exited with code 1); its log:" in done.stderr
+    assert f"accel: rank 1 also failed, after rank 0: {why.partition(' (')[0]}" in done.stderr
+    restarted = f"accel: rank 0 failed (exited with code {code}); restarting the workers"
+    assert done.stderr.count(restarted) == restarts
+    assert "in teardown" not in done.stderr and "stopped by accel" not in done.stderr
+    assert token not in done.stdout + done.stderr
+    record = run_json(out.parent)
+    assert record["failed_rank"] == 0 and record["also_failed_ranks"] == [1]
+    assert record["stopped_ranks"] == [] and not record.get("teardown")
+    for attempt in record["attempts"]:
+        ends = {f["rank"]: f for f in attempt["failures"]}
+        assert {r: f["fate"] for r, f in ends.items()} == {0: "failed", 1: "also failed"}
+        assert ends[1]["exitcode"] == code and ends[1]["died_at"] > attempt["stopped_at"]
+        assert ends[1]["raised_at"] < attempt["stopped_at"]
+    assert token not in json.dumps(record)
+    assert_no_orphans(record["id"])

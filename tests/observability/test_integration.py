@@ -20,8 +20,9 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("args", [(), ("silent",)])
 def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
-    accel: Run, project: Path
+    accel: Run, project: Path, args: tuple[str, ...]
 ) -> None:
     done = accel(
         "launch",
@@ -32,6 +33,7 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
         "--hang-action",
         "kill",
         str(SCRIPTS / "stuck.py"),
+        *args,
     )
     assert done.returncode == 1, done.stderr
     screen = done.stdout + done.stderr
@@ -42,7 +44,16 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
         assert "hang detected" in log and "stuck_in_named_function" in log
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "hung" and record["exit_code"] == 1
-    assert record["hangs"] and record["hangs"][0]["action"] == "kill"
+    (hang,) = record["hangs"]
+    assert hang["action"] == "kill"
+    # Both sleep outside a collective: those quiet the longest are stuck (silent: both,
+    # quiet since their start), and every report names them all.
+    stuck = record["stuck_ranks"]
+    assert hang["stuck"] == stuck and (stuck == [0, 1] or not args)
+    where = "stuck in stuck_in_named_function (stuck.py), not in a collective"
+    named = f"ranks {', '.join(map(str, stuck))} are" if len(stuck) > 1 else f"rank {stuck[0]} is"
+    (said,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert f"(--hang-action kill): {named} {where}" in said
 
 
 @pytest.mark.slow

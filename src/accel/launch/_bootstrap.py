@@ -11,8 +11,9 @@ exactly as ``python script.py`` would (``__file__``, ``sys.argv``, ``sys.path``:
   torch's ``@record``, so the launcher shows the failing rank's traceback even when
   the script does not use ``@record``;
 - when the script has returned (or called ``sys.exit``), a small file next to the error
-  file says so, with its exit code, and again once the exit handlers have run: a worker
-  that torch's teardown then hangs or aborts has still finished (see
+  file says so, with its exit code (and the message of a ``sys.exit("...")``), and again
+  once the exit handlers have run: a worker that torch's teardown then hangs or aborts
+  has still finished, and one that exited non-zero failed then (see
   ``accel/launch/teardown.py``);
 - ``SIGUSR1`` dumps every thread's Python stack into ``$ACCEL_RUN_DIR/stacks/`` (for
   ``accel stack`` and ``--hang-timeout``), through faulthandler set up by
@@ -41,6 +42,7 @@ PR_SET_PDEATHSIG = 1
 EXEC = "--accel-exec"  # then PROGRAM ARGS: run PROGRAM itself (launch --no-python)
 _SKIP_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
 RETURNED = ".returned"  # suffix of the error file's path: the script returned, with its code
+MESSAGE_MOST = 500  # characters of a sys.exit message the launcher reports
 _HOOKS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_worker_hooks.py"
 )
@@ -224,13 +226,16 @@ def _note_returned(code: int, returned_at: float, handlers_done_at: float | None
     if not error_file:
         return
     path = returned_path(error_file)
-    data = {"code": code, "pid": os.getpid(), "returned_at": returned_at}
+    data: dict[str, object] = {"code": code, "pid": os.getpid(), "returned_at": returned_at}
     if handlers_done_at is not None:
         data["handlers_done_at"] = handlers_done_at
+    if _message:
+        data["message"] = _message[0]
     _write_whole(path, data)
 
 
 _returned: list[tuple[int, float]] = []  # (code, when) once the script has returned
+_message: list[str] = []  # what the script's sys.exit said, when it said a text
 
 
 def _after_exit_handlers() -> None:
@@ -250,6 +255,12 @@ def main(argv: list[str], parent: int | None = None) -> int:
     return code
 
 
+def _exit_message(said: object) -> str:
+    """What ``sys.exit("...")`` said, as the launcher reports it: one line, bounded."""
+    text = " ".join(str(said).split())
+    return text if len(text) <= MESSAGE_MOST else text[: MESSAGE_MOST - 3] + "..."
+
+
 def _main(argv: list[str]) -> tuple[int, bool]:
     """The script's exit code, and whether it returned (or exited) rather than raised."""
     try:
@@ -258,6 +269,7 @@ def _main(argv: list[str]) -> tuple[int, bool]:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0, True
         print(exc.code, file=sys.stderr)
+        _message.append(_exit_message(exc.code))
         return 1, True
     except KeyboardInterrupt:
         # Die by the signal, as python would, so the launcher sees -2.

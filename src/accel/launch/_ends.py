@@ -12,6 +12,7 @@ from typing import Any
 
 from accel.errors import JobFailed
 from accel.launch.deaths import ExitWatch
+from accel.launch.teardown import Returned
 from accel.runs.failures import RankFailure
 
 __all__ = ["launch_error", "rank_ends", "with_crashes"]
@@ -24,20 +25,23 @@ def rank_ends(
     failures: Mapping[int, Any],
     pids: Mapping[int, int],
     exits: ExitWatch,
-    finished: Mapping[int, int] | None = None,
+    finished: Mapping[int, Returned] | None = None,
 ) -> list[RankFailure]:
     """How each rank of the attempt ended: torch's failures, with the exit watch's times.
 
     Ranks torch did not report (stopped before it looked, or in older torch versions)
     come from the exit watch alone; ranks that exited 0 are left out, and so are those
-    in ``finished`` (rank -> its script's code) whose script returned 0 before torch's
-    teardown hung or killed them (:mod:`accel.launch.teardown`).
+    in ``finished`` (rank -> how its script returned) whose script returned 0 before
+    torch's teardown hung or killed them (:mod:`accel.launch.teardown`). One whose script
+    exited non-zero failed when it exited, with its code and message, whatever ended
+    its process after (accel's stop may reach it in its exit handlers).
     """
     exits.settle(SETTLE_TIMEOUT)
     seen = dict(exits.exits())
-    for rank, code in (finished or {}).items():
+    finished = finished or {}
+    for rank, returned in finished.items():
         if rank in seen:
-            seen[rank] = replace(seen[rank], exitcode=code)
+            seen[rank] = replace(seen[rank], exitcode=returned.code)
     out = []
     for rank in sorted(set(pids) | set(failures)):
         ended = seen.get(rank)
@@ -56,7 +60,17 @@ def rank_ends(
                     died_at=ended.at if ended else None,
                 )
             )
-    return out
+    return [_exited(end, finished[end.rank]) if end.rank in finished else end for end in out]
+
+
+def _exited(end: RankFailure, returned: Returned) -> RankFailure:
+    """``end`` of a rank whose script exited with ``returned.code``: failed then, if not 0."""
+    if returned.code == 0:
+        return end
+    end = replace(end, exitcode=returned.code, raised_at=returned.returned_at)
+    if returned.message and end.type is None:  # sys.exit("...") said why
+        end = replace(end, type="SystemExit", message=returned.message)
+    return end
 
 
 def with_crashes(ends: list[RankFailure], run_dir: Path, since: float) -> list[RankFailure]:

@@ -61,7 +61,7 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
 from accel.launch._host import Signalled, signal_of, signals_while_stopping
-from accel.launch.teardown import Teardown, TeardownJudge
+from accel.launch.teardown import Returned, Teardown, TeardownJudge
 
 # The releases this module knows; pyproject.toml declares the same range.
 OLDEST = (2, 6)
@@ -164,6 +164,9 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
     def worker_teardown(self, ended: Teardown) -> None:
         """A worker (``ended.rank``: its local rank) finished, then hung or died in teardown."""
 
+    def worker_returned(self, local_rank: int, returned: Returned) -> None:
+        """The script of ``local_rank``'s worker returned or exited (seen once, by the judge)."""
+
     def rendezvous_waiting(self, waiting: bool) -> None:
         """The rendezvous begins (``True``) or is over (``False``)."""
 
@@ -176,8 +179,13 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
 
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids: dict[int, Any] = super()._start_workers(worker_group)
-        close_with_grace(self._pcontext, self._accel_grace, before=self.workers_stopping)
-        judge = TeardownJudge(float(self._accel_grace), self.worker_teardown)
+        judge = TeardownJudge(float(self._accel_grace), self.worker_teardown, self.worker_returned)
+
+        def stopping(death_sig: signal.Signals | None) -> None:
+            judge.stopping(death_sig)  # from now on, a worker's end may be accel's signal
+            self.workers_stopping(death_sig)
+
+        close_with_grace(self._pcontext, self._accel_grace, before=stopping)
         tolerate_teardown(self._pcontext, judge)
         self.workers_started(worker_group, pids)
         return pids

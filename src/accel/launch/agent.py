@@ -31,7 +31,7 @@ from accel.launch._torch_compat import (
     speed_up_rendezvous_events,
 )
 from accel.launch.plan import LaunchPlan
-from accel.launch.teardown import Teardown
+from accel.launch.teardown import Returned, Teardown
 
 speed_up_rendezvous_events()
 
@@ -59,6 +59,9 @@ class RunHooks(Protocol):
 
     def teardown(self, ended: Teardown) -> None:
         """A rank (``ended.rank``, global) finished, then hung or died in teardown."""
+
+    def returned(self, rank: int, returned: Returned) -> None:
+        """The script of ``rank`` (global) returned or exited, with its code."""
 
     def rendezvous(self, waiting: bool) -> None:
         """Rendezvous begins (``True``) or is over (``False``)."""
@@ -175,6 +178,9 @@ class AccelAgent(CompatAgent):
     def worker_teardown(self, ended: Teardown) -> None:
         rank = self._global_ranks.get(ended.rank, ended.rank)
         self._hooks.teardown(replace(ended, rank=rank))
+
+    def worker_returned(self, local_rank: int, returned: Returned) -> None:
+        self._hooks.returned(self._global_ranks.get(local_rank, local_rank), returned)
 
     def workers_stopping(self, death_sig: signal.Signals | None) -> None:
         # When accel began stopping separates a rank's own failure from a stopped one.

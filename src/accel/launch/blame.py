@@ -19,8 +19,10 @@ message) comes from :func:`blame`, from the same recorded events:
 - a run stopped because a metric diverged names the rank that logged it.
 
 When each rank failed comes from the launcher's exit watch (the process's end, to the
-millisecond) and from the worker bootstrap (when the uncaught exception was recorded);
-torch's own coarse poll time is the fallback for records that lack both.
+millisecond) and from the worker bootstrap (when the uncaught exception was recorded,
+or the script exited non-zero: a rank still in its exit handlers when accel stops it
+has failed all the same); torch's own coarse poll time is the fallback for records that
+lack both.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from accel.runs.failures import (
     RankFailure,
     Stop,
     Verdict,
+    stuck_line,
 )
 
 __all__ = ["HangClue", "blame", "describe_stuck", "in_collective", "stuck_ranks"]
@@ -212,7 +215,7 @@ def describe_stuck(hang: HangClue) -> str | None:
     ranks = sorted(stuck_ranks(hang))
     if not ranks or len(ranks) == len(hang.stacks or hang.quiet):
         return None  # every rank alike: nobody to single out
-    return "; ".join(f"rank {r} is {_stuck_message(r, hang)}" for r in ranks)
+    return stuck_line([(r, _stuck_message(r, hang)) for r in ranks])
 
 
 def stuck_frame(stack: str) -> str | None:

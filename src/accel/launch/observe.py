@@ -135,7 +135,7 @@ class RunObserver:
             "quiet": {str(r): q for r, q in verdict.quiet.items()},
             "action": self.action,
             "message": verdict.message,
-            "stuck": sorted(stuck_ranks(clue)) if suspect else [],
+            "stuck": sorted(stuck_ranks(clue)),  # whom a kill blames, named or not
         }
         self.hangs.append(entry)
         if stopping:

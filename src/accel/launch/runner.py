@@ -56,7 +56,7 @@ from accel.runs.logs import ConsoleSink, LogRouter
 from accel.runs.status import RunStatus
 
 if TYPE_CHECKING:
-    from accel.launch.teardown import Teardown
+    from accel.launch.teardown import Returned, Teardown
     from accel.store.persister import Persister
     from accel.workspace import Workspace
 
@@ -186,7 +186,7 @@ class _Run:
         self.attempt = 0
         self.started = 0.0  # when the current attempt's workers started
         self.exits = ExitWatch()
-        self.finished: dict[int, int] = {}  # rank -> its script's code, if its teardown was not
+        self.finished: dict[int, Returned] = {}  # rank -> how its script returned or exited
         self.stop_times: dict[int, float] = {}  # attempt -> when accel began stopping it
         self.verdict = Verdict(())
         self.restored = False  # the tier holds restore/ for the current attempt
@@ -339,8 +339,10 @@ class _Run:
             # The ends the kernel already knows of are noted first: they are no stop's.
             self.stop_times[self.attempt] = self.exits.stopping()
 
+    def returned(self, rank: int, returned: Returned) -> None:
+        self.finished[rank] = returned  # the script's result, whatever its teardown does
+
     def teardown(self, ended: Teardown) -> None:
-        self.finished[ended.rank] = ended.code  # the script's result, not the teardown's
         self.record = report.with_teardown(self.record, self.attempt, ended.to_json())
         self._save()
         self.notify(f"accel: {ended.message}")

@@ -210,15 +210,41 @@ def headline(verdict: Verdict) -> str | None:
     if root is None:
         return None
     if root.fate == STUCK:
+        stuck = verdict.with_fate(STUCK)
         waiting = verdict.ranks(STOPPED)
-        others = f"; rank(s) {_ranks(waiting)} waited for it" if waiting else ""
-        return f"rank {root.rank} is {root.message}{others}"
+        them = "it" if len(stuck) == 1 else "them"
+        others = f"; rank(s) {_ranks(waiting)} waited for {them}" if waiting else ""
+        return stuck_line([(f.rank, f.message or "stuck") for f in stuck]) + others
     why = f" ({root.explanation})" if root.type and root.type != "Diverged" else ""
     return f"rank {root.rank} failed first: {root.summary}{why}"
 
 
+MOST_RANKS = 8  # ranks a line names before it counts the rest
+MOST_PLACES = 3  # ways of being stuck a line names before it counts the rest
+
+
+def stuck_line(stuck: Sequence[tuple[int, str]]) -> str:
+    """Every stuck rank, with how (``stuck in f (train.py), ...``), in one bounded line:
+    ``rank 1 is stuck in ...``, ``ranks 0, 1 are stuck in ...``; ranks stuck alike together."""
+    alike: dict[str, list[int]] = {}
+    for rank, how in stuck:
+        alike.setdefault(how, []).append(rank)
+    groups = list(alike.items())
+    said = [
+        f"rank {ranks[0]} is {how}" if len(ranks) == 1 else f"ranks {_ranks(ranks)} are {how}"
+        for how, ranks in groups[:MOST_PLACES]
+    ]
+    left = sum(len(ranks) for _, ranks in groups[MOST_PLACES:])
+    if left:
+        said.append(f"{left} more rank(s) are stuck elsewhere")
+    return "; ".join(said)
+
+
 def _ranks(ranks: Iterable[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+    shown = [str(r) for r in ranks]
+    if len(shown) > MOST_RANKS:
+        return f"{', '.join(shown[:MOST_RANKS])} and {len(shown) - MOST_RANKS} more"
+    return ", ".join(shown)
 
 
 # -- reading -----------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""Say started, then hang in a named function (argv: --quiet-after-start is implied)."""
+"""Say started (not with argv ``silent``), then hang in a named function."""
 
 import os
+import sys
 import time
 
-print(f"rank {os.environ['RANK']} started", flush=True)
+if "silent" not in sys.argv[1:]:  # silent: every rank is quiet since its start, alike
+    print(f"rank {os.environ['RANK']} started", flush=True)
 
 
 def stuck_in_named_function():
