@@ -42,7 +42,10 @@ HOSTILE_FILES = [
     ("launch:\n  rdzv_id: " + "x" * 5000 + "\n", "at most 4096 characters"),
     # a line break in an id or a path: `config get` printed it raw, set failed 'safely'
     ('launch:\n  rdzv_id: "job\\nother"\n', "launch.rdzv_id: expected a string or null on one"),
-    ('workspace:\n  path: "data\\u0085x"\n', "workspace.path: expected a folder path or null on one"),
+    (
+        'workspace:\n  path: "data\\u0085x"\n',
+        "workspace.path: expected a folder path or null on one",
+    ),
     ("a: " + "[" * 2000 + "]" * 2000 + "\n", f"nested more than {MAX_DEPTH} levels deep"),
     ("a:" + "".join(f"\n{'  ' * i}k{i}:" for i in range(1, 200)) + " 1\n", "levels deep"),
 ]
