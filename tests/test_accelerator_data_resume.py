@@ -14,13 +14,14 @@ import itertools
 import multiprocessing
 import random
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 import accel
 from accel.accelerator._accumulate import GradientState
@@ -67,16 +68,53 @@ class Counting(IterableDataset[torch.Tensor]):
         self.next = 0
 
 
+class GlobalShuffle(Sampler[int]):
+    """A sampler of a script's own that shuffles from the global RNG, as torch's
+    RandomSampler without a generator does: it draws when its first index is asked for."""
+
+    def __init__(self, size: int = 20) -> None:
+        self.size = size
+
+    def __iter__(self) -> Iterator[int]:
+        yield from torch.randperm(self.size).tolist()
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class GlobalBatches(Sampler[list[int]]):
+    """A batch sampler of a script's own, shuffling from the global RNG, batches of 3."""
+
+    def __init__(self, size: int = 20) -> None:
+        self.size = size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = torch.randperm(self.size).tolist()
+        yield from (order[i : i + 3] for i in range(0, self.size, 3))
+
+    def __len__(self) -> int:
+        return (self.size + 2) // 3
+
+
 def _loader(workers: int, dataset: Any = None, **options: Any) -> DataLoader[Any]:
     if workers:
         options.setdefault("multiprocessing_context", "fork")
     data = Augmented() if dataset is None else dataset
     shuffle = not isinstance(data, IterableDataset) and options.pop("shuffle", True)
-    return DataLoader(data, batch_size=3, shuffle=shuffle, num_workers=workers, **options)
+    if "sampler" in options or "batch_sampler" in options:
+        shuffle = False  # the sampler's own
+    size = None if "batch_sampler" in options else 3
+    return DataLoader(data, batch_size=size or 1, shuffle=shuffle, num_workers=workers, **options)
 
 
 def _run(
-    make: Any, workers: int | str, *, stop: int = 0, resume: bool = False, dataset: Any = None
+    make: Any,
+    workers: int | str,
+    *,
+    stop: int = 0,
+    resume: bool = False,
+    dataset: Any = None,
+    **options: Any,
 ) -> list[torch.Tensor]:
     """Two epochs, as a script runs them: stop (save) at step ``stop``, or resume."""
     torch.manual_seed(0)
@@ -84,7 +122,8 @@ def _run(
     np.random.seed(0)
     acc = make()
     persistent = workers == "2-persistent"
-    options = {"persistent_workers": True} if persistent else {}
+    if persistent:
+        options["persistent_workers"] = True
     loader = acc.prepare(_loader(2 if persistent else int(workers), dataset, **options))
     step = (acc.load_state() or 0) if resume else 0
     LOADS.value = 0
@@ -124,6 +163,29 @@ def test_a_resumed_run_hands_out_the_uninterrupted_runs_batches_bit_for_bit(
     assert all(torch.equal(a, b) for a, b in zip(first + rest, whole, strict=True))
     # only what the resumed run hands out is loaded: nothing it skipped
     assert LOADS.value == sum(len(b) for b in rest)
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.parametrize("sampling", ["sampler", "batch_sampler"])
+@pytest.mark.parametrize("stop", [1, 4, 9], ids=["first", "mid", "second"])
+def test_a_sampler_of_ones_own_shuffling_from_the_global_rng_resumes_bit_for_bit(
+    project: Path, sampling: str, workers: int | str, stop: int
+) -> None:
+    # Accelerate's sharding (a ported script's): the epoch's RNG was restored only around
+    # making the iterator, and such a sampler draws later, at its first index, so the
+    # rest of the resumed epoch came from another permutation (samples repeated, others
+    # never seen) with no word
+    make = SHARDINGS["hf"]
+
+    def sampled(**run: Any) -> list[torch.Tensor]:
+        kind = GlobalShuffle if sampling == "sampler" else GlobalBatches
+        return _run(make, workers, **run, **{sampling: kind()})
+
+    whole = sampled()
+    first = sampled(stop=stop)
+    rest = sampled(resume=True)
+    assert len(first) + len(rest) == len(whole) == 14
+    assert all(torch.equal(a, b) for a, b in zip(first + rest, whole, strict=True))
 
 
 def test_no_skipped_sample_is_loaded(project: Path) -> None:

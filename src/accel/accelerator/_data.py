@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from accel.accelerator._rng import plain_rng_state, saved_form, set_rng_state
@@ -138,8 +139,22 @@ class StartAt:
         self.batches = batches
         self.workers = loader.num_workers
         self.start = 0
+        self.current: Callable[[], _Primable | None] = lambda: None
 
     def __iter__(self) -> Iterator[list[Any]]:
+        iteration = _Primable(self._iterate())
+        self.current = weakref.ref(iteration)  # weakly: the iteration holds this sampler
+        return iteration
+
+    def prime(self) -> None:
+        """Ask the current iteration for its first batch now (see :class:`_Primable`)."""
+        iteration = self.current()
+        if iteration is not None:
+            iteration.prime()
+
+    def _iterate(self) -> Iterator[list[Any]]:
+        # read when the first batch is asked for: torch makes an iterator it never asks
+        # (its _reset makes the one it uses), and that one must not take the start
         start, self.start = self.start, 0
         for _ in range(start % self.workers if self.workers else 0):
             yield []
@@ -165,10 +180,37 @@ class StartAt:
 
     def __setattr__(self, name: str, value: Any) -> None:
         # what is not its own goes to the batch sampler (join_uneven_inputs' even_batches)
-        if name in ("batches", "workers", "start"):
+        if name in ("batches", "workers", "start", "current"):
             object.__setattr__(self, name, value)
         else:
             setattr(self.batches, name, value)
+
+
+class _Primable:
+    """An iteration of :class:`StartAt` whose first batch can be asked for early
+    (:meth:`prime`). A sampler that shuffles from the global RNG (``torch.randperm`` in
+    its ``__iter__``) draws when its first index is asked for: in one process, after the
+    DataLoader's iterator is made. A loader resumed mid-epoch makes that iterator with
+    the epoch's RNG restored, and primes it there, so the shuffle is the saved epoch's."""
+
+    def __init__(self, items: Iterator[list[Any]]) -> None:
+        self.items = items
+        self.first: list[list[Any]] = []
+        self.asked = False
+
+    def prime(self) -> None:
+        if not self.asked:  # workers asked already, as the iterator was made
+            self.asked = True
+            self.first.extend(itertools.islice(self.items, 1))
+
+    def __iter__(self) -> _Primable:
+        return self
+
+    def __next__(self) -> list[Any]:
+        self.asked = True
+        if self.first:
+            return self.first.pop()
+        return next(self.items)
 
 
 def _batched(indices: Iterator[Any], size: int, drop_last: bool) -> Iterator[list[Any]]:

@@ -280,6 +280,11 @@ class HfLoader(Wrapping):
         self._ahead: Any = None
         self._resume_ahead: Any = None
         self._drawn = False  # the saved run's persistent workers had their base seed
+        #: ... drawn before the saved epoch began (not at its start): the resumed run's
+        #: new workers' base seed must then come from no draw of the global RNG
+        self._no_base_draw = False
+        self._workers_up = False  # persistent workers, started by this process
+        self._fresh = True  # this epoch's iterator drew its workers' base seed
 
     @property
     def total_batch_size(self) -> int | None:
@@ -321,6 +326,8 @@ class HfLoader(Wrapping):
         where = self.position.state_dict() if self._in_epoch else {}
         if self._in_epoch and self._ahead is not None:
             where["ahead_rng"] = saved_form(self._ahead)
+        if self._in_epoch and self.loader.persistent_workers:
+            where["fresh_workers"] = self._fresh
         return {"epoch": self.epoch, "generator": start, "torch_rng": torch_rng, **where}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -330,6 +337,7 @@ class HfLoader(Wrapping):
         # the saved run's persistent workers were started already: their base seed is
         # no draw of this epoch's, in the resumed run it must not be one either
         self._drawn = bool(self.loader.persistent_workers and "position" in state)
+        self._no_base_draw = self._drawn and state.get("fresh_workers") is False
         self._resume_rng = state.get("torch_rng")
         saved, self._epoch_start, self._restored = state.get("generator"), None, None
         if saved is None:
@@ -424,6 +432,9 @@ class HfLoader(Wrapping):
         put back."""
         self.position.begin(skip)
         drawn, self._drawn = self._drawn, False
+        no_base_draw, self._no_base_draw = self._no_base_draw, False
+        self._fresh = not (self.loader.persistent_workers and self._workers_up)
+        self._workers_up = True
         if resumed is None and not drawn:
             return self._started(iter(self.loader))
         import torch
@@ -434,9 +445,17 @@ class HfLoader(Wrapping):
             self._restored = self._epoch_generator().get_state()
         now = torch.get_rng_state()
         torch.set_rng_state(now if resumed is None else resumed)
+        own = self.loader.generator
+        if no_base_draw:  # the saved epoch drew no base seed: the RNG is all the sampler's
+            self.loader.generator = torch.Generator()
         try:
-            return self._started(iter(self.loader))
+            iterator = self._started(iter(self.loader))
+            # a sampler shuffling from the global RNG draws at its first index: from the
+            # epoch's RNG too, as in the saved run (a plain RandomSampler is _Drawing's)
+            self.position.batches.prime()
+            return iterator
         finally:
+            self.loader.generator = own
             torch.set_rng_state(now)
 
     def _started(self, iterator: Iterator[Any]) -> Iterator[Any]:
