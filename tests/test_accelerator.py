@@ -116,6 +116,50 @@ def test_load_state_into_other_objects_is_refused(project: Path) -> None:
         other.load_state()
 
 
+def _net() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+
+
+@pytest.mark.parametrize(("saved", "loaded"), [(True, False), (False, True), (True, True)])
+def test_compiling_or_not_keeps_a_checkpoint_loadable(
+    project: Path, saved: bool, loaded: bool
+) -> None:
+    # a compiled model's checkpoints held '_orig_mod.'-prefixed keys: without compile the
+    # same script could not load them, and export gave them to the Hub as they were
+    acc = accel.Accelerator()
+    net = _net()
+    model = acc.prepare(torch.compile(net, backend="eager") if saved else net)
+    assert list(acc.get_state_dict(model)) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert acc.unwrap_model(model) is model  # Accelerate's default keeps the compiled one
+    assert acc.unwrap_model(model, keep_torch_compile=False) is net
+    acc.save_state(5)
+    other = accel.Accelerator()
+    fresh = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    other.prepare(torch.compile(fresh, backend="eager") if loaded else fresh)
+    assert other.load_state() == 5
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), net.parameters(), strict=True))
+
+
+def test_a_checkpoint_saved_with_the_compiled_keys_still_loads(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel.accelerator import _ddp
+
+    acc = accel.Accelerator()
+    net = _net()
+    model = acc.prepare(torch.compile(net, backend="eager"))
+    with monkeypatch.context() as patched:  # as accel saved it before: the compiled keys
+        patched.setattr(_ddp, "unwrap", lambda m, keep_torch_compile=True: m)
+        acc.save_state(6)
+    assert model is not net
+    other = accel.Accelerator()
+    fresh = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    other.prepare(fresh)
+    assert other.load_state() == 6
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), net.parameters(), strict=True))
+
+
 @pytest.mark.parametrize("what", ["model", "optimizer"])
 def test_a_checkpoint_of_another_model_is_one_line_saying_so(project: Path, what: str) -> None:
     """Two scripts of one project share the `default` series: the second's load_state()

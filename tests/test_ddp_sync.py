@@ -69,3 +69,15 @@ def test_models_that_differ_across_ranks_are_refused_at_prepare(tmp_path: Path) 
     for rank in (0, 1):
         message = (tmp_path / f"refused-{rank}.txt").read_text()
         assert "differs across ranks" in message and "\n" not in message
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_model_already_in_ddp_is_refused_at_prepare(tmp_path: Path) -> None:
+    # it was wrapped a second time: gradients reduced twice, and every key of its
+    # checkpoints (and of `accel checkpoints export`) began with 'module.'
+    assert _ranks(tmp_path / ".accelerate", "wrapped", tmp_path) == [3, 3]
+    for rank in (0, 1):
+        message = (tmp_path / f"refused-{rank}.txt").read_text()
+        assert message.startswith("prepare(): the model is already a DistributedDataParallel")
+        assert "(model.module)" in message and "\n" not in message

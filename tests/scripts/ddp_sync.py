@@ -7,7 +7,8 @@ MODE ``fresh``: every rank seeds its own weights and buffer; DDP must bring them
 0's. ``save``: rank-0 weights everywhere, saved as checkpoint step 1. ``resume``: weights
 apart again, then ``load_state()`` of that checkpoint; the buffer (not in the state dict,
 and DDP told not to broadcast buffers at each forward) apart too. ``shapes``: rank 1's
-model is wider."""
+model is wider. ``wrapped``: the model is given to ``prepare()`` in a DDP of the
+script's own."""
 
 import os
 import sys
@@ -51,8 +52,11 @@ dist.broadcast = counted
 acc = Accelerator(cpu=True, kwargs_handlers=[DistributedDataParallelKwargs()])
 torch.manual_seed(0 if mode == "save" else 100 + rank)
 base = Net(16 if mode != "shapes" or rank == 0 else 32)
+wrapped = base
+if mode == "wrapped":  # as a torchrun script does it
+    wrapped = torch.nn.parallel.DistributedDataParallel(base)
 try:
-    model, opt = acc.prepare(base, torch.optim.SGD(base.parameters(), lr=0.1))
+    model, opt = acc.prepare(wrapped, torch.optim.SGD(base.parameters(), lr=0.1))
 except UsageError as exc:
     (out / f"refused-{rank}.txt").write_text(str(exc))
     sys.exit(3)

@@ -319,11 +319,7 @@ class Accelerator(ProcessApi, FolderApi):
         model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
     ) -> Any:
         """The module inside DDP (and inside ``torch.compile`` unless ``keep_torch_compile``)."""
-        compiled = getattr(model, "_orig_mod", None)
-        inner = getattr(compiled if compiled is not None else model, "module", None)
-        if inner is None:
-            return model if keep_torch_compile or compiled is None else compiled
-        return inner
+        return _ddp.unwrap(model, keep_torch_compile)
 
     def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
         """The full state dict of ``model``, on every rank as in Accelerate.
@@ -332,7 +328,7 @@ class Accelerator(ProcessApi, FolderApi):
         on the CPU) that gives ``{}`` on the other ranks, as Accelerate's FSDP does;
         otherwise the unwrapped model's own ``state_dict()``.
         """
-        model = self.unwrap_model(model) if unwrap else model
+        model = _ddp.unwrap(model, keep_torch_compile=False) if unwrap else model
         if self._sharder is None:
             return dict(model.state_dict())
         from accel.accelerator._fsdp.state import full_state_dict
@@ -505,7 +501,7 @@ class Accelerator(ProcessApi, FolderApi):
 
     def _state_dicts(self) -> tuple[list[Any], list[Any], dict[str, Any] | None]:
         """Models' and optimizers' states; what FSDP shards goes into the third part."""
-        models = [self.unwrap_model(m) for m in self._models]
+        models = [_ddp.unwrap(m, keep_torch_compile=False) for m in self._models]  # plain keys
         if self._sharder is None:
             optimizers = [o.state_dict() for o in self._optimizers]
             return [m.state_dict() for m in models], optimizers, None
@@ -523,7 +519,7 @@ class Accelerator(ProcessApi, FolderApi):
         automatic = step is None and self.project_configuration.automatic_checkpoint_naming
         if isinstance(step, (str, os.PathLike)) or automatic:
             return self._load_from_folder(step)
-        return self._load(step, [self.unwrap_model(m) for m in self._models])
+        return self._load(step, [_ddp.unwrap(m, keep_torch_compile=False) for m in self._models])
 
     def _load(self, step: int | None, models: list[Any]) -> int | None:
         from accel.accelerator import _resume as resume

@@ -24,7 +24,7 @@ from typing import Any
 
 from accel.errors import UsageError
 
-__all__ = ["defers", "loaded", "wrap"]
+__all__ = ["defers", "loaded", "unwrap", "wrap"]
 
 _DEFERRED = "_accel_deferred_sync"  # the attribute on the DDP module
 
@@ -34,12 +34,45 @@ def wrap(model: Any, device_ids: Any, options: dict[str, Any], *, compiled: bool
     where it can be."""
     from torch.nn.parallel import DistributedDataParallel
 
+    if unwrap(model, keep_torch_compile=False) is not _uncompiled(model):
+        # wrapped twice, its gradients would be reduced twice and its checkpoints' keys
+        # would all start with 'module.' (what a script without DDP cannot load)
+        raise UsageError(
+            f"prepare(): the model is already a {type(_uncompiled(model)).__name__}: give "
+            "prepare() the model itself (model.module), accel wraps it in DDP; DDP's options "
+            "go in kwargs_handlers=[DistributedDataParallelKwargs(...)]"
+        )
+
     if compiled or not defers():
         return DistributedDataParallel(model, device_ids=device_ids, **options)
     ddp = DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **options)
     _check_same_model(ddp)
     setattr(ddp, _DEFERRED, _Deferred(ddp))
     return ddp
+
+
+def unwrap(model: Any, keep_torch_compile: bool = True) -> Any:
+    """The module inside every DDP and DataParallel layer (Accelerate's
+    ``extract_model_from_parallel``), and inside ``torch.compile`` unless
+    ``keep_torch_compile`` (then the compiled module around it, where there is one)."""
+    from torch.nn import DataParallel
+    from torch.nn.parallel import DistributedDataParallel
+
+    compiled = None
+    while True:
+        if isinstance(model, (DistributedDataParallel, DataParallel)):
+            model = model.module
+        elif getattr(model, "_orig_mod", None) is not None:  # torch.compile's module
+            compiled, model = model, model._orig_mod
+        else:
+            break
+    keep = keep_torch_compile and compiled is not None and compiled._orig_mod is model
+    return compiled if keep else model
+
+
+def _uncompiled(model: Any) -> Any:
+    inner = getattr(model, "_orig_mod", None)
+    return model if inner is None else _uncompiled(inner)
 
 
 def defers() -> bool:

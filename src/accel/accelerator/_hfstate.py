@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from accel.accelerator import _ddp
 from accel.errors import UsageError
 
 if TYPE_CHECKING:
@@ -370,4 +371,4 @@ class FolderApi:
         for hook in list(self._load_hooks.values()):
             hook(models, str(folder))
         with self._series(series):
-            return self._load(step, [self.unwrap_model(m) for m in models])
+            return self._load(step, [_ddp.unwrap(m, keep_torch_compile=False) for m in models])

@@ -195,6 +195,8 @@ def restore(obj: Any, saved: Any, what: str, step: int) -> None:
 
     The usual cause: two scripts of one project saving into the same series (``default``
     unless the launch names one), the second resuming from the first's newest step."""
+    if what.startswith("model.") and isinstance(saved, dict):
+        _plain_keys(obj, saved)
     try:
         obj.load_state_dict(saved)
     except (RuntimeError, ValueError, KeyError) as exc:
@@ -207,3 +209,16 @@ def restore(obj: Any, saved: Any, what: str, step: int) -> None:
             "another script saved it? prepare() what saved it, or give this script a series "
             "of its own (accel launch --run-name NAME, launch.run_name)"
         ) from None
+
+
+def _plain_keys(model: Any, saved: dict[str, Any]) -> None:
+    """A checkpoint accel saved from a compiled or doubly wrapped model (before it saved
+    the plain module's keys) loads into the plain module: its keys' ``_orig_mod.`` or
+    ``module.`` prefix goes, where every key has it and none of the model's does."""
+    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    own = list(model.state_dict())
+    for prefix in ("module.", "_orig_mod.", "module."):
+        mine = any(key.startswith(prefix) for key in own)
+        if saved and not mine and all(key.startswith(prefix) for key in saved):
+            consume_prefix_in_state_dict_if_present(saved, prefix)
