@@ -160,6 +160,41 @@ def test_a_checkpoint_saved_with_the_compiled_keys_still_loads(
     assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), net.parameters(), strict=True))
 
 
+class Counter:
+    """An object of a script's own, registered for checkpointing."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def state_dict(self) -> dict[str, int]:
+        return {"n": self.n}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.n = state["n"]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_registered_objects_of_another_count_are_refused(project: Path, count: int) -> None:
+    # zipped without a check: a third object silently kept its state, a second saved
+    # one was silently dropped
+    acc = accel.Accelerator()
+    acc.register_for_checkpointing(Counter(10), Counter(11))
+    acc.save_state(4)
+    other = accel.Accelerator()
+    objects = [Counter(-1) for _ in range(count)]
+    other.register_for_checkpointing(*objects)
+    with pytest.raises(UsageError) as caught:
+        other.load_state()
+    assert str(caught.value) == (
+        f"the checkpoint of step 4 holds 2 objects but {count} were registered; "
+        "register_for_checkpointing() the same objects as the run that saved it"
+    )
+    same = accel.Accelerator()
+    restored = [Counter(-1), Counter(-1)]
+    same.register_for_checkpointing(*restored)
+    assert same.load_state() == 4 and [c.n for c in restored] == [10, 11]
+
+
 @pytest.mark.parametrize("what", ["model", "optimizer"])
 def test_a_checkpoint_of_another_model_is_one_line_saying_so(project: Path, what: str) -> None:
     """Two scripts of one project share the `default` series: the second's load_state()

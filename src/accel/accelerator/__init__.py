@@ -550,7 +550,8 @@ class Accelerator(ProcessApi, FolderApi):
             self._loaders, _matching(state, "loaders", self._loaders, found), strict=True
         ):
             loader.load_state_dict(sd)
-        for obj, sd in zip(self._custom_objects, state.get("custom") or [], strict=False):
+        customs = _matching(state, "custom", self._custom_objects, found)
+        for obj, sd in zip(self._custom_objects, customs, strict=True):
             obj.load_state_dict(sd)
         self._gradient_state.step = int(state.get("accumulation_step") or 0)
         if self._snapshots is not None:  # the count goes on from the checkpoint's
@@ -581,11 +582,14 @@ class Accelerator(ProcessApi, FolderApi):
 
 
 def _matching(state: dict[str, Any], kind: str, objs: list[Any], step: int) -> list[Any]:
-    saved = list(state.get(kind, []))
+    saved = list(state.get(kind) or [])
     if len(saved) != len(objs):
+        what, did, how = kind, "prepared", "prepare()"
+        if kind == "custom":
+            what, did, how = "objects", "registered", "register_for_checkpointing()"
         raise UsageError(
-            f"the checkpoint of step {step} holds {len(saved)} {kind} but {len(objs)} were "
-            "prepared; prepare() the same objects as the run that saved it"
+            f"the checkpoint of step {step} holds {len(saved)} {what} but {len(objs)} were "
+            f"{did}; {how} the same objects as the run that saved it"
         )
     return saved
 
