@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -12,8 +13,48 @@ from accel.accelerator import _tensorboard as metrics_tb
 
 def test_scalars_keep_numbers_and_one_element_tensors_only() -> None:
     torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
     metrics = {"loss": torch.tensor(0.5), "n": 3, "flag": True, "name": "x", "v": torch.ones(2)}
-    assert metrics_tb.scalars(metrics) == {"loss": 0.5, "n": 3.0}
+    metrics |= {"acc": np.float32(0.25), "one": np.array([2.0]), "many": np.ones(2)}
+    assert metrics_tb.scalars(metrics) == {"loss": 0.5, "n": 3.0, "acc": 0.25, "one": 2.0}
+
+
+def test_the_tensorboard_tracker_logs_tensors_and_numpy_numbers(
+    project: Path, tmp_path: Path
+) -> None:
+    # log_with="tensorboard" wrote only Python numbers: a loss logged as a tensor (as
+    # Accelerate's examples do) and a numpy accuracy were silently missing
+    pytest.importorskip("tensorboard")
+    import numpy as np
+    import torch
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import accel
+
+    acc = accel.Accelerator(log_with="tensorboard", project_dir=str(tmp_path))
+    acc.init_trackers("exp")
+    for step in range(3):
+        acc.log({"loss": torch.tensor(1.0 / (step + 1)), "acc": np.float32(step)}, step=step)
+    acc.end_training()
+    events = EventAccumulator(str(tmp_path / "exp"))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["acc", "loss"]
+    assert [round(e.value, 3) for e in events.Scalars("loss")] == [1.0, 0.5, 0.333]
+    assert [e.value for e in events.Scalars("acc")] == [0.0, 1.0, 2.0]
+
+
+def test_a_metric_of_many_numbers_is_one_line(project: Path) -> None:
+    # torch's "a Tensor with 3 elements cannot be converted to Scalar" crashed training
+    import numpy as np
+    import torch
+
+    import accel
+    from accel.errors import UsageError
+
+    acc = accel.Accelerator()
+    for value, shape in ((torch.ones(3), "(3,)"), (np.ones((2, 2)), "(2, 2)")):
+        with pytest.raises(UsageError, match=re.escape(f"of shape {shape}; log numbers")):
+            acc.log({"vec": value}, step=1)
 
 
 def test_events_are_readable_by_tensorboard(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel._fs import open_private_append
+from accel.accelerator._trackers import number
 from accel.errors import AccelError, UsageError
 from accel.layout import METRICS_FILE
 
@@ -78,7 +79,12 @@ class MetricsLog:
 def _scalar(key: Any, value: Any) -> Any:
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
-    item = getattr(value, "item", None)
-    if callable(item):
-        return item()
-    raise UsageError(f"metric {key!r} is a {type(value).__name__}; log numbers or strings")
+    value = number(value)
+    if isinstance(value, (int, float, bool)):
+        return value
+    shape = getattr(value, "shape", None)
+    of = f" of shape {tuple(shape)}" if shape is not None else ""
+    raise UsageError(
+        f"metric {key!r} is a {type(value).__name__}{of}; log numbers or strings "
+        "(one number of a tensor: .item(), .mean().item())"
+    )

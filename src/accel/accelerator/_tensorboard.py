@@ -34,10 +34,11 @@ def tensorboard_dir(run_dir: Path, rank: int) -> Path:
 
 def scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The numbers among ``metrics`` (one-element tensors included); the rest is skipped."""
+    from accel.accelerator._trackers import number
+
     out = {}
     for key, value in metrics.items():
-        if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
-            value = value.item()
+        value = number(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[str(key)] = float(value)
     return out

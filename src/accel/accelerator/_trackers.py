@@ -97,6 +97,7 @@ class TensorBoardTracker:
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         for key, value in values.items():
+            value = number(value)
             if isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, global_step=step, **kwargs)
             elif isinstance(value, str):
@@ -132,6 +133,17 @@ def start(
         for tracker in trackers:
             tracker.store_init_configuration(config)
     return trackers
+
+
+def number(value: Any) -> Any:
+    """A one-element tensor or numpy value as the Python number it holds (Accelerate's
+    trackers take ``loss`` as a tensor); anything else as it is."""
+    size = getattr(value, "numel", getattr(value, "size", None))
+    size = size() if callable(size) else size
+    item = getattr(value, "item", None)
+    if size == 1 and callable(item) and not isinstance(value, (int, float, str, bool)):
+        return item()
+    return value
 
 
 def flat_metrics(values: dict[str, Any]) -> dict[str, Any]:
