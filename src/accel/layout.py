@@ -122,6 +122,7 @@ CRASH_LOG_RE = re.compile(
 # -- a run folder (logs/runs/<run-id>/): every file accel writes there -------------------
 LAUNCHER_LOG = "launcher.log"  # torch's own messages and C++ traces, kept off the console
 METRICS_FILE = "metrics.jsonl"  # what the script logs (Accelerator.log)
+LOCAL_RUN = "local"  # the run folder of a script's metrics outside `accel launch`: no run.json
 RESOURCES_FILE = "resources.jsonl"  # CPU, memory and GPU samples
 WORKERS_FILE = "workers.json"  # {"attempt": N, "pids": {"<rank>": pid}} of this node
 LOG_INDEX_SUFFIX = ".idx"  # beside each rank-N.log: time -> offset

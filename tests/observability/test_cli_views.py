@@ -103,6 +103,27 @@ def test_following_a_rank_that_will_never_log_is_refused_too(
         assert err == "error: run 20261129-110000-bbbbbb has 2 rank(s), 0 to 1: no rank 5", err
 
 
+def test_a_scripts_metrics_outside_a_launch_are_no_crashed_run(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script run with plain `python` logs into logs/runs/local/, which has no run.json:
+    `accel runs` listed it as crashed and `runs show` blamed the current config."""
+    import accel
+    from accel.cli.main import main
+
+    acc = accel.Accelerator()
+    for step in range(3):
+        acc.log({"loss": 1.0 / (step + 1)}, step=step)
+    capsys.readouterr()
+    assert main(["runs", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["id"], listed["status"]) == ("local", "outside accel launch")
+    assert main(["runs", "show", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "status    outside accel launch" in out and "crashed" not in out
+    assert "config    (not recorded: no launch recorded this run)" in out
+
+
 def test_show_json_is_the_view(ws: Workspace) -> None:
     _run(ws)
     result = CliRunner().invoke(_app(), ["show", "aaaaaa", "--json"])

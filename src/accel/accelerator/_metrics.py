@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from accel._fs import open_private_append
 from accel.accelerator._trackers import number
 from accel.errors import AccelError, UsageError
-from accel.layout import METRICS_FILE
+from accel.layout import LOCAL_RUN, METRICS_FILE
 
 if TYPE_CHECKING:
     from accel.accelerator._tensorboard import TensorBoardLogger
@@ -37,7 +37,7 @@ class MetricsLog:
 
     @property
     def file(self) -> Path:
-        return self.workspace.runs_dir / (self.run_id or "local") / METRICS_FILE
+        return self.workspace.runs_dir / (self.run_id or LOCAL_RUN) / METRICS_FILE
 
     def write(self, metrics: dict[str, Any], step: int) -> None:
         """Append ``{"step", "time", "rank", **metrics}``; then the TensorBoard events."""

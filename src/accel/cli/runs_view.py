@@ -6,6 +6,7 @@ No torch here; matplotlib only inside ``plot`` (an optional extra).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,8 @@ def _nonfinite_text(entry: Any) -> str:
 
 
 def _config_lines(view: RunView) -> list[str]:
+    if not isinstance(view.record.raw.get("config"), Mapping):
+        return ["  config    (not recorded: no launch recorded this run)"]
     if view.config_diff is None:
         return ["  config    (the current config is invalid: no comparison)"]
     if not view.config_diff:

@@ -22,7 +22,7 @@ from typing import Any
 
 from accel._redact import redact_mapping
 from accel.errors import UsageError
-from accel.layout import LOG_SUFFIX, RANK_PREFIX, RUN_RECORD, Layout
+from accel.layout import LOCAL_RUN, LOG_SUFFIX, RANK_PREFIX, RUN_RECORD, Layout
 from accel.runs.live import held_unless_live, is_live
 from accel.runs.status import RunStatus, parse
 from accel.units import parse_time
@@ -99,6 +99,8 @@ class RunRecord:
         status: RunStatus | str
         if live:
             status = RunStatus.RUNNING
+        elif run_id == LOCAL_RUN and not data:  # a script's metrics outside a launch
+            status = "outside accel launch"
         elif stored in (None, RunStatus.RUNNING):
             status = RunStatus.CRASHED
         else:
