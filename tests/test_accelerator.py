@@ -160,6 +160,25 @@ def test_a_checkpoint_saved_with_the_compiled_keys_still_loads(
     assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), net.parameters(), strict=True))
 
 
+def test_a_step_is_any_integer_and_anything_else_is_one_line(project: Path) -> None:
+    # numpy's int64 or a 0-d tensor fell through to the folder form: TypeError from fspath
+    acc = accel.Accelerator()
+    acc.prepare(torch.nn.Linear(2, 2))
+    assert acc.save_state(np.int64(3)).step == 3
+    assert acc.save_state(torch.tensor(4)).step == 4
+    for bad, shown in ((1.5, "float 1.5"), (True, "bool True"), (torch.tensor(4.0), "Tensor")):
+        with pytest.raises(UsageError, match=f"takes a step \\(an integer\\) or a folder.*{shown}"):
+            acc.save_state(bad)
+    (project / "afile").write_text("")
+    with pytest.raises(accel.errors.WriteFailed, match="a part of that path is a file"):
+        acc.save_state(str(project / "afile" / "checkpoint"))  # was a raw NotADirectoryError
+    loader = acc.prepare(DataLoader(TensorDataset(torch.arange(10.0)), batch_size=2))
+    for bad in (-1, 1.5, "2", True):  # -1 was islice's ValueError, the rest taken silently
+        with pytest.raises(UsageError, match="batches to skip must be an integer from 0"):
+            acc.skip_first_batches(loader, bad)
+    assert len(list(acc.skip_first_batches(loader, np.int64(3)))) == 2
+
+
 class Counter:
     """An object of a script's own, registered for checkpointing."""
 

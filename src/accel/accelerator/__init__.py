@@ -68,7 +68,7 @@ from accel.accelerator._data import (
 from accel.accelerator._hfapi import ProcessApi
 from accel.accelerator._hfargs import DataLoaderConfiguration, DistributedType, ProjectConfiguration
 from accel.accelerator._hfdata import HfData, HfLoader, shard_hf
-from accel.accelerator._hfstate import FolderApi
+from accel.accelerator._hfstate import FolderApi, as_step
 from accel.accelerator._metrics import MetricsLog
 from accel.accelerator._rng import rng_state, set_rng_state
 from accel.accelerator._scaling import scale_steps
@@ -445,8 +445,8 @@ class Accelerator(ProcessApi, FolderApi):
         same commit goes into that folder's own series and the folder names it
         (:mod:`accel.accelerator._hfstate`); returns the folder.
         """
-        if isinstance(step, int) and not isinstance(step, bool):
-            return self._save(step, tag=tag, extra=extra, async_save=async_save)
+        if (at := as_step(step)) is not None:  # numpy's integers too
+            return self._save(at, tag=tag, extra=extra, async_save=async_save)
         return self._save_to_folder(step)
 
     def wait_for_snapshot(self) -> None:

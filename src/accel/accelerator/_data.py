@@ -29,6 +29,7 @@ by loading and discarding.
 from __future__ import annotations
 
 import itertools
+import operator
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -128,6 +129,21 @@ def inexact_resume(loader: Any, stacklevel: int = 5) -> None:
         UserWarning,
         stacklevel=stacklevel,
     )
+
+
+def batch_count(count: Any) -> int:
+    """``skip_batches``' count: an integer from 0 (numpy's too); UsageError otherwise."""
+    try:
+        if isinstance(count, bool):
+            raise TypeError
+        value = operator.index(count)
+    except TypeError:
+        value = -1
+    if value < 0:
+        raise UsageError(
+            f"the number of batches to skip must be an integer from 0, got {count!r:.40}"
+        )
+    return value
 
 
 class StartAt:
@@ -395,7 +411,7 @@ class PreparedDataLoader(Wrapping):
 
     def skip_batches(self, count: int) -> None:
         """Start the next iteration at batch ``count`` (mid-epoch resume)."""
-        self._skip = int(count)
+        self._skip = batch_count(count)
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, **self.position.state_dict()}
@@ -487,7 +503,7 @@ class IterableLoader(Wrapping):
 
     def skip_batches(self, count: int) -> None:
         """Skip ``count`` batches, unless a restored state already starts after them."""
-        self._skip = 0 if self._restored else int(count)
+        self._skip = 0 if self._restored else batch_count(count)
 
     def _source(self) -> Any:
         return self.loader if self.stateful else self.loader.dataset

@@ -30,6 +30,7 @@ from accel.accelerator._data import (
     Position,
     StartAt,
     Wrapping,
+    batch_count,
     inexact_resume,
     kept_options,
     prepare_iterable,
@@ -309,7 +310,7 @@ class HfLoader(Wrapping):
 
     def skip_batches(self, count: int) -> None:
         """Skip the first ``count`` batches of the next iteration (mid-epoch resume)."""
-        self._skip = int(count)
+        self._skip = batch_count(count)
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch; mid-epoch, the generator's and the global RNG's states at its start
@@ -515,6 +516,7 @@ def _to_device(data: Any, device: Any, non_blocking: bool) -> Any:
 def skip_first(loader: Any, count: int) -> Any:
     """``loader`` whose next iteration starts at batch ``count`` (Accelerate's
     ``skip_first_batches``): a prepared loader skips in place; a plain one is wrapped."""
+    count = batch_count(count)
     if isinstance(loader, HfLoader) or hasattr(loader, "skip_batches"):
         loader.skip_batches(count)
         return loader

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import operator
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from accel.accelerator import _ddp
-from accel.errors import UsageError
+from accel.errors import UsageError, WriteFailed, storage_error
 
 if TYPE_CHECKING:
     from accel.accelerator._hfargs import ProjectConfiguration
@@ -67,9 +68,25 @@ def series_for(folder: Path) -> str:
     return f"hf-{name}-{digest}"
 
 
+def as_step(value: Any) -> int | None:
+    """``value`` as ``save_state``'s step when it is an integer (numpy's, a 0-d integer
+    tensor's too: ``operator.index``); None for anything else (a folder, or wrong)."""
+    if isinstance(value, (bool, str, os.PathLike)) or value is None:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def output_folder(acc: Accelerator, output_dir: Any) -> Path:
     """Where ``save_state(output_dir)`` goes (Accelerate's automatic naming included)."""
     project = acc.project_configuration
+    if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
+        raise UsageError(
+            f"save_state() takes a step (an integer) or a folder (a path), got "
+            f"{type(output_dir).__name__} {output_dir!r:.40}"
+        )
     if not project.automatic_checkpoint_naming:
         if output_dir is None:
             raise UsageError(
@@ -281,7 +298,10 @@ class FolderApi:
 
     def _save_to_folder(self, output_dir: Any) -> str:
         folder = output_folder(self, output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a read-only mount: the line a checkpoint's write gives
+            raise WriteFailed(str(storage_error(exc, "create the folder", folder))) from None
         weights = None
         if self._save_hooks and self._sharder is None:
             weights = [self.get_state_dict(m) for m in self._models]
