@@ -32,6 +32,8 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
         "5s",
         "--hang-action",
         "kill",
+        # silent: restarted once, and the restart's line names every stuck rank too
+        *(("--max-restarts", "1") if args else ()),
         str(SCRIPTS / "stuck.py"),
         *args,
     )
@@ -44,7 +46,9 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
         assert "hang detected" in log and "stuck_in_named_function" in log
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "hung" and record["exit_code"] == 1
-    (hang,) = record["hangs"]
+    hangs = record["hangs"]
+    assert len(hangs) == (2 if args else 1) and record["restarts"] == len(hangs) - 1
+    hang = hangs[-1]
     assert hang["action"] == "kill"
     # Both sleep outside a collective: those quiet the longest are stuck (silent: both,
     # quiet since their start), and every report names them all.
@@ -54,6 +58,8 @@ def test_hang_timeout_dumps_the_stuck_function_and_kills_like_a_failure(
     named = f"ranks {', '.join(map(str, stuck))} are" if len(stuck) > 1 else f"rank {stuck[0]} is"
     (said,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert f"(--hang-action kill): {named} {where}" in said
+    if args:  # it named rank 0 alone
+        assert f"accel: {named} {where}; restarting the workers (restart 1 of 1)" in done.stderr
 
 
 @pytest.mark.slow

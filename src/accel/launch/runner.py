@@ -51,6 +51,7 @@ from accel.runs.failures import (
     RankFailure,
     Stop,
     Verdict,
+    headline,
 )
 from accel.runs.logs import ConsoleSink, LogRouter
 from accel.runs.status import RunStatus
@@ -360,9 +361,11 @@ class _Run:
         self._judge(attempt, failures)
         root = self.verdict.first
         if root is not None and left > 0:
-            verb = "is stuck" if root.fate == STUCK else "failed"
+            said = f"rank {root.rank} failed ({root.summary})"
+            if root.fate == STUCK:  # every stuck rank, as the final report names them
+                said = headline(self.verdict) or said
             self.notify(
-                f"accel: rank {root.rank} {verb} ({root.summary}); restarting the workers "
+                f"accel: {said}; restarting the workers "
                 f"(restart {attempt + 1} of {self.plan.max_restarts})"
             )
 
