@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,24 @@ def test_a_step_is_any_integer_and_anything_else_is_one_line(project: Path) -> N
         with pytest.raises(UsageError, match="batches to skip must be an integer from 0"):
             acc.skip_first_batches(loader, bad)
     assert len(list(acc.skip_first_batches(loader, np.int64(3)))) == 2
+
+
+def test_a_save_in_the_middle_of_gradient_accumulation_says_what_is_lost(project: Path) -> None:
+    # silently: the accumulated gradients are in no checkpoint, a resume trains otherwise
+    acc = accel.Accelerator(gradient_accumulation_steps=3)
+    model = torch.nn.Linear(2, 1)
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for micro in range(1, 4):
+        with acc.accumulate(model):
+            acc.backward(model(torch.ones(1, 2)).sum())
+            opt.step()
+            opt.zero_grad()
+        if micro < 3:
+            with pytest.warns(UserWarning, match=f"over the last {micro} micro-step"):
+                acc.save_state(micro)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # after the optimizer step: nothing to say
+        acc.save_state(3)
 
 
 class Counter:

@@ -485,7 +485,7 @@ class Accelerator(ProcessApi, FolderApi):
             self.scaler.state_dict() if self.scaler is not None else None,
             extra,
             [obj.state_dict() for obj in self._custom_objects],
-            self._gradient_state.step,
+            self._gradient_state.checkpointed(),
             None if self._snapshots is None else self._snapshots.count,
         )
         with named("save_state"):

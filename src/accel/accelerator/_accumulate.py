@@ -11,6 +11,7 @@ scheduler that does step steps once per rank unless batches are split (Accelerat
 from __future__ import annotations
 
 import types
+import warnings
 from typing import Any
 
 from accel.errors import UsageError
@@ -40,6 +41,21 @@ class GradientState:
     @property
     def in_dataloader(self) -> bool:
         return bool(self.active)
+
+    def checkpointed(self) -> int:
+        """The micro-step a checkpoint records. Between two optimizer steps a warning:
+        the gradients accumulated since the last one are in no checkpoint (a resume
+        accumulates those micro-steps' anew from the next batches)."""
+        if not self.sync_gradients:
+            warnings.warn(
+                "save_state() in the middle of gradient accumulation: the gradients "
+                f"accumulated over the last {self.step} micro-step(s) are not saved, so a "
+                "resume does not train as this run does; save where "
+                "accelerator.sync_gradients is True (after the optimizer step)",
+                UserWarning,
+                stacklevel=4,
+            )
+        return self.step
 
     def advance(self) -> None:
         """One micro-step: sync at every ``num_steps``-th, and at the loader's end."""
