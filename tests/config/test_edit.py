@@ -46,6 +46,16 @@ def test_set_adds_missing_key_and_section() -> None:
     assert out.endswith("  max_size: 1GB\n\nlogs:\n  level: debug\n")
 
 
+def test_a_new_key_goes_above_the_comment_that_heads_the_next_section() -> None:
+    text = (
+        "launch:\n  num_processes: 2\n\n# --- cache settings below ---\ncache:\n  max_size: 1GB\n"
+    )
+    assert set_in_text(text, "launch.use_cpu", "true") == (
+        "launch:\n  num_processes: 2\n  use_cpu: true\n\n# --- cache settings below ---\n"
+        "cache:\n  max_size: 1GB\n"
+    )
+
+
 def test_unset_removes_the_key_with_its_block() -> None:
     out = unset_in_text(COMMENTED, "launch.env")
     assert "env:" not in out and "A:" not in out and "max_restarts: 1" in out

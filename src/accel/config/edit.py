@@ -110,7 +110,8 @@ def _depth(line: str) -> int:
 
 def _last_content(lines: list[str], start: int, end: int) -> int:
     for i in range(end - 1, start, -1):
-        if lines[i].strip():
+        # a comment at column 0 ending a section heads the next one: a key goes above it
+        if lines[i].strip() and not lines[i].startswith("#"):
             return i
     return start
 
