@@ -200,6 +200,29 @@ def test_a_pulled_config_goes_aside_and_applies_only_what_a_pull_may_carry(
     assert "# mine" in fresh.config_file.read_text()  # the local file, edited
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        "  env:\n    HF_TOKEN: theirs-secret-4  # the token\n",
+        # what `accel config set launch.env HF_TOKEN=x` writes: flow style, whose bare ***
+        # made the uploaded file invalid YAML (an alias), and every pull refused it
+        "  env: {HF_TOKEN: theirs-secret-4, A: '1'}\n",
+        "  env: {A: '1', HF_TOKEN: theirs-secret-4}\n",
+    ],
+)
+def test_the_uploaded_config_hides_its_secrets_and_still_applies(
+    ws: Workspace, fresh: Workspace, remote_url: str, capsys: pytest.CaptureFixture[str], env: str
+) -> None:
+    ws.config_file.write_text(f"version: 1\nlaunch:\n  num_processes: 3\n{env}")
+    assert main(["sync", "push", remote_url]) == 0
+    fresh.ensure()
+    code, err = pull_cli(fresh, remote_url, capsys, "--apply-config", "--yes")
+    assert code == 0, err
+    assert (
+        "theirs-secret-4" not in err and Workspace(fresh.path).config["launch.num_processes"] == 3
+    )
+
+
 def test_a_pulled_config_is_written_private(
     pushed: Workspace,
     fresh: Workspace,

@@ -37,7 +37,13 @@ from accel.sync._paths import MARKERS, is_debris
 if TYPE_CHECKING:
     from accel.workspace import Workspace
 
-_BARE_REDACTED = re.compile(r"^([^#\n]*:[ \t]*)\*\*\*(?=[ \t]*(#.*)?$)", re.MULTILINE)
+# A *** standing for a whole YAML scalar: after a key's ': ' (block or flow style) or a flow
+# collection's '{', '[' or ',', before the end of the line, a comment or the flow's ',', '}'
+# or ']'. Bare, it starts an alias; quoted, the uploaded config still parses.
+_BARE_REDACTED = re.compile(
+    r"((?:^|[^\\'\"])(?::|[{\[,])[ \t]+|[{\[])\*\*\*(?=[ \t]*(?:[,}\]]|#.*)?$|[ \t]*[,}\]])",
+    re.MULTILINE,
+)
 
 
 def inventory(ws: Workspace, include_cache: bool) -> tuple[list[LocalFile], list[Skipped]]:

@@ -449,7 +449,26 @@ def from_backend(exc: BaseException) -> bool:
     if isinstance(exc, (OSError, RuntimeError, ValueError)):
         return True
     package = type(exc).__module__.split(".")[0]
-    return isinstance(exc, Exception) and package not in ("builtins", "accel")
+    if package not in ("builtins", "accel"):
+        return isinstance(exc, Exception)
+    # a TypeError s3fs raises for a storage option it does not take (-o bogus=1) is the
+    # backend's too: the newest frame that is neither Python's own nor accel's says so
+    return isinstance(exc, Exception) and not _raised_in_accel(exc)
+
+
+def _raised_in_accel(exc: BaseException) -> bool:
+    import sysconfig
+
+    accel_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    stdlib = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+    newest = accel_dir
+    tb = exc.__traceback__
+    while tb is not None:
+        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not path.startswith(stdlib) or "site-packages" in path:
+            newest = path
+        tb = tb.tb_next
+    return newest.startswith(accel_dir)
 
 
 def backend_error(remote_url: str, exc: BaseException) -> JobFailed:
