@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -314,3 +315,40 @@ def test_check_fails_for_a_config_that_launch_refuses(
         f"problem: launch: accel launch would refuse this configuration: "
         f"{refused.removeprefix('error: ')}"
     ]
+
+
+@pytest.fixture
+def read_only_mount(tmp_path: Path) -> Iterator[Path]:
+    """A real tmpfs, remounted read-only (root with mount(8) only: skipped elsewhere)."""
+    import subprocess
+
+    point = tmp_path / "ro"
+    point.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("needs mount(8) and the right to mount a tmpfs (root)")
+    try:
+        make_owned_dir(point / "p" / ".accelerate", parents=True)
+        (point / "p" / ".accelerate" / "layout.json").write_text('{"layout_version": 1}')
+        subprocess.run(["mount", "-o", "remount,ro", str(point)], check=True, timeout=30)
+        yield point / "p"
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_read_only_mount_is_named_and_no_chmod_is_offered(
+    read_only_mount: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 'fix: chmod -R u+w ...' can make nothing on a read-only filesystem writable
+    monkeypatch.chdir(read_only_mount)
+    code, out, _ = env_in_process(capsys, "--check")
+    assert code == 1 and "its filesystem is mounted read-only" in out, out
+    assert "chmod" not in out

@@ -65,15 +65,32 @@ def _workspace_problems(ws: Workspace, info: WorkspaceInfo) -> list[Problem]:
         found += _identity_problems(ws)
     if not info.writable:
         verb = "written to" if info.exists else "created"
+        read_only = _read_only_mount(Path(info.path))  # no chmod makes it writable
         found.append(
             Problem(
                 "workspace_unwritable",
-                f"the workspace {info.path} cannot be {verb}; fix its permissions or "
-                "choose another with --workspace or ACCEL_WORKSPACE",
-                f"chmod -R u+w {info.path}" if info.exists else None,
+                f"the workspace {info.path} cannot be {verb}"
+                + (
+                    "; its filesystem is mounted read-only:"
+                    if read_only
+                    else "; fix its permissions or"
+                )
+                + " choose another with --workspace or ACCEL_WORKSPACE",
+                f"chmod -R u+w {info.path}" if info.exists and not read_only else None,
             )
         )
     return found
+
+
+def _read_only_mount(path: Path) -> bool:
+    """Whether the filesystem ``path`` (or the nearest folder above it that exists) is on
+    is mounted read-only."""
+    for folder in (path, *path.parents):
+        try:
+            return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except OSError:
+            continue
+    return False
 
 
 MIN_FREE = 16 * 1024**2  # below this, the next checkpoint or run record will not fit
