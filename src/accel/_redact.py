@@ -35,14 +35,16 @@ wherever they appear: the userinfo of a URL with a password, in every RFC 3986 f
 with a user alone that looks like a token (``https://<token>@host``; a username is no
 secret), ``Bearer``/``Basic`` values, and well-known token formats (``hf_``, ``ghp_``,
 ``sk-``, ``AKIA``, ``xox*-``, JWTs). The values the launcher knows to be secret
-(:func:`secret_values`: of secret variables and flags, URL passwords) are scrubbed
-wherever they appear (:func:`scrub`, ``redact_mapping(..., secrets)``). The rule with
-its examples: docs/guarantees.md.
+(:func:`secret_values`: of secret variables, flags and Hydra overrides, URL passwords
+and secret query parameters, each also as ``repr()``, JSON and percent-encoding write
+it) are scrubbed wherever they appear (:func:`scrub`, ``redact_mapping(..., secrets)``).
+The rule with its examples: docs/guarantees.md.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -129,6 +131,10 @@ _FLOW_END = re.compile(r"[ \t]*[,}]")  # the value ends a flow mapping's item
 _PROSE = {"auth", "key", "keys"}
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _TOKEN_CHARS, _DIGIT = re.compile(r"[A-Za-z0-9._~+/=-]+"), re.compile(r"[0-9]")
+# A command line's flag or override name: --name, NAME, Hydra's +name, ++name, ~name.
+_ARG_NAME = re.compile(r"(?:--?|\+\+?|~)?([A-Za-z_][A-Za-z0-9_.-]*)")
+# A URL's query parameter (``?token=x``, ``&sig=y``), read where a text holds a URL.
+_QUERY_PARAM = re.compile(r"[?&]([^=&#?\s]+)=([^&#\s\"'<>]*)")
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -185,9 +191,14 @@ def redact_url(url: str) -> str:
     parts = []
     for pair in query.split("&"):
         name, eq, value = pair.partition("=")
-        secret = eq and value != REDACTED and is_secret_name(unquote(name))
+        secret = eq and value != REDACTED and _secret_param(name)
         parts.append(f"{name}={REDACTED}" if secret else pair)
     return f"{head}?{'&'.join(parts)}{hsep}{fragment}"
+
+
+def _secret_param(name: str) -> bool:
+    """A URL query parameter naming a secret (``access%5Ftoken``: its name unescaped)."""
+    return is_secret_name(unquote(name))
 
 
 def redact_text(text: str) -> str:
@@ -300,17 +311,20 @@ def _argv_items(argv: Iterable[str]) -> Iterator[tuple[str, str, str | None]]:
             yield arg, "", arg
             continue
         name, eq, value = arg.partition("=")
-        if eq and _is_name(name) and is_secret_name(name.lstrip("-")):
+        if eq and _secret_arg(name):
             hide_next = False
             yield arg, f"{name}=", value
             continue
-        hide_next = arg.startswith("-") and not eq and _is_name(arg)
-        hide_next = hide_next and is_secret_name(arg.lstrip("-"))
+        hide_next = arg.startswith("-") and not eq and _secret_arg(arg)
         yield arg, arg, None
 
 
-def _is_name(text: str) -> bool:
-    return re.fullmatch(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]*", text) is not None
+def _secret_arg(name: str) -> bool:
+    """A flag or an override naming a secret: ``--hf-token``, ``DB_PASSWORD``, and
+    Hydra's ``+wandb.api_key``, ``++db.password``, ``~x.token``, judged by the last
+    dotted part (``auth.enabled=true`` sets no secret)."""
+    m = _ARG_NAME.fullmatch(name)
+    return m is not None and is_secret_name(m.group(1).rpartition(".")[2])
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -372,23 +386,41 @@ def _hide_all(value: Any, depth: int) -> Any:
 
 
 def secret_values(
-    env: Mapping[str, str], *, argv: Iterable[str] = (), minimum: int = 4
+    *envs: Mapping[str, str], argv: Iterable[str] = (), minimum: int = 4
 ) -> tuple[str, ...]:
     """The values that must never be written verbatim: those of secret-named variables
-    and of secret flags in ``argv`` (``--hf-token V``, ``--password=V``), and the
-    credentials of URLs in any of them (longest first, so a secret that contains another
-    is replaced whole). Short values are left out: hiding every ``1`` would garble a log
+    of each of ``envs``, of secret flags and overrides in ``argv`` (``--hf-token V``,
+    ``--password=V``, ``+db.password=V``), and the credentials and secret query
+    parameters of URLs in any of them; each also as ``repr()``, ``json.dumps`` and
+    percent-encoding write it (longest first, so a secret that contains another is
+    replaced whole). Short values are left out: hiding every ``1`` would garble a log
     without protecting anything."""
-    named = [value for name, value in env.items() if is_secret_name(name)]
-    named += [secret for _, _, secret in _argv_items(argv) if secret]
-    found = {value for value in named if len(value) >= minimum}
-    for value in (*env.values(), *map(str, argv)):
-        for m in _URL_USERINFO.finditer(value):
-            password = _url_secret(m.group("userinfo"))
-            for secret in (password, unquote(password), quote(password, safe="")):
-                if len(secret) >= minimum:
-                    found.add(secret)
+    args = [str(arg) for arg in argv]
+    named = [value for env in envs for name, value in env.items() if is_secret_name(name)]
+    named += [secret for _, _, secret in _argv_items(args) if secret]
+    for text in (*(value for env in envs for value in env.values()), *args):
+        if "://" in text:
+            named += _url_secrets(text)
+    found = {form for value in named if len(value) >= minimum for form in _written_forms(value)}
     return tuple(sorted(found, key=len, reverse=True))
+
+
+def _url_secrets(text: str) -> Iterator[str]:
+    """The passwords and secret query parameters of the URLs in ``text``, as written
+    and unescaped."""
+    for m in _URL_USERINFO.finditer(text):
+        password = _url_secret(m.group("userinfo"))
+        yield from (password, unquote(password))
+    for m in _QUERY_PARAM.finditer(text):
+        if _secret_param(m.group(1)):
+            yield from (m.group(2), unquote(m.group(2)))
+
+
+def _written_forms(secret: str) -> set[str]:
+    """``secret`` and the escaped forms a script writes it in: inside a ``repr()``
+    or a JSON string, and percent-encoded (``quote(s, safe="")``)."""
+    inner = (repr(secret), json.dumps(secret), json.dumps(secret, ensure_ascii=False))
+    return {secret, quote(secret, safe=""), *(text[1:-1] for text in inner)}
 
 
 def scrub(text: str, secrets: Sequence[str]) -> str:

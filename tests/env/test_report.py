@@ -50,6 +50,26 @@ def test_relevant_environment_picks_training_variables_and_redacts() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("launch_env", "shown"),
+    [
+        ("DB_PASSWORD=correct mysekritHorse battery", "DB_PASSWORD=***"),
+        ("A=1, DB_PASSWORD=x;mysekritSemi", "A=1,DB_PASSWORD=***"),
+        ('{"HF_TOKEN": "ab\\"mysekritQuote", "A": 1}', '{"HF_TOKEN": "***", "A": "1"}'),
+        ("DB_PASSWORD=Hunter,mysekritTail", REDACTED),  # does not parse: hidden whole
+        ('{"HF_TOKEN": ["mysekritList"]}', REDACTED),
+    ],
+)
+def test_accel_launch_env_is_shown_as_its_variables_redacted(launch_env: str, shown: str) -> None:
+    # the text, Markdown and JSON forms all show these values
+    assert relevant_environment({"ACCEL_LAUNCH_ENV": launch_env}) == {"ACCEL_LAUNCH_ENV": shown}
+
+
+def test_the_secrets_of_accel_launch_env_are_scrubbed_from_every_value_shown() -> None:
+    env = {"ACCEL_LAUNCH_ENV": "HF_TOKEN=mysekrit token", "HF_HOME": "/c/mysekrit token/x"}
+    assert relevant_environment(env)["HF_HOME"] == "/c/***/x"
+
+
 # -- the three forms ----------------------------------------------------------------------
 
 

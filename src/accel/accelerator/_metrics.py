@@ -5,14 +5,17 @@ A write error is logged, never raised: metrics must not kill training.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel._fs import open_private_append
+from accel._redact import redact_value, scrub, secret_values
 from accel.accelerator._trackers import number
 from accel.errors import AccelError, UsageError
 from accel.layout import LOCAL_RUN, METRICS_FILE
@@ -39,10 +42,18 @@ class MetricsLog:
     def file(self) -> Path:
         return self.workspace.runs_dir / (self.run_id or LOCAL_RUN) / METRICS_FILE
 
+    @functools.cached_property
+    def _secrets(self) -> tuple[str, ...]:
+        """What the launcher scrubs from this worker's logs: its secret variables' values
+        and its command line's."""
+        return secret_values(os.environ, argv=sys.argv)
+
     def write(self, metrics: dict[str, Any], step: int) -> None:
-        """Append ``{"step", "time", "rank", **metrics}``; then the TensorBoard events."""
+        """Append ``{"step", "time", "rank", **metrics}``; then the TensorBoard events.
+        A text is written as a log line would be: hidden under a secret name, and every
+        known secret value scrubbed out of it (sync uploads the file)."""
         record = {"step": step, "time": time.time(), "rank": self.rank}
-        record.update({str(k): _scalar(k, v) for k, v in metrics.items()})
+        record.update({str(k): self._shown(str(k), _scalar(k, v)) for k, v in metrics.items()})
         line = json.dumps(record, allow_nan=True) + "\n"
         try:
             if not self._ready:  # the workspace first: never a folder accel did not make
@@ -60,6 +71,9 @@ class MetricsLog:
         except OSError as exc:
             _log.warning("accel: could not write metrics to %s: %s", self.file, exc)
         self._write_tensorboard(metrics, step)
+
+    def _shown(self, key: str, value: Any) -> Any:
+        return scrub(redact_value(key, value), self._secrets) if isinstance(value, str) else value
 
     def _write_tensorboard(self, metrics: dict[str, Any], step: int) -> None:
         """The same scalars as TensorBoard events, when tensorboard is installed."""

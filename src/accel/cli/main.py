@@ -174,7 +174,7 @@ def _usage_error(exc: typer.exceptions.TyperException, argv: list[str]) -> int:
         return code
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     message = _script_option_first(exc, argv) or exc.format_message().rstrip(".")
-    _output.error(f"{message}{where}")
+    _output.error(_redacted(f"{message}{where}", argv))  # click quotes the arguments
     return code
 
 
@@ -203,9 +203,13 @@ def _script_option_first(exc: typer.exceptions.TyperException, argv: list[str]) 
 
 
 def _redacted(text: str, argv: list[str]) -> str:
-    """An error line as it may be shown: redacted, and the secret values of this
-    process's environment and command line scrubbed wherever the message quotes them."""
-    return scrub(redact_text(text), secret_values(os.environ, argv=argv))
+    """An error line as it may be shown: the secret values of this process's environment
+    (``ACCEL_LAUNCH_ENV``'s variables too) and command line scrubbed wherever the message
+    quotes them, then redacted (first: a secret with a space is then still found whole)."""
+    from accel.env.probe import launch_env_pairs
+
+    secrets = secret_values(os.environ, launch_env_pairs(os.environ) or {}, argv=argv)
+    return redact_text(scrub(text, secrets))
 
 
 def _crash() -> int:

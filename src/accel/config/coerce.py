@@ -153,8 +153,11 @@ def _coerce_gpu_ids(f: Field, value: Any) -> str | list[int]:
 
 
 def _coerce_env(f: Field, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict) or len(value) > MAX_ENV_VARS:
-        raise ValueError(f"expected {f.expected} (at most {MAX_ENV_VARS}), got {shown(value)}")
+    # Never a value in these messages, only its kind: a variable's value may be a secret.
+    if not isinstance(value, dict):
+        raise ValueError(f"expected {f.expected}, got {_kind(value)}")
+    if len(value) > MAX_ENV_VARS:
+        raise ValueError(f"expected {f.expected} (at most {MAX_ENV_VARS}), got {len(value)}")
     out: dict[str, str] = {}
     for name, val in value.items():
         if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or len(name) > 255:
@@ -162,7 +165,7 @@ def _coerce_env(f: Field, value: Any) -> dict[str, str]:
         # JSON's 1e400 is inf: a value no one meant, refused as YAML's .inf is elsewhere
         finite = not isinstance(val, float) or math.isfinite(val)
         if isinstance(val, bool) or not isinstance(val, (str, int, float)) or not finite:
-            raise ValueError(f"value of {name} must be a string, got {shown(val)}")
+            raise ValueError(f"value of {name} must be a string, got {_kind(val)}")
         text = str(val)
         if len(text.encode("utf-8", "surrogatepass")) > MAX_ENV_VALUE or "\0" in text:
             raise ValueError(f"value of {name} is longer than {MAX_ENV_VALUE} bytes or has NUL")
@@ -180,12 +183,28 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
             raise ValueError("expected a JSON object or KEY=VALUE,KEY=VALUE") from None
         return loaded if isinstance(loaded, dict) else {}
     pairs = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts = [p for p in (p.strip() for p in text.split(",")) if p]
+    for i, part in enumerate(parts, 1):
         name, sep, val = part.partition("=")
-        if not sep:
-            raise ValueError(f"expected KEY=VALUE, got {part!r}")
+        if not sep:  # never quoted: after a comma in a value, it is the rest of that value
+            raise ValueError(
+                f"expected KEY=VALUE,KEY=VALUE, but part {i} of {len(parts)} has no '=' "
+                '(a value with a comma takes the JSON form: {"NAME": "a,b"})'
+            )
         pairs[name.strip()] = val
     return pairs
+
+
+def _kind(value: Any) -> str:
+    """What ``value`` is, for a message that must not quote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number that is not finite"
+    kinds = {dict: "a mapping", list: "a list", str: "a string", int: "a number", float: "a number"}
+    return next((k for t, k in kinds.items() if isinstance(value, t)), type(value).__name__)
 
 
 def _coerce_names(f: Field, value: Any) -> list[str]:

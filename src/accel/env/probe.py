@@ -7,13 +7,15 @@ module level. Without ``devices=True`` the GPUs come from the cheap probe of
 
 from __future__ import annotations
 
+import json
 import os
 import platform as _platform
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from accel._redact import redact_env
+from accel._redact import REDACTED, redact_env, scrub, secret_values
+from accel.config import schema
 from accel.devices import DeviceInfo
 from accel.devices import probe as probe_devices
 from accel.env.report import TorchInfo
@@ -46,12 +48,42 @@ ENV_NAMES = (
     "CONDA_PREFIX",
 )
 PACKAGES = ("numpy", "accelerate", "transformers", "safetensors", "filelock", "typer", "rich")
+LAUNCH_ENV = schema.BY_KEY["launch.env"].env_var  # the workers' variables, as KEY=VALUE or JSON
 
 
 def relevant_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables that matter to training, redacted, sorted by name."""
+    """The variables that matter to training, redacted, sorted by name.
+
+    ``ACCEL_LAUNCH_ENV`` is shown as the variables it sets, each redacted by its own name
+    (``***`` whole when it does not parse), and their secret values are scrubbed from
+    every other value shown."""
     chosen = {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
-    return redact_env({k: chosen[k] for k in sorted(chosen)})
+    shown = redact_env({k: chosen[k] for k in sorted(chosen)})
+    pairs = launch_env_pairs(chosen)
+    if LAUNCH_ENV in shown:
+        shown[LAUNCH_ENV] = _pairs_shown(pairs, chosen[LAUNCH_ENV])
+    secrets = secret_values(chosen, pairs or {})
+    return {k: scrub(v, secrets) for k, v in shown.items()} if secrets else shown
+
+
+def launch_env_pairs(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The variables ``ACCEL_LAUNCH_ENV`` sets for the workers; None when it does not parse."""
+    if LAUNCH_ENV not in env:
+        return {}
+    try:
+        pairs = schema.parse_text(schema.BY_KEY["launch.env"], env[LAUNCH_ENV])
+    except ValueError:
+        return None
+    return dict(pairs or {})
+
+
+def _pairs_shown(pairs: dict[str, str] | None, text: str) -> str:
+    if pairs is None:
+        return REDACTED
+    shown = redact_env(pairs)
+    if text.lstrip().startswith("{"):
+        return json.dumps(shown)
+    return ",".join(f"{name}={value}" for name, value in shown.items())
 
 
 def python_info() -> dict[str, str]:

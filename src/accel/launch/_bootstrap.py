@@ -11,7 +11,8 @@ exactly as ``python script.py`` would (``__file__``, ``sys.argv``, ``sys.path``:
   torch's ``@record``, so the launcher shows the failing rank's traceback even when
   the script does not use ``@record``;
 - when the script has returned (or called ``sys.exit``), a small file next to the error
-  file says so, with its exit code (and the message of a ``sys.exit("...")``), and again
+  file says so, with its exit code (and the message of a ``sys.exit("...")``, its
+  secrets hidden by ``accel/_redact.py``, loaded by path, before it is cut), and again
   once the exit handlers have run: a worker that torch's teardown then hangs or aborts
   has still finished, and one that exited non-zero failed then (see
   ``accel/launch/teardown.py``);
@@ -37,15 +38,14 @@ import time
 import traceback
 from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 EXEC = "--accel-exec"  # then PROGRAM ARGS: run PROGRAM itself (launch --no-python)
 _SKIP_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
 RETURNED = ".returned"  # suffix of the error file's path: the script returned, with its code
 MESSAGE_MOST = 500  # characters of a sys.exit message the launcher reports
-_HOOKS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_worker_hooks.py"
-)
+_ACCEL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # _worker_hooks, _redact
 
 
 def _die_with_launcher(parent: int | None = None) -> None:
@@ -64,18 +64,25 @@ def _die_with_launcher(parent: int | None = None) -> None:
         os._exit(1)  # the launcher died before prctl took effect: nobody to report to
 
 
-def _install_stack_dumps() -> None:
-    # Loaded by path: importing the accel package would cost every worker ~100 ms.
+def _load(name: str) -> Any:
+    """``accel/<name>.py``, loaded by path: importing the accel package would cost every
+    worker ~100 ms. Such a module imports nothing of accel."""
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location(
+        f"_accel{name}", os.path.join(_ACCEL, f"{name}.py")
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclass-free, but keep the import protocol
+    spec.loader.exec_module(module)
+    return module
+
+
+def _install_stack_dumps() -> None:
     try:
-        spec = importlib.util.spec_from_file_location("_accel_worker_hooks", _HOOKS)
-        if spec is None or spec.loader is None:
-            return
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclass-free, but keep the import protocol
-        spec.loader.exec_module(module)
-        module.install_stack_dump_handler()
+        _load("_worker_hooks").install_stack_dump_handler()
     except Exception:  # noqa: BLE001 - a worker must start even without stack dumps
         return
 
@@ -256,9 +263,22 @@ def main(argv: list[str], parent: int | None = None) -> int:
 
 
 def _exit_message(said: object) -> str:
-    """What ``sys.exit("...")`` said, as the launcher reports it: one line, bounded."""
-    text = " ".join(str(said).split())
+    """What ``sys.exit("...")`` said, as the launcher reports it: one line, bounded, its
+    secrets hidden first (cut, a secret would keep its start, which no scrub finds)."""
+    text = " ".join(_redacted(str(said)).split())
     return text if len(text) <= MESSAGE_MOST else text[: MESSAGE_MOST - 3] + "..."
+
+
+def _redacted(text: str) -> str:
+    """``text`` redacted, scrubbed of the secret values the launcher scrubs from this
+    worker's logs (those of its environment and command line)."""
+    try:
+        redact = _load("_redact")
+    except Exception:  # noqa: BLE001 - the launcher still scrubs the secrets it holds whole
+        return text
+    return str(
+        redact.redact_text(redact.scrub(text, redact.secret_values(os.environ, argv=sys.argv)))
+    )
 
 
 def _main(argv: list[str]) -> tuple[int, bool]:

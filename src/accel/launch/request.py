@@ -44,8 +44,17 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise UsageError(f"invalid --env {pair!r}: expected KEY=VALUE, e.g. --env A=1")
+        # Only a name is ever shown, never what may be a value: without its '=' a pair
+        # may be one, unless it reads as a name (--env HF_TOKEN).
+        valid = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None
+        if sep and not valid:
+            raise UsageError(
+                f"invalid --env name {name!r} (letters, digits and '_', not starting with "
+                "a digit): give --env KEY=VALUE, e.g. --env A=1"
+            )
+        if not sep:
+            said = f" {name}, which has no '='" if valid else ": an argument without '='"
+            raise UsageError(f"invalid --env{said}: give --env KEY=VALUE, e.g. --env A=1")
         if launcher_set([name]):
             raise UsageError(refusal("--env", name))
         out[name] = value
