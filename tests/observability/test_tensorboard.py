@@ -43,6 +43,29 @@ def test_the_tensorboard_tracker_logs_tensors_and_numpy_numbers(
     assert [e.value for e in events.Scalars("acc")] == [0.0, 1.0, 2.0]
 
 
+def test_the_tensorboard_tracker_writes_no_secret(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its text summaries and hparams.yml were written as given, secrets and all
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import accel
+
+    secret = "hf_tracker_secret_0123456789"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    acc = accel.Accelerator(log_with="tensorboard", project_dir=str(tmp_path))
+    acc.init_trackers("exp", config={"lr": 0.1, "hf_token": secret, "note": f"auth {secret}"})
+    acc.log({"note": f"logged in with {secret}", "loss": 0.5}, step=1)
+    acc.end_training()
+    files = [p for p in (tmp_path / "exp").rglob("*") if p.is_file()]
+    assert any(p.name == "hparams.yml" for p in files)
+    assert not [p for p in files if secret.encode() in p.read_bytes()]
+    events = EventAccumulator(str(tmp_path / "exp"), size_guidance={"tensors": 0})
+    events.Reload()
+    assert "note/text_summary" in events.Tags()["tensors"]
+
+
 def test_a_metric_of_many_numbers_is_one_line(project: Path) -> None:
     # torch's "a Tensor with 3 elements cannot be converted to Scalar" crashed training
     import numpy as np

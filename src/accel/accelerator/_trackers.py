@@ -88,6 +88,7 @@ class TensorBoardTracker:
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         import yaml
 
+        values = _hidden(values)
         self.writer.add_hparams(values, metric_dict={})
         self.writer.flush()
         folder = os.path.join(self.logging_dir, str(time.time()))
@@ -96,7 +97,7 @@ class TensorBoardTracker:
             yaml.dump(values, out)
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        for key, value in values.items():
+        for key, value in _hidden(values).items():
             value = number(value)
             if isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, global_step=step, **kwargs)
@@ -133,6 +134,16 @@ def start(
         for tracker in trackers:
             tracker.store_init_configuration(config)
     return trackers
+
+
+def _hidden(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as accel's own files hold them: under a secret name hidden, every known
+    secret (this process's variables and command line) scrubbed out of the text."""
+    import sys
+
+    from accel._redact import redact_mapping, secret_values
+
+    return redact_mapping(values, secret_values(os.environ, argv=sys.argv))
 
 
 def number(value: Any) -> Any:
