@@ -108,6 +108,17 @@ def test_a_crash_log_is_scrubbed_of_the_secrets_of_its_environment_and_argv() ->
     assert "ValueError: cannot use *** or ***" in text
 
 
+def test_a_crash_log_scrubs_a_secret_with_a_space_and_the_launch_envs() -> None:
+    # it redacted first, which hid 'PASSWORD=correct' and left ' horse battery' of the
+    # secret; and the variables of ACCEL_LAUNCH_ENV were no known secrets there
+    from accel.crashlog import crash_text
+
+    env = {"DB_PASSWORD": "correct horse battery", "ACCEL_LAUNCH_ENV": "HF_TOKEN=hf_launch_42"}
+    trace = "ValueError: DB_PASSWORD=correct horse battery, and hf_launch_42 refused\n"
+    text = crash_text("1.0", ["accel", "status"], trace, env)
+    assert "horse" not in text and "battery" not in text and "hf_launch_42" not in text, text
+
+
 # -- hostile text ---------------------------------------------------------------------------
 
 HOSTILE = {

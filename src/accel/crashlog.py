@@ -26,10 +26,15 @@ from accel.layout import CRASH_LOG_PREFIX, LOG_SUFFIX
 
 
 def crash_text(version: str, argv: list[str], trace: str, env: Mapping[str, str]) -> str:
-    """What a crash log holds: the version, the command and the traceback, redacted, and
-    the secret values of ``env`` and ``argv`` scrubbed wherever they appear."""
-    text = f"accel {version} {' '.join(redact_argv(argv))}\n{redact_text(trace)}"
-    return scrub(text, secret_values(env, argv=argv))
+    """What a crash log holds: the version, the command and the traceback, the secret
+    values of ``env`` (``ACCEL_LAUNCH_ENV``'s variables too) and ``argv`` scrubbed
+    wherever they appear, then redacted (in this order: a secret with a space is then
+    still found whole, as an error line finds it)."""
+    from accel.env.probe import launch_env_pairs
+
+    secrets = secret_values(env, launch_env_pairs(env) or {}, argv=argv)
+    text = f"accel {version} {' '.join(redact_argv(argv))}\n{scrub(trace, secrets)}"
+    return redact_text(scrub(text, secrets))
 
 
 def write_crash_log(text: str, workspace_logs: Path | None, env: Mapping[str, str]) -> Path:
