@@ -143,6 +143,9 @@ def test_an_unreadable_note_is_no_note(tmp_path: Path, text: str) -> None:
     [
         ("pass", 0, None),
         ("import sys; sys.exit(4)", 4, None),
+        # the status the OS gives: -1 was noted as -1, read as SIGHUP; 256 failed the run
+        ("import sys; sys.exit(-1)", 255, None),
+        ("import sys; sys.exit(256)", 0, None),
         ("import sys; sys.exit('no config\\n  in ' + 'x' * 600)", 1, "no config in " + "x" * 484),
         ("raise ValueError('no')", None, None),
     ],

@@ -287,7 +287,8 @@ def _main(argv: list[str]) -> tuple[int, bool]:
         _run(argv)
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0, True
+            # the status the OS gives it: sys.exit(-1) is 255 (not a signal), 256 is 0
+            return int(exc.code or 0) & 0xFF, True
         print(exc.code, file=sys.stderr)
         _message.append(_exit_message(exc.code))
         return 1, True
