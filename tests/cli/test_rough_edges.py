@@ -93,6 +93,24 @@ def test_launch_into_head_exits_with_the_runs_code(project: Path, accel_exe: lis
     assert json.loads((run / "run.json").read_text())["exit_code"] == 0
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["--preload", "--no-preload"])
+def test_a_launch_with_stdin_closed_runs(project: Path, accel_exe: list[str], mode: str) -> None:
+    # `accel launch --preload train.py <&-`: the template's socket took fd 0, the worker's
+    # stdin (/dev/null) replaced it, and the launch died with the template's traceback
+    (project / "s.py").write_text("import sys\nprint('ran', sys.stdin.read() == '')\n")
+    done = subprocess.run(
+        [*accel_exe, "launch", mode, "s.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert done.returncode == 0 and "[rank0] ran True" in done.stdout, done.stderr
+
+
 def _clean_prompt(accel_exe: list[str], project: Path, answer: bytes | None) -> int:
     """Answer the clean prompt with ``answer``, or with SIGINT (Ctrl-C) when None."""
     ws = Workspace(project / ".accelerate").ensure()

@@ -128,6 +128,7 @@ app.command("help", cls=_help.Command)(_help.help_command)
 
 def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = None) -> int:
     """Run the CLI and return its exit code (``options``: the caller's, to read back)."""
+    _open_standard_fds()
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit: EFBIG and one line, not a core dump
         with contextlib.suppress(ValueError):  # not the main thread: leave it as it is
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -247,6 +248,22 @@ def run() -> None:
     if options.fast_exit:
         _exit_now(code)
     sys.exit(code)
+
+
+def _open_standard_fds() -> None:
+    """A command started with stdin, stdout or stderr closed (``<&-``, some daemons) gets
+    /dev/null there: else the first file or socket accel opens takes that descriptor and a
+    child's stdin (or output) lands on it (the preload template's socket was replaced by
+    /dev/null and the launch died with a traceback)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)  # as a standard stream is: the workers get it
 
 
 def _exit_now(code: int) -> None:
