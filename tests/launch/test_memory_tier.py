@@ -276,7 +276,8 @@ def test_shared_memory_too_small_says_so_once_and_saves_blocking(
         assert result.returncode == 0, result.stdout + result.stderr
         lines = [x for x in result.stderr.splitlines() if "cannot hold the snapshots" in x]
         assert len(lines) == 2, result.stderr  # once per rank, not per step
-        assert f"shared memory at {shm}" in lines[0] and "saved blocking instead" in lines[0]
+        assert f"shared memory at {shm}" in lines[0]
+        assert "every 5th step is saved to disk, blocking, instead" in lines[0]
         found = manifests(project, "small")
         assert sorted(found) == [5, 10, 12]
         assert all(m["tag"] is None for m in found.values())  # saved by the workers
@@ -292,7 +293,7 @@ def test_a_restart_that_finds_shared_memory_full_says_so_and_resumes_from_the_fa
 
     from accel.workspace import Workspace
 
-    # 96 MiB hold the first attempt's tier (three slots and 64 MiB of headroom); rank 1
+    # 96 MiB hold the first attempt's tier (three slots and 24 MiB of headroom); rank 1
     # dies as step 8 begins, and before the restart trains, rank 0 fills the tmpfs.
     with tiny_tmpfs(tmp_path / "shm", size="96m") as shm:
         result = accel(

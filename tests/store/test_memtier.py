@@ -390,3 +390,23 @@ def test_a_process_forked_from_the_worker_lets_go_of_its_files(
         assert answer.read() == "False False False"
     assert os.waitpid(pid, 0)[1] == 0
     assert str(folder) in Path("/proc/self/maps").read_text()  # the worker's own: kept
+
+
+def test_the_tier_leaves_a_quarter_free_for_others_at_most_64_mib() -> None:
+    # a fixed 64 MiB refused the tier on any /dev/shm of 64 MiB (Docker's default)
+    assert memtier.headroom(64 << 20) == 16 << 20
+    assert memtier.headroom(8 << 30) == memtier.HEADROOM == 64 << 20
+
+
+@pytest.mark.parametrize(
+    ("persist", "said"),
+    [
+        (5, "every 5th step is saved to disk, blocking, instead"),
+        # it said "checkpoints are saved blocking instead" when nothing was
+        (None, "no snapshot is kept, so a crash costs the steps since the last save_state"),
+    ],
+)
+def test_too_little_shared_memory_says_what_is_saved_instead(
+    tmp_path: Path, persist: int | None, said: str
+) -> None:
+    assert said in memtier.full_message(tmp_path / "accel-x", 70 << 20, persist)

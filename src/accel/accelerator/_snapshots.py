@@ -339,7 +339,7 @@ class Snapshots:
         snapshots of every rank (four with persist_every)? If not, one line, and blocking
         saves instead."""
         from accel.store.collectives import current_context
-        from accel.store.memtier import HEADROOM, SLOTS, full_message
+        from accel.store.memtier import SLOTS, full_message, headroom
 
         assert self.writer is not None
         self._checked = True
@@ -369,9 +369,10 @@ class Snapshots:
         ctx = store._dist = current_context(store._dist, store.settings.collective_timeout)
         sizes = ctx.all_gather([mine, self.writer.free_bytes()])
         slots = len(SLOTS) + (1 if self.persist else 0)  # and one being persisted
-        needed = slots * sum(size for size, _ in sizes) + HEADROOM
-        if needed > sizes[0][1]:  # rank 0's view decides, the same on every rank
-            self._say(full_message(self.writer.tier, needed))
+        free = sizes[0][1]  # rank 0's view decides, the same on every rank
+        needed = slots * sum(size for size, _ in sizes) + headroom(free)
+        if needed > free:
+            self._say(full_message(self.writer.tier, needed, self.persist))
             self.writer = None
 
     def _say(self, line: str) -> None:

@@ -335,13 +335,26 @@ def persisted_step(tier: Path) -> int:
         return -1
 
 
-def full_message(tier: Path, needed: int | None = None) -> str:
+def full_message(tier: Path, needed: int | None = None, persist: int | None = None) -> str:
+    """One line: what the tier cannot hold, and what is saved instead (``persist``:
+    ``checkpoints.persist_every``; without it, nothing but the script's own saves)."""
     need = "" if needed is None else f" ({needed / (1 << 20):.0f} MiB needed)"
-    return (
-        f"accel: shared memory at {tier.parent} cannot hold the snapshots{need}; "
-        "checkpoints are saved blocking instead (free memory there, or set "
-        f"{BASE_ENV} to a larger tmpfs)"
+    instead = (
+        f"every {persist}th step is saved to disk, blocking, instead"
+        if persist
+        else "no snapshot is kept, so a crash costs the steps since the last save_state"
     )
+    return (
+        f"accel: shared memory at {tier.parent} cannot hold the snapshots{need}; {instead} "
+        f"(free memory there, or set {BASE_ENV} to a larger tmpfs)"
+    )
+
+
+def headroom(free: int) -> int:
+    """What the tier leaves free for others (DataLoader workers' tensors, NCCL): a quarter
+    of what is free, at most :data:`HEADROOM` (a 64 MiB /dev/shm, Docker's default, holds
+    the snapshots of a small model too)."""
+    return min(HEADROOM, free // 4)
 
 
 def _size(path: Path) -> int:

@@ -258,8 +258,13 @@ class Persister:
                 raise OSError(errno.EAGAIN, f"the snapshot of step {step} was rewritten")
             series = next(iter(ranks.values())).series
             self._commit(step, series, files, self.world_size, tag, self.run_id)
-        atomic_write(self.tier / PERSISTED, str(step), durable=False)  # the slot is free
-        self._last = step
+        self._last = step  # committed: whatever the tier can still take
+        try:
+            atomic_write(self.tier / PERSISTED, str(step), durable=False)  # the slot is free
+        except OSError:
+            # a full tier: the workers keep that slot until the next step committed says
+            # so; the step is not committed again, nor an older one in its place
+            pass
         self.persisted.append((step, tag))
         return step
 

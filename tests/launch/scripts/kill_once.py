@@ -6,7 +6,7 @@ WHERE is ``step`` (at the start of its N-th optimizer step), ``write`` (while it
 writes its snapshot of step N into the memory tier, after the file's first bytes),
 ``both`` (every rank, at the start of its N-th step) or ``full`` (as ``step``; then, in
 the restart, rank 0 fills the shared memory at ``ACCEL_SHM_DIR`` before training,
-leaving 8 MiB, as another job on the machine would) or ``restore`` (as ``step``; then
+leaving 2 MiB, as another job on the machine would) or ``restore`` (as ``step``; then
 rank 1 of the first restart is SIGKILLed while it restores the checkpoint, after
 reading its state and before using it).
 """
@@ -33,7 +33,7 @@ if where == "full" and not first and os.environ["RANK"] == "0":
     base = os.environ["ACCEL_SHM_DIR"]
     stats = os.statvfs(base)
     with open(os.path.join(base, "filler"), "wb") as filler:
-        filler.write(b"\0" * (stats.f_bavail * stats.f_frsize - (8 << 20)))
+        filler.write(b"\0" * (stats.f_bavail * stats.f_frsize - (2 << 20)))
 
 restore_doomed = os.environ["TORCHELASTIC_RESTART_COUNT"] == "1" and os.environ["RANK"] == "1"
 if where == "restore" and restore_doomed:
