@@ -64,6 +64,7 @@ __all__ = [
     "check_key",
     "entry_file",
     "foreign_in_entry",
+    "is_utf8",
     "key_of",
     "key_problem",
     "parse_cache_meta",
@@ -143,7 +144,7 @@ def key_problem(key: Any) -> str | None:
         return "it contains a backslash (use '/' between namespaces)"
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
         return "it contains a control character"
-    if not key.isascii() and not _is_utf8(key):
+    if not key.isascii() and not is_utf8(key):
         return "it is not valid UTF-8 text"
     for segment in key.split("/"):
         problem = _segment_problem(segment)
@@ -152,7 +153,7 @@ def key_problem(key: Any) -> str | None:
     return None
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """Whether ``text`` encodes: a lone surrogate (how Python holds the bytes of a name
     that is not UTF-8, as argv and file names reach it) has no UTF-8 form."""
     try:

@@ -32,6 +32,7 @@ from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
 from accel.errors import DamagedFile, IntegrityError, JobFailed, UsageError, hint, unreachable
 from accel.layout import DATA_MARKER, LAYOUT_FILE
+from accel.store.entry import is_utf8
 from accel.store.hashing import CHUNK, hash_file, new_hasher
 from accel.sync._checksum import (
     DEFAULT_ALGORITHM,
@@ -400,7 +401,7 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     URL."""
     if not url.strip():
         return f"the remote URL is empty: write {_FORMS}"
-    if not _utf8(url):  # bytes that are no text, which Python keeps as lone surrogates
+    if not is_utf8(url):  # bytes that are no text, which Python keeps as lone surrogates
         return f"the remote URL is not valid UTF-8: write {_FORMS}"
     if not url.isprintable():
         return f"a remote URL has no control characters: write {_FORMS}"
@@ -426,14 +427,6 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     if not rest.split("/", 1)[0]:
         return f"a {protocol}:// URL names no bucket or host: write {protocol}://bucket/prefix"
     return None
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _first_line(exc: BaseException) -> str:
