@@ -17,9 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 Accel = Callable[..., subprocess.CompletedProcess[str]]  # the ``accel`` fixture
 Start = Callable[..., subprocess.Popen[str]]  # the ``start_accel`` fixture
@@ -317,3 +319,18 @@ def write_run(
             lines = (row if isinstance(row, str) else json.dumps(row) for row in rows)
             (folder / name).write_text("".join(line + "\n" for line in lines))
     return folder
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(folder: Path, size: str = "1m") -> Iterator[Path]:
+    """A real tmpfs of ``size`` mounted at ``folder`` (root only: the test skips elsewhere)."""
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("mounting a tmpfs needs root: " + mounted.stderr.decode().strip())
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -15,6 +15,7 @@ from env_runner import env_in_process, make_ws, run_env
 
 from accel.layout import make_owned_dir
 from accel.workspace import Workspace
+from run_helpers import tiny_tmpfs
 
 # -- --check ------------------------------------------------------------------------------
 
@@ -319,27 +320,14 @@ def test_check_fails_for_a_config_that_launch_refuses(
 
 @pytest.fixture
 def read_only_mount(tmp_path: Path) -> Iterator[Path]:
-    """A real tmpfs, remounted read-only (root with mount(8) only: skipped elsewhere)."""
+    """A workspace on a real tmpfs, remounted read-only (root only: skipped elsewhere)."""
     import subprocess
 
-    point = tmp_path / "ro"
-    point.mkdir()
-    try:
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)],
-            check=True,
-            capture_output=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        pytest.skip("needs mount(8) and the right to mount a tmpfs (root)")
-    try:
+    with tiny_tmpfs(tmp_path / "ro") as point:
         make_owned_dir(point / "p" / ".accelerate", parents=True)
         (point / "p" / ".accelerate" / "layout.json").write_text('{"layout_version": 1}')
         subprocess.run(["mount", "-o", "remount,ro", str(point)], check=True, timeout=30)
         yield point / "p"
-    finally:
-        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
 
 
 @pytest.mark.slow

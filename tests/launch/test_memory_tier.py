@@ -3,11 +3,10 @@ memory, persisted every persist_every steps and at a failure (accel.store.memtie
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -248,26 +247,12 @@ def test_a_sigkilled_launcher_leaves_no_tier_and_only_whole_checkpoints(
         assert ws.checkpoints.load(info.step, series="doomed")["optimizer_steps"] == info.step
 
 
-@contextlib.contextmanager
-def tiny_tmpfs(folder: Path, size: str = "1m") -> Iterator[Path]:
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("mounting a tmpfs needs root: " + mounted.stderr.decode().strip())
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_shared_memory_too_small_says_so_once_and_saves_blocking(
     accel: Accel, project: Path, tmp_path: Path
 ) -> None:
-    with tiny_tmpfs(tmp_path / "shm") as shm:
+    with run_helpers.tiny_tmpfs(tmp_path / "shm") as shm:
         result = accel(
             "launch", "-n", "2", "--run-name", "small", str(EXAMPLE), *TRAIN,
             "--save-every", "1000", env={**snapshots(1, 5), "ACCEL_SHM_DIR": str(shm)},
@@ -295,7 +280,7 @@ def test_a_restart_that_finds_shared_memory_full_says_so_and_resumes_from_the_fa
 
     # 96 MiB hold the first attempt's tier (three slots and 24 MiB of headroom); rank 1
     # dies as step 8 begins, and before the restart trains, rank 0 fills the tmpfs.
-    with tiny_tmpfs(tmp_path / "shm", size="96m") as shm:
+    with run_helpers.tiny_tmpfs(tmp_path / "shm", size="96m") as shm:
         result = accel(
             "launch", "-n", "2", "--run-name", "full", "--max-restarts", "1",
             str(SCRIPTS / "kill_once.py"), "full", str(EXAMPLE), "8", *TRAIN,

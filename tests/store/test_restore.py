@@ -22,6 +22,7 @@ from accel.store import memtier
 from accel.store.manifest import STATE_TENSORS
 from accel.store.persister import COMMITTING, Persister, release, tier_copy
 from accel.workspace import Workspace
+from run_helpers import tiny_tmpfs
 
 from .test_memtier import tier, write
 
@@ -297,44 +298,25 @@ def test_a_copy_never_replaces_a_file(tmp_path: Path) -> None:
     assert (tmp_path / "target").read_bytes() == b"old"
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Any:
-    """A real 1 MiB tmpfs (root with mount(8) only: skipped elsewhere)."""
-    point = tmp_path / "shm"
-    point.mkdir()
-    try:
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)],
-            check=True,
-            capture_output=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        pytest.skip("needs mount(8) and the right to mount a tmpfs (root)")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_tier_that_fills_after_the_commit_commits_the_step_once(
-    small_tmpfs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ws: Workspace
 ) -> None:
     # /dev/shm filled by something else: the note written after the commit failed with
     # ENOSPC, the persist was reported as failed ("the disk is full"), and the launcher
     # committed the older steps one by one, past keep_last
-    monkeypatch.setenv(memtier.BASE_ENV, str(small_tmpfs))
-    folder = memtier.make_tier("run-1")
-    for step in (4, 5):
-        write(folder, 0, step)
-        write(folder, 1, step)
-    with open(small_tmpfs / "filler", "wb") as filler, contextlib.suppress(OSError):
-        while True:  # fill what is left
-            filler.write(b"\0" * 65536)
-            filler.flush()
-    persister = Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
-    assert persister.persist_newest() == 5
-    assert persister.persist_newest() is None  # nothing older in its place
-    assert [c.manifest.step for c in ws.checkpoints.view("main").checkpoints] == [5]
+    with tiny_tmpfs(tmp_path / "shm") as small_tmpfs:
+        monkeypatch.setenv(memtier.BASE_ENV, str(small_tmpfs))
+        folder = memtier.make_tier("run-1")
+        for step in (4, 5):
+            write(folder, 0, step)
+            write(folder, 1, step)
+        with open(small_tmpfs / "filler", "wb") as filler, contextlib.suppress(OSError):
+            while True:  # fill what is left
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        persister = Persister(folder, ws.checkpoints.commit_files, 2, None, run_id="run-1")
+        assert persister.persist_newest() == 5
+        assert persister.persist_newest() is None  # nothing older in its place
+        assert [c.manifest.step for c in ws.checkpoints.view("main").checkpoints] == [5]
