@@ -89,8 +89,22 @@ def test_a_new_workspace_comes_with_a_gitignore(tmp_path: Path) -> None:
     assert (ws.path / ".gitignore").read_text() == "mine\n"
 
 
-def test_an_existing_workspace_is_not_given_one_behind_its_back(tmp_path: Path) -> None:
-    (tmp_path / ".accelerate").mkdir()
+@pytest.mark.parametrize("committed", [False, True])
+def test_a_workspace_made_in_a_cloned_config_folder_gets_one_too(
+    tmp_path: Path, committed: bool
+) -> None:
+    # A clone of a project that committed its config but no .gitignore (or an empty
+    # .accelerate/): the workspace made there keeps checkpoints and logs out of git too.
+    (tmp_path / ".accelerate" / "config").mkdir(parents=True)
+    if committed:
+        (tmp_path / ".accelerate" / "config" / "accelerate_config.yaml").write_text("version: 1\n")
+    ws = Workspace(tmp_path / ".accelerate").ensure()
+    assert (ws.path / ".gitignore").read_text().splitlines()[1] == "*"
+
+
+def test_an_older_workspace_is_not_given_one_behind_its_back(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / ".accelerate").ensure()
+    (ws.path / ".gitignore").unlink()  # the user's choice, or a workspace made before it
     ws = Workspace(tmp_path / ".accelerate").ensure()
     assert not (ws.path / ".gitignore").exists()
     ws.ensure_gitignore()  # what `accel config --default` does

@@ -18,7 +18,10 @@ from accel.status import collect
 from accel.workspace import Workspace
 
 DAY = 86400.0
-REFUSAL = "is not an accel workspace: run `accel config --default` there"
+REFUSAL = (
+    "is not an accel workspace (it holds cache, checkpoints, logs and 3 more): "
+    "point --workspace at a project's .accelerate"
+)
 
 
 def accel(exe: list[str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -93,6 +96,23 @@ def test_an_env_var_to_a_foreign_folder_is_refused_too(
     assert unchanged(project, files)
     report = json.loads(accel(accel_exe, "--workspace", str(project), "status", "--json").stdout)
     assert REFUSAL in report["workspace_error"] and report["sizes"] == {}
+
+
+def test_a_project_folder_with_a_stray_file_names_it_and_the_way_out(tmp_path: Path) -> None:
+    # `run accel config --default there` sent users in a circle: that command refuses
+    # the same folder. The line names what is in the way; moving it out is the fix.
+    root = tmp_path / ".accelerate"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "accelerate_config.yaml").write_text("version: 1\n")
+    (root / "notes.txt").write_text("mine\n")
+    with pytest.raises(WorkspaceError) as refused:
+        Workspace(root).ensure()
+    assert str(refused.value) == (
+        f"{root} is not an accel workspace: it holds notes.txt, which accel did not write; "
+        "move it elsewhere, or point --workspace at another folder"
+    )
+    (root / "notes.txt").rename(tmp_path / "notes.txt")
+    assert Workspace(root).ensure().path == root
 
 
 def test_first_use_creates_a_workspace_where_nothing_or_only_a_config_is(

@@ -27,6 +27,7 @@ from accel.errors import NotAWorkspace, WorkspaceError
 from accel.layout import (
     CONFIG_DIR,
     CONFIG_NAME,
+    DIRNAME,
     GITIGNORE,
     HOLDER_SUFFIX,
     LAYOUT_FILE,
@@ -102,19 +103,24 @@ def root_state(root: Path) -> str:
         names = set(os.listdir(root))
     except FileNotFoundError:
         return ABSENT
-    except NotADirectoryError:
-        return FOREIGN
-    except OSError:
+    except OSError:  # a file, or a folder that cannot be read
         return FOREIGN
     if LAYOUT_FILE in names and (root / LAYOUT_FILE).exists():
         return OURS  # another process made it between the two looks
-    names.discard(GITIGNORE)
+    return FOREIGN if _not_ours(root, names) else ABSENT
+
+
+def _not_ours(root: Path, names: set[str]) -> list[str]:
+    """The entries of a folder without ``layout.json`` that a new workspace would not
+    hold, sorted: none for a folder accel may make its workspace in."""
     kept = {CONFIG_DIR: _only_config, LOCKS_DIR: _only_locks}
     # A temporary of accel's own atomic write: another process is making this workspace
     # (its .gitignore or layout.json is being written), which is not a foreign folder.
-    if all(is_atomic_temp(name) or (name in kept and kept[name](root / name)) for name in names):
-        return ABSENT
-    return FOREIGN
+    return sorted(
+        name
+        for name in names - {GITIGNORE}
+        if not (is_atomic_temp(name) or (name in kept and kept[name](root / name)))
+    )
 
 
 def _only_config(folder: Path) -> bool:
@@ -159,9 +165,21 @@ def data_state(layout: Layout, root_id: str | None) -> str:
 
 
 def not_a_workspace(root: Path) -> NotAWorkspace:
+    try:
+        names = _not_ours(root, set(os.listdir(root)))
+    except OSError:
+        names = []
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    if root.name == DIRNAME and names:  # a project's own folder, with files of others
+        return NotAWorkspace(
+            f"{root} is not an accel workspace: it holds {shown}, which accel did not "
+            f"write; move {'it' if len(names) == 1 else 'them'} elsewhere, or point "
+            "--workspace at another folder"
+        )
+    held = f" (it holds {shown})" if names else ""
     return NotAWorkspace(
-        f"{root} is not an accel workspace: run `accel config --default` there, or point "
-        "--workspace at a project's .accelerate"
+        f"{root} is not an accel workspace{held}: point --workspace at a project's "
+        ".accelerate or at a new or empty folder"
     )
 
 
@@ -278,7 +296,10 @@ def ensure(layout: Layout) -> bool:
     if not layout.root.exists():
         _create_root(layout.root)
     try:
-        return establish(layout)
+        created = establish(layout)
+        if created:  # also where .accelerate/ held only a config committed to git
+            ensure_gitignore(layout.root)
+        return created
     except OSError as exc:
         raise WorkspaceError(
             f"cannot create the workspace at {layout.root}: {exc.strerror}; "
@@ -303,6 +324,8 @@ def ensure_root(root: Path) -> bool:
             if created:
                 atomic_write_json(layout.layout_file, {"layout_version": LAYOUT_VERSION})
             (root / CONFIG_DIR).mkdir(exist_ok=True)
+        if created:
+            ensure_gitignore(root)
         return created
     except OSError as exc:
         raise WorkspaceError(
