@@ -46,3 +46,25 @@ def test_a_command_that_creates_a_workspace_says_where(project: Path) -> None:
     assert result.stderr == f"note: created a new workspace at {typo}\n"
     again = cli("--workspace", str(typo), *SET)
     assert again.exit_code == 0 and again.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [
+        (("status", "--workspace", "x"), "status"),
+        (("checkpoints", "list", "-w", "x"), "checkpoints list"),
+        (("clean", "--older-than", "1d", "--workspace=x"), "clean"),
+    ],
+)
+def test_the_workspace_option_after_a_command_shows_where_it_goes(
+    project: Path, args: tuple[str, ...], command: str
+) -> None:
+    # As git's -C, --workspace is accel's own option; docs wrote it after the command.
+    result = cli(*args)
+    assert result.exit_code == 2
+    option = "-w" if "-w" in args else "--workspace"
+    assert result.stderr == (
+        f"error: no such option: {option}: it is accel's own and goes before the command: "
+        f"accel --workspace PATH {command} ... (see 'accel {command} --help')\n"
+    )
+    assert not (project / ".accelerate").exists()

@@ -33,7 +33,10 @@ from accel.workspace import Workspace
 
 app = typer.Typer(
     name="accel",
-    help="Workspace state for PyTorch training: config, launch, env, clean.",
+    help=(
+        "Workspace state for PyTorch training: launch runs, keep their checkpoints, logs "
+        "and cache in .accelerate/, configure, report, clean and sync them."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -174,9 +177,26 @@ def _usage_error(exc: typer.exceptions.TyperException, argv: list[str]) -> int:
         exc.show()  # type: ignore[attr-defined]
         return code
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    message = _script_option_first(exc, argv) or exc.format_message().rstrip(".")
+    message = (
+        _global_option_after(exc)
+        or _script_option_first(exc, argv)
+        or exc.format_message().rstrip(".")
+    )
     _output.error(_redacted(f"{message}{where}", argv))  # click quotes the arguments
     return code
+
+
+def _global_option_after(exc: typer.exceptions.TyperException) -> str | None:
+    """``accel status --workspace X``: accel's own option after a command, as git's
+    ``-C``; the line shows where it goes."""
+    ctx = getattr(exc, "ctx", None)
+    option = str(getattr(exc, "option_name", ""))
+    if type(exc).__name__ != "NoSuchOption" or ctx is None or option not in ("--workspace", "-w"):
+        return None
+    return (
+        f"no such option: {option}: it is accel's own and goes before the command: "
+        f"accel --workspace PATH {ctx.command_path.partition(' ')[2]} ..."
+    )
 
 
 def _script_option_first(exc: typer.exceptions.TyperException, argv: list[str]) -> str | None:
