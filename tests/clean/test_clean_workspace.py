@@ -105,6 +105,15 @@ def test_max_size_evicts_in_lru_order(project: Path) -> None:
     assert names(ws) == {"e0.entry", "e1.entry", "e2.entry"}
 
 
+def test_a_clean_with_nothing_to_remove_has_a_result(project: Path) -> None:
+    # The docs' snippet reads outcome.result.freed_bytes; it is None on a dry run only.
+    ws = workspace(project)
+    outcome = clean(ws, older_than="7d", keep_last=2)
+    assert outcome.plan.items == () and outcome.result is not None
+    assert (outcome.result.freed_bytes, outcome.result.removed) == (0, ())
+    assert clean(ws, older_than="7d", dry_run=True).result is None
+
+
 def test_without_selectors_the_configured_retention_applies(project: Path) -> None:
     ws, now = workspace(project), time.time()
     for step in range(1, 6):
@@ -389,3 +398,23 @@ def test_an_item_on_another_filesystem_is_left_whole(
         (mounted, "on another filesystem")
     ]
     assert (mounted / "meta.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        ((), "beyond checkpoints.keep_last"),  # the project file's retention
+        (("--keep-last", "3"), "beyond --keep-last"),
+    ],
+)
+def test_the_plan_names_the_limit_that_applies(
+    project: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], why: str
+) -> None:
+    from accel.cli.main import main
+
+    ws, now = workspace(project), time.time()
+    for step in range(1, 6):
+        checkpoint(ws, "main", step, created=now)
+    assert main(["clean", "--dry-run", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.count(why) == 2 and "--keep-last" not in out.replace(why, "")

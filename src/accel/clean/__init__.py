@@ -122,9 +122,12 @@ def clean(
         ws, older_than=older_than, keep_last=keep_last, max_size=max_size, only=only, force=force
     )
     plan = plan_for(ws, policy, now)
-    if dry_run or not plan.items:
+    if dry_run:
         return CleanOutcome(plan, None)
-    from accel.clean._execute import execute
+    from accel.clean._execute import CleanResult, execute
+
+    if not plan.items:  # executed: nothing to remove, nothing freed
+        return CleanOutcome(plan, CleanResult((), (), 0))
 
     result = execute(ws, plan)
     log_result(ws, result)

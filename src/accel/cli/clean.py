@@ -145,7 +145,8 @@ def _show_plan(
         return
     title = "Would remove" if dry_run else "To remove"
     columns = ["part", "item", "size", "last used", "why"]
-    rows = [_row(p.item, p.reason, plan.scan.now) for p in plan.items]
+    reasons = REASONS if plan.policy.explicit else CONFIGURED
+    rows = [_row(p.item, reasons.get(p.reason, p.reason), plan.scan.now) for p in plan.items]
     _output.table(title, columns, rows)
     from accel.cli._removal import foreign_line
 
@@ -200,7 +201,7 @@ def _row(item: Any, reason: str, now: float) -> list[str]:
         item.name or os.path.basename(item.location),
         format_size(item.size),
         ago(now, item.last_used, coarse=True),
-        REASONS.get(reason, reason),
+        reason,
     ]
 
 
@@ -209,4 +210,10 @@ REASONS = {
     "older_than": "older than --older-than",
     "keep_last": "beyond --keep-last",
     "max_size": "least recently used (--max-size)",
+}
+# Without selectors (and under --auto) the limits are the project file's.
+CONFIGURED = {
+    **REASONS,
+    "keep_last": "beyond checkpoints.keep_last",
+    "max_size": "least recently used (cache.max_size)",
 }
