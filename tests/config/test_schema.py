@@ -103,9 +103,18 @@ def test_unknown_key_suggests() -> None:
 def test_parse_text_reads_env_style_values() -> None:
     assert schema.parse_text(schema.field("launch.env"), "A=1,B=two") == {"A": "1", "B": "two"}
     assert schema.parse_text(schema.field("launch.env"), '{"A": "1"}') == {"A": "1"}
+    # the form the project file writes it in, as `config set` is told it
+    assert schema.parse_text(schema.field("launch.env"), "{A: x, B: 2}") == {"A": "x", "B": "2"}
     assert schema.parse_text(schema.field("launch.gpu_ids"), "0,2") == [0, 2]
     assert schema.parse_text(schema.field("launch.use_cpu"), "yes") is True
     assert schema.parse_text(schema.field("cache.max_size"), "none") is None
+
+
+def test_a_malformed_mapping_never_quotes_its_text() -> None:
+    with pytest.raises(ValueError) as refused:
+        schema.parse_text(schema.field("launch.env"), "{TOKEN: hunter2, [}")
+    assert "hunter2" not in str(refused.value)
+    assert str(refused.value).startswith("expected a JSON object, a YAML mapping")
 
 
 def test_json_schema_covers_every_key(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
         try:
             loaded = json.loads(text)
         except (ValueError, RecursionError):  # 2000 nested brackets exceed the parser's stack
-            raise ValueError("expected a JSON object or KEY=VALUE,KEY=VALUE") from None
+            loaded = _yaml_mapping(text)  # the file's own form: {NCCL_DEBUG: WARN}
         return loaded if isinstance(loaded, dict) else {}
     pairs = {}
     parts = [p for p in (p.strip() for p in text.split(",")) if p]
@@ -193,6 +193,19 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
             )
         pairs[name.strip()] = val
     return pairs
+
+
+def _yaml_mapping(text: str) -> Any:
+    """``{NAME: value}`` as the project file reads it (YAML 1.2 scalars, bounded)."""
+    from accel.config.yamlio import load_yaml_text
+    from accel.errors import ConfigError
+
+    try:
+        return load_yaml_text(text, "the value").data
+    except ConfigError:  # its message may quote the text, a secret's value among it
+        raise ValueError(
+            "expected a JSON object, a YAML mapping ({NAME: value}) or KEY=VALUE,KEY=VALUE"
+        ) from None
 
 
 def _kind(value: Any) -> str:
