@@ -142,6 +142,9 @@ def test_plot_writes_every_metric_and_the_resources(ws: Workspace, project: Path
     drawn = {(s["panel"], s["label"]) for s in plotting.read_png_series(project / "cmp.png")}
     assert ("loss", RUN_ID) in drawn and ("loss", "20261129-110000-bbbbbb") in drawn
     assert ("CPU %", f"{RUN_ID} rank 0") in drawn
+    one = ["plot", "aaaaaa", "bbbbbb", "-m", "loss", "--no-resources", "-o", "one.png"]
+    result = CliRunner().invoke(_app(), one)  # the docs' example: one panel, two lines
+    assert result.exit_code == 0 and "wrote one.png (1 panel, 2 series)" in result.output
     result = CliRunner().invoke(_app(), ["plot", "-m", "acc"])
     assert isinstance(result.exception, UsageError) and "loss" in str(result.exception)
 

@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from accel.workspace import Workspace
 
 app = typer.Typer(
-    help="Write, show and change the project configuration.",
+    help=(
+        "Write, show and change the project configuration; `accel config` alone asks a few "
+        "questions on a terminal and edits the file."
+    ),
     invoke_without_command=True,
     no_args_is_help=False,
 )

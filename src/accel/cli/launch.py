@@ -46,7 +46,10 @@ def launch(
         "-n",
         "--nproc-per-node",
         metavar="N",
-        help="Workers on this node; `auto` = one per GPU, else 1. (config launch.num_processes)",
+        help=(
+            "Workers on this node; `auto` = one per GPU, else one per CPU, as torchrun's "
+            "(config launch.num_processes, whose `auto` without a GPU is 1)"
+        ),
     ),
     num_processes: str | None = typer.Option(
         None,
@@ -75,7 +78,7 @@ def launch(
         None,
         "--rdzv-endpoint",
         metavar="HOST:PORT",
-        help="HOST:PORT of node 0 (c10d). (config launch.rdzv_endpoint)",
+        help="Node 0's HOST[:PORT] (c10d; port 29400 by default). (config launch.rdzv_endpoint)",
         rich_help_panel=_NODES,
     ),
     rdzv_id: str | None = typer.Option(

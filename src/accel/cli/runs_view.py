@@ -233,4 +233,6 @@ def plot(
 
     ws = _app.read_workspace(ctx)
     done = plot_runs(ws.layout, run or ["latest"], metric or (), output, resources)
-    _output.info(f"wrote {done.path} ({done.panels} panels, {done.series} series)")
+    panels = f"{done.panels} panel{'' if done.panels == 1 else 's'}"
+    series = f"{done.series} series"
+    _output.info(f"wrote {done.path} ({panels}, {series})")
