@@ -102,6 +102,35 @@ def test_torn_checkpoints_are_invisible_and_listed_as_debris(ws: Workspace) -> N
     assert sorted(ws.checkpoints.view().unknown) == sorted(strangers)
 
 
+def test_a_failed_save_removes_its_marker_last(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker killed while removing a failed save's folder must leave it marked, as
+    # debris clean collects: unmarked, it was "not made by accel" and kept forever.
+    from accel import _faults, _fs
+
+    removed: list[str] = []
+    real_unlink = _fs.os.unlink
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        removed.append(os.path.basename(path))
+        real_unlink(path, *args, **kwargs)
+
+    def fail(name: str) -> None:
+        if name == "commit.manifest-written":
+            raise OSError(5, "injected")
+
+    monkeypatch.setattr(_fs.os, "unlink", unlink)
+    _faults.set_hook(fail)
+    try:
+        with pytest.raises(Exception, match="injected"):
+            ws.checkpoints.save(_state(1), 1)
+    finally:
+        _faults.set_hook(None)
+    assert len(removed) > 2 and removed[-1] == OWNER_MARKER, removed
+    assert removed[-2] == MANIFEST and ws.checkpoints.list() == []
+
+
 def test_a_flipped_byte_is_refused(ws: Workspace) -> None:
     info = ws.checkpoints.save(_state(1, n=4096), 1)
     assert info is not None

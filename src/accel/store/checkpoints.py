@@ -33,11 +33,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from accel import _faults, _locks
-from accel._fs import remove_tree
 from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError, WriteFailed, write_failed
 from accel.identity import ensure
-from accel.layout import MANIFEST, Layout, make_owned_dir, rank_name, series_readers_lock
+from accel.layout import (
+    MANIFEST,
+    Layout,
+    dispose,
+    make_owned_dir,
+    rank_name,
+    series_readers_lock,
+)
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
 from accel.store._trace import phase
@@ -372,7 +378,8 @@ class Checkpoints:
             # The launcher commits alone: the manifest names the world that wrote the files.
             done = self._commit(tmp, series, step, tag, copied, DistContext(0, world_size), run_id)
         finally:
-            remove_tree(tmp)  # a no-op once committed: the folder was renamed
+            # its marker last: a kill half-way leaves debris clean knows (no-op once renamed)
+            dispose(tmp)
         self._reaper.join()
         return info_from_json(done)
 
@@ -432,7 +439,8 @@ class Checkpoints:
             return info_from_json(collect(ctx.broadcast(outcome)))
         finally:
             if ctx.rank == 0:
-                remove_tree(tmp)  # a no-op once committed: the folder was renamed
+                # its marker last: a kill half-way leaves debris clean knows (no-op once renamed)
+                dispose(tmp)
 
     def _prepare(self, series_name: str, step: int, run_id: str | None = None) -> Path:
         """Rank 0: take the lease, finish an interrupted re-save, make the temp folder."""
