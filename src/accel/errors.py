@@ -191,6 +191,12 @@ def hint(exc: BaseException) -> str:
     return _DEFAULT_HINT
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """A library's exception (torch's key lists run over many lines) as one line."""
+    detail = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+    return detail[: limit - 3] + "..." if len(detail) > limit else detail or type(exc).__name__
+
+
 class NotAWorkspace(WorkspaceError):
     """A folder (or a relocated data folder) that accel did not make: never written to."""
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,19 +20,20 @@ RETURNED = "fsdp_checks: returned"  # on stderr after end(): then only teardown 
 
 
 def _ranks(
-    workspace: Path, mode: str, *, fsdp: bool, precision: str = "no"
+    workspace: Path, mode: str, *, fsdp: bool, precision: str = "no", world: int = 2
 ) -> list[subprocess.CompletedProcess[str]]:
-    """Two ranks with the torchrun environment (no launcher): FSDP from the variable
-    Hugging Face's launcher and accel's set, ACCELERATE_USE_FSDP."""
+    """``world`` ranks (two) with the torchrun environment (no launcher): FSDP from the
+    variable Hugging Face's launcher and accel's set, ACCELERATE_USE_FSDP."""
     port = str(free_port())
     procs = []
-    for rank in range(2):
+    for rank in range(world):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL", "FSDP_"))}
         env.update(
             ACCEL_WORKSPACE=str(workspace), OMP_NUM_THREADS="1",
             ACCELERATE_USE_FSDP="true" if fsdp else "false",
             ACCELERATE_MIXED_PRECISION=precision,
-            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(world),
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
         procs.append(
@@ -88,10 +90,14 @@ def test_a_fresh_process_loads_the_sharded_model_and_optimizer(
 ) -> None:
     """The optimizer has no state yet: torch's way of making one steps the optimizer,
     which fp16's scaler or an LR scheduler must not see."""
-    workspace = tmp_path / ".accelerate"
-    saved = _ranks(workspace, "save", fsdp=True, precision=precision)
+    _round_trip(tmp_path / ".accelerate", {"precision": precision}, {"precision": precision})
+
+
+def _round_trip(workspace: Path, saving: dict[str, Any], loading: dict[str, Any]) -> None:
+    """A save, then a load in new processes: the same weights and optimizer state."""
+    saved = _ranks(workspace, "save", **{"fsdp": True, **saving})
     _ok(saved)
-    loaded = _ranks(workspace, "load", fsdp=True, precision=precision)
+    loaded = _ranks(workspace, "load", **{"fsdp": True, **loading})
     _ok(loaded)
     assert saved[0].stdout.startswith("digest") and loaded[0].stdout == saved[0].stdout
 
@@ -99,20 +105,49 @@ def test_a_fresh_process_loads_the_sharded_model_and_optimizer(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
-    ("saved_with", "words"),
+    ("saved", "loaded"),
     [
-        (True, "holds FSDP-sharded model.0, optimizer.0 but this run has no FSDP-sharded"),
-        (False, "holds no FSDP-sharded state but this run has FSDP-sharded model.0, optimizer"),
+        ((True, 2), (False, 2)),  # FSDP turned off: DDP gathers the shards whole
+        ((False, 2), (True, 2)),  # turned on: each rank keeps its shard of the whole
+        ((True, 2), (True, 1)),  # one process shards nothing: a laptop reads a job's
+        ((True, 1), (True, 2)),  # and the job a laptop's
+    ],
+    ids=["fsdp-to-ddp", "ddp-to-fsdp", "two-to-one", "one-to-two"],
+)
+def test_a_checkpoint_loads_whether_or_not_this_run_shards(
+    tmp_path: Path, saved: tuple[bool, int], loaded: tuple[bool, int]
+) -> None:
+    # A 2-rank FSDP checkpoint resumed on one process (or FSDP off) was refused with "load
+    # it with the FSDP setting of the run that saved it", the setting it already had.
+    _round_trip(
+        tmp_path / ".accelerate",
+        {"fsdp": saved[0], "world": saved[1]},
+        {"fsdp": loaded[0], "world": loaded[1]},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("variant", "words"),
+    [
+        ("wider", "torch.Size([8, 6])"),  # DCP's size mismatch names both shapes
+        ("deeper", "model.0.3.weight"),
+        ("shallower", "unexpected key(s) in checkpoint: model.0.2.bias, model.0.2.weight"),
     ],
 )
-def test_a_checkpoint_loads_only_under_the_fsdp_setting_that_saved_it(
-    tmp_path: Path, saved_with: bool, words: str
+def test_a_changed_model_is_told_it_does_not_fit_not_that_the_checkpoint_is_damaged(
+    tmp_path: Path, variant: str, words: str
 ) -> None:
+    # Under FSDP this was "does not verify ... remove the bad one with rm --force" and a
+    # walk back to older steps; DDP's line is the right one: the files are whole.
     workspace = tmp_path / ".accelerate"
-    _ok(_ranks(workspace, "save", fsdp=saved_with))
-    done = _ranks(workspace, "load", fsdp=not saved_with)
+    _ok(_ranks(workspace, "save", fsdp=True))
+    done = _ranks(workspace, f"load:{variant}", fsdp=True)
     assert [d.returncode for d in done] == [3, 3], "\n".join(d.stderr[-3000:] for d in done)
-    assert words in done[0].stdout and "(launch.fsdp / --fsdp)" in done[0].stdout
+    line = done[0].stdout
+    assert "the checkpoint of step 1 does not fit this run's sharded state (" in line
+    assert words in line and "rm" not in line and "damaged" not in line, line
 
 
 def test_one_process_has_nothing_to_shard(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -530,8 +530,8 @@ class Accelerator(ProcessApi, FolderApi):
         if found is None:
             return None
 
-        def sharded(at: int, names: list[str]) -> frozenset[str]:
-            return self._load_sharded(at, names, models)
+        def sharded(at: int, saved: dict[str, Any]) -> frozenset[str]:
+            return self._load_sharded(at, saved, models)
 
         loaded = resume.load(self, found, sharded, fallback=step is None)
         state, found, restored = loaded.state, loaded.step, loaded.restored
@@ -563,9 +563,9 @@ class Accelerator(ProcessApi, FolderApi):
             set_rng_state(loaded.rank_state["rng"])
         return found
 
-    def _load_sharded(self, step: int, saved: list[str], models: list[Any]) -> frozenset[str]:
-        """Restore what FSDP shards (a collective); the names of the objects restored."""
-        if self._sharder is None and not saved:
+    def _load_sharded(self, step: int, saved: dict[str, Any], models: list[Any]) -> frozenset[str]:
+        """Restore what FSDP shards here or in the checkpoint (a collective); their names."""
+        if self._sharder is None and not saved.get("sharded"):
             return frozenset()
         from accel.accelerator._fsdp.state import load_parts
 

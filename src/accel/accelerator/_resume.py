@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from accel.errors import AccelError, IntegrityError, UsageError
+from accel.errors import AccelError, IntegrityError, UsageError, one_line
 from accel.layout import rank_log
 from accel.store.persister import await_commit
 from accel.store.persister import release as release_restored
@@ -88,12 +88,12 @@ def agreed_step(acc: Accelerator, step: int | None) -> int | None:
 def load(
     acc: Accelerator,
     step: int,
-    load_sharded: Callable[[int, list[str]], frozenset[str]],
+    load_sharded: Callable[[int, dict[str, Any]], frozenset[str]],
     *,
     fallback: bool,
 ) -> Loaded:
     """Read ``step`` on every rank, or with ``fallback`` the newest older step every rank
-    can read; ``load_sharded(step, names)`` restores the sharded state (a collective)."""
+    can read; ``load_sharded(step, state)`` restores the sharded state (a collective)."""
     series = acc.checkpoints.series_name
     while True:
         loaded: Loaded | None
@@ -102,8 +102,7 @@ def load(
         if acc.is_main_process:  # every rank has read: the memory a restart read from goes
             release_restored()
         if loaded is not None and not any(codes):
-            names = list(loaded.state.get("sharded") or [])
-            restored, error = _attempt(load_sharded, step, names)
+            restored, error = _attempt(load_sharded, step, loaded.state)
             codes = _agree(acc, error)
             if not any(codes):
                 loaded.restored = restored or frozenset()
@@ -200,15 +199,18 @@ def restore(obj: Any, saved: Any, what: str, step: int) -> None:
     try:
         obj.load_state_dict(saved)
     except (RuntimeError, ValueError, KeyError) as exc:
-        detail = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-        if len(detail) > 300:
-            detail = detail[:297] + "..."
         kind, _, index = what.partition(".")
-        raise UsageError(
-            f"the checkpoint of step {step} does not fit this run's {kind} {index} ({detail}): "
-            "another script saved it? prepare() what saved it, or give this script a series "
-            "of its own (accel launch --run-name NAME, launch.run_name)"
-        ) from None
+        raise does_not_fit(step, f"{kind} {index}", one_line(exc)) from None
+
+
+def does_not_fit(step: int, what: str, detail: str) -> UsageError:
+    """A checkpoint another model saved (or this model before its definition changed):
+    one line, the same for what DDP and what FSDP loads; never a damaged checkpoint."""
+    return UsageError(
+        f"the checkpoint of step {step} does not fit this run's {what} ({detail}): "
+        "another script saved it? prepare() what saved it, or give this script a series "
+        "of its own (accel launch --run-name NAME, launch.run_name)"
+    )
 
 
 def _plain_keys(model: Any, saved: dict[str, Any]) -> None:

@@ -55,12 +55,21 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
 from accel._fs import open_regular
-from accel.errors import DamagedFile, IntegrityError
+from accel.errors import DamagedFile, IntegrityError, UsageError, one_line
 from accel.layout import SHARDED_DIR
 from accel.store.collectives import DistContext
 from accel.store.hashing import FileDigest, digest_bytes, hash_file
 
-__all__ = ["FOLDER", "METADATA", "load", "open_verified", "read_metadata", "save", "verify_share"]
+__all__ = [
+    "FOLDER",
+    "METADATA",
+    "DoesNotFit",
+    "load",
+    "open_verified",
+    "read_metadata",
+    "save",
+    "verify_share",
+]
 
 FOLDER = SHARDED_DIR
 METADATA = ".metadata"
@@ -154,6 +163,19 @@ def load(
             return metadata
 
     class SafePlanner(DefaultLoadPlanner):
+        def create_local_plan(self) -> Any:
+            # The files were verified: a key or shape the plan cannot match is another
+            # model's checkpoint (a changed definition), never a damaged one.
+            try:
+                plan = super().create_local_plan()
+            except (RuntimeError, ValueError, KeyError) as exc:
+                raise DoesNotFit(one_line(exc)) from None
+            extra = _unexpected(self.state_dict, self.metadata)
+            if extra:
+                more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+                raise DoesNotFit(f"unexpected key(s) in checkpoint: {', '.join(extra[:3])}{more}")
+            return plan
+
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
             try:
                 torch.load(value, weights_only=True)
@@ -182,7 +204,25 @@ def load(
             raise inner from None  # an interrupt stays one
         if refused or isinstance(inner, IntegrityError):
             raise IntegrityError(refused[0] if refused else str(inner)) from None
+        if isinstance(inner, DoesNotFit):
+            raise DoesNotFit(str(inner)) from None
         raise IntegrityError(_failure(folder, inner)) from None
+
+
+class DoesNotFit(UsageError):
+    """The state loaded into has other keys or shapes than the checkpoint's (verified)
+    files: another model saved it, or this model's definition changed."""
+
+
+def _unexpected(target: Mapping[str, Any], metadata: Any) -> list[str]:
+    """The checkpoint's keys of a model being loaded that the model lacks (DCP loads what
+    the target asks for and would leave them unread, as ``strict=False`` would)."""
+    models = {".".join(key.split(".")[:2]) for key in target if key.startswith("model.")}
+    return sorted(
+        key
+        for key in metadata.state_dict_metadata
+        if key not in target and ".".join(key.split(".")[:2]) in models
+    )
 
 
 def _shard_files(folder: Path, files: Mapping[str, FileDigest]) -> Any:

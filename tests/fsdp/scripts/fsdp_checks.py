@@ -25,9 +25,19 @@ import accel
 from accel.errors import UsageError
 
 
-def model_and_optimizer(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def model_and_optimizer(
+    seed: int, variant: str = ""
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The model; ``variant``: its definition changed since the save (``wider``: a
+    layer of another shape, ``deeper``: one more layer, ``shallower``: one fewer)."""
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    hidden = 10 if variant == "wider" else 8
+    layers = [torch.nn.Linear(6, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 2)]
+    if variant == "deeper":
+        layers.append(torch.nn.Linear(2, 2))
+    if variant == "shallower":
+        layers = layers[:2]
+    model = torch.nn.Sequential(*layers)
     return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
@@ -133,7 +143,7 @@ def digest(acc: accel.Accelerator, model: Any, opt: Any) -> None:
 
 
 def save_and_load(acc: accel.Accelerator, mode: str) -> None:
-    model, opt = acc.prepare(*model_and_optimizer(seed=0))
+    model, opt = acc.prepare(*model_and_optimizer(seed=0, variant=mode.partition(":")[2]))
     if mode == "save":
         step(acc, model, opt)
         acc.save_state(1)

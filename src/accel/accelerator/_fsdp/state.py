@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from accel.errors import UsageError
+from accel.store.sharded import DoesNotFit
 
 Parts = tuple[list[Any], list[Any], dict[str, Any] | None]
 
@@ -108,36 +109,145 @@ def save_parts(models: Sequence[Any], optimizers: Sequence[Any]) -> Parts:
 
 
 def load_parts(
-    checkpoints: Any, step: int, saved: Sequence[str], models: Sequence[Any], optimizers: Any
+    checkpoints: Any,
+    step: int,
+    state: dict[str, Any],
+    models: Sequence[Any],
+    optimizers: Sequence[Any],
 ) -> frozenset[str]:
-    """Restore the sharded objects of checkpoint ``step`` in place; their names."""
+    """Restore the objects of checkpoint ``step`` that one side of it shards, in place;
+    their names. ``state``: the checkpoint's replicated state (``sharded`` names what its
+    ``sharded/`` folder holds). A checkpoint of sharded models loads into a run that
+    shards none (one process, or FSDP off), gathered whole; one of whole models into a
+    run that shards them, each rank keeping its shard: the world size may change."""
+    saved = [str(name) for name in state.get("sharded") or []]
+    names = sharded_names(models, optimizers)
+    try:
+        if saved and not names:
+            return _gathered(checkpoints, step, saved, models, optimizers)
+        if names and not saved:
+            return _scattered(state, names, models, optimizers)
+        models_differ = {n for n in names if n.startswith("model.")} != {
+            n for n in saved if n.startswith("model.")
+        }
+        if models_differ or not set(saved) <= set(names):
+            raise UsageError(
+                f"the checkpoint of step {step} holds {_described(saved)} but this run has "
+                f"{_described(names)}; load it with the FSDP setting of the run that saved "
+                "it (launch.fsdp / --fsdp)"
+            )
+        if not saved:
+            return frozenset()
+        target = {name: _sharded_state(name, models, optimizers) for name in saved}
+        checkpoints.load_sharded(target, step)
+        _set(target, models, optimizers, owner=_owner)
+        return frozenset(saved)
+    except DoesNotFit as exc:
+        from accel.accelerator._resume import does_not_fit
+
+        raise does_not_fit(step, "sharded state", str(exc)) from None
+
+
+def _set(
+    target: dict[str, Any], models: Sequence[Any], optimizers: Sequence[Any], **how: Any
+) -> None:
     from torch.distributed.checkpoint.state_dict import (
         set_model_state_dict,
         set_optimizer_state_dict,
     )
 
-    names = sharded_names(models, optimizers)
-    models_differ = {n for n in names if n.startswith("model.")} != {
-        n for n in saved if n.startswith("model.")
-    }
-    if models_differ or not set(saved) <= set(names):
-        raise UsageError(
-            f"the checkpoint of step {step} holds {_described(saved)} but this run has "
-            f"{_described(names)}; load it with the FSDP setting of the run that saved it "
-            "(launch.fsdp / --fsdp)"
-        )
-    if not saved:
-        return frozenset()
-    target = {name: _sharded_state(name, models, optimizers) for name in saved}
-    checkpoints.load_sharded(target, step)
-    for name, state in target.items():
+    options = how.get("options")
+    for name, part in target.items():
         kind, index = name.split(".")
+        try:
+            if kind == "model":
+                set_model_state_dict(models[int(index)], part, options=options)
+            else:
+                optimizer = optimizers[int(index)]
+                owner = how["owner"](optimizer, models)
+                set_optimizer_state_dict(owner, optimizer, part, options=options)
+        except (RuntimeError, ValueError, KeyError) as exc:  # keys or shapes of another model
+            from accel.errors import one_line
+
+            raise DoesNotFit(one_line(exc)) from None
+
+
+def _gathered(
+    checkpoints: Any, step: int, saved: Sequence[str], models: Sequence[Any], optimizers: Any
+) -> frozenset[str]:
+    """A sharded checkpoint into whole models: DCP reads every shard into whole tensors."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    target: dict[str, Any] = {}
+    for name in saved:
+        kind, index = name.split(".")
+        objs = models if kind == "model" else optimizers
+        if int(index) >= len(objs):
+            continue  # a count that differs: said below, as for a whole checkpoint
         if kind == "model":
-            set_model_state_dict(models[int(index)], state)
-        else:
+            target[name] = get_model_state_dict(models[int(index)])
+            continue
+        optimizer = optimizers[int(index)]
+        owner = _plain_owner(optimizer, models)
+        if owner is None:
+            continue
+        _init_state(optimizer)
+        target[name] = get_optimizer_state_dict(owner, optimizer)
+    checkpoints.load_sharded(target, step)
+    _set(target, models, optimizers, owner=_plain_owner)
+    return frozenset(target)
+
+
+def _scattered(
+    state: dict[str, Any], names: Sequence[str], models: Sequence[Any], optimizers: Any
+) -> frozenset[str]:
+    """A checkpoint of whole models into sharded ones: every rank read the whole state
+    and keeps its shard of it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    target: dict[str, Any] = {}
+    for name in names:
+        kind, index = name.split(".")
+        whole = list(state.get("models" if kind == "model" else "optimizers") or [])
+        if int(index) >= len(whole):
+            continue  # a count that differs: said below, as for a whole checkpoint
+        part = whole[int(index)]
+        if kind == "model":
+            target[name] = part
+        elif isinstance(part, dict) and part.get("state"):  # a fresh one is loaded as is
             optimizer = optimizers[int(index)]
-            set_optimizer_state_dict(_owner(optimizer, models), optimizer, state)
-    return frozenset(saved)
+            target[name] = _by_name(part, optimizer, _owner(optimizer, models))
+    _set(target, models, optimizers, owner=_owner, options=StateDictOptions(full_state_dict=True))
+    return frozenset(target)
+
+
+def _by_name(saved: dict[str, Any], optimizer: Any, model: Any) -> dict[str, Any]:
+    """``optimizer.state_dict()``'s form (parameters by position) in the form torch's
+    sharded helpers take (parameters by name), for the parameters ``optimizer`` steps."""
+    named = {id(p): fqn for fqn, p in model.named_parameters()}
+    order = [named.get(id(p)) for group in optimizer.param_groups for p in group["params"]]
+    groups = list(saved.get("param_groups") or [])
+    positions = [i for group in groups for i in group.get("params", [])]
+    if len(positions) != len(order) or None in order:
+        raise DoesNotFit(
+            f"the optimizer steps {len(order)} parameters, the checkpoint's {len(positions)}"
+        )
+    fqn = dict(zip(positions, order, strict=True))
+    return {
+        "state": {fqn[i]: value for i, value in saved.get("state", {}).items() if i in fqn},
+        "param_groups": [
+            {**group, "params": [fqn[i] for i in group["params"]]} for group in groups
+        ],
+    }
+
+
+def _plain_owner(optimizer: Any, models: Sequence[Any]) -> Any:
+    """The model whose parameters ``optimizer`` steps, sharded or not, if any."""
+    mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return next((m for m in models if any(id(p) in mine for p in m.parameters())), None)
 
 
 def _described(names: Sequence[str]) -> str:
