@@ -191,6 +191,11 @@ def hint(exc: BaseException) -> str:
     return _DEFAULT_HINT
 
 
+class DoesNotFit(UsageError):
+    """A checkpoint's (verified) state has other keys or shapes than what loads it:
+    another model saved it, or this model's definition changed. Not damage."""
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """A library's exception (torch's key lists run over many lines) as one line."""
     detail = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
 from accel._fs import open_regular
-from accel.errors import DamagedFile, IntegrityError, UsageError, one_line
+from accel.errors import DamagedFile, DoesNotFit, IntegrityError, one_line
 from accel.layout import SHARDED_DIR
 from accel.store.collectives import DistContext
 from accel.store.hashing import FileDigest, digest_bytes, hash_file
@@ -63,7 +63,6 @@ from accel.store.hashing import FileDigest, digest_bytes, hash_file
 __all__ = [
     "FOLDER",
     "METADATA",
-    "DoesNotFit",
     "load",
     "open_verified",
     "read_metadata",
@@ -207,11 +206,6 @@ def load(
         if isinstance(inner, DoesNotFit):
             raise DoesNotFit(str(inner)) from None
         raise IntegrityError(_failure(folder, inner)) from None
-
-
-class DoesNotFit(UsageError):
-    """The state loaded into has other keys or shapes than the checkpoint's (verified)
-    files: another model saved it, or this model's definition changed."""
 
 
 def _unexpected(target: Mapping[str, Any], metadata: Any) -> list[str]:

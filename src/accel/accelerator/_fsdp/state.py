@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from accel.errors import UsageError
-from accel.store.sharded import DoesNotFit
+from accel.errors import DoesNotFit, UsageError
 
 Parts = tuple[list[Any], list[Any], dict[str, Any] | None]
 
