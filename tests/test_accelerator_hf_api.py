@@ -195,6 +195,68 @@ def test_load_state_of_a_folder_that_is_not_a_checkpoint_says_so(project: Path) 
         acc.load_state(str(hf))
 
 
+def test_accelerates_folder_keywords_save_and_load_that_folder(project: Path) -> None:
+    # load_state(input_dir=...) was swallowed and loaded the newest step (none here):
+    # the run went on from its own weights without a word.
+    acc = accel.Accelerator()
+    model = acc.prepare(torch.nn.Linear(2, 1))
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    acc.save_state(output_dir=str(project / "ckpt" / "epoch_1"))
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    acc.load_state(input_dir=str(project / "ckpt" / "epoch_1"))
+    assert model.weight.tolist() == [[1.0, 1.0]]
+    with pytest.raises(UsageError, match="give a step or input_dir=, not both"):
+        acc.load_state(3, input_dir="ckpt/epoch_1")
+
+
+def test_a_model_prepared_for_evaluation_is_not_wrapped(project: Path) -> None:
+    acc = accel.Accelerator()
+    acc.world_size = 2  # as on a second rank; evaluation_mode asks for no DDP to wrap
+    model = torch.nn.Linear(2, 1)
+    assert acc.prepare_model(model, evaluation_mode=True) is model
+    assert acc._models == [model]
+
+
+def test_print_prints_once_per_node(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    acc = accel.Accelerator()
+    acc.rank, acc.local_rank = 1, 0  # the first rank of a second node: Accelerate prints
+    acc.print("node 1")
+    acc.local_rank = 1
+    acc.print("not here")
+    assert capsys.readouterr().out == "node 1\n"
+
+
+class _Rows:
+    """What the split needs of a Hugging Face ``datasets.Dataset``: len and select."""
+
+    def __init__(self, rows: list[str]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def select(self, indices: list[int]) -> _Rows:
+        return _Rows([self.rows[i] for i in indices])
+
+
+@pytest.mark.parametrize(
+    ("rank", "padding", "expected"),
+    [(0, False, ["p0", "p1", "p2"]), (1, False, ["p3", "p4"]), (1, True, ["p3", "p4", "p4"])],
+)
+def test_a_hugging_face_dataset_is_split_between_processes(
+    monkeypatch: pytest.MonkeyPatch, rank: int, padding: bool, expected: list[str]
+) -> None:
+    # Every rank got the whole dataset: distributed inference did all the work twice.
+    from accel.accelerator._ops import split_rows
+
+    monkeypatch.setitem(sys.modules, "datasets", type(sys)("datasets"))
+    monkeypatch.setattr(sys.modules["datasets"], "Dataset", _Rows, raising=False)
+    rows = _Rows([f"p{i}" for i in range(5)])
+    assert split_rows(rows, rank, 2, padding, torch.device("cpu")).rows == expected
+
+
 def _run(acc: Any, stop: int = 0, resume: bool = False) -> tuple[list[Any], Any]:
     """Two epochs of a shuffled loader, as a ported script runs them: with ``stop``,
     save at that step and return; with ``resume``, start from the latest checkpoint."""

@@ -43,7 +43,6 @@ reads too, are :mod:`accel.config.fsdp`).
 from __future__ import annotations
 
 import atexit
-import builtins
 import contextlib
 import os
 import weakref
@@ -68,7 +67,7 @@ from accel.accelerator._data import (
 from accel.accelerator._hfapi import ProcessApi
 from accel.accelerator._hfargs import DataLoaderConfiguration, DistributedType, ProjectConfiguration
 from accel.accelerator._hfdata import HfData, HfLoader, shard_hf
-from accel.accelerator._hfstate import FolderApi, as_step
+from accel.accelerator._hfstate import FolderApi, as_step, one_of
 from accel.accelerator._metrics import MetricsLog
 from accel.accelerator._rng import rng_state, set_rng_state
 from accel.accelerator._scaling import scale_steps
@@ -288,14 +287,14 @@ class Accelerator(ProcessApi, FolderApi):
         self._snapshots = Snapshots(self, every, persist)
         self._snapshots.hook(optimizer)
 
-    def _prepare_model(self, model: Any) -> Any:
+    def _prepare_model(self, model: Any, evaluation_mode: bool = False) -> Any:
         if self.device_placement:
             model = model.to(self.device)
         if self.hf_compat and self.mixed_precision != "no":
             setup.autocast_forward(model, self.autocast)  # Accelerate autocasts forward itself
-        if self.world_size > 1 and self.fsdp is not None:
+        if self.world_size > 1 and self.fsdp is not None and not evaluation_mode:
             model = self._shard(model, self.fsdp)
-        elif self.world_size > 1:
+        elif self.world_size > 1 and not evaluation_mode:  # Accelerate's: no DDP to infer
             ids = [self.device.index] if self.device.type == "cuda" else None
             compiled = self._dynamo is not None
             model = _ddp.wrap(model, ids, self._handlers.ddp, compiled=compiled)
@@ -388,11 +387,6 @@ class Accelerator(ProcessApi, FolderApi):
 
             dist.barrier()
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
-        if self.is_main_process:
-            builtins.print(*args, **kwargs)
-
     # -- metrics ------------------------------------------------------------------------
 
     @property
@@ -438,6 +432,7 @@ class Accelerator(ProcessApi, FolderApi):
         extra: Any = None,
         async_save: bool | None = None,
         safe_serialization: bool = True,
+        output_dir: str | os.PathLike[str] | None = None,
     ) -> Any:
         """Checkpoint every prepared object, the RNG states and ``step`` (a collective).
 
@@ -445,6 +440,7 @@ class Accelerator(ProcessApi, FolderApi):
         same commit goes into that folder's own series and the folder names it
         (:mod:`accel.accelerator._hfstate`); returns the folder.
         """
+        step = one_of(step, output_dir=output_dir)  # Accelerate's keyword
         if (at := as_step(step)) is not None:  # numpy's integers too
             return self._save(at, tag=tag, extra=extra, async_save=async_save)
         return self._save_to_folder(step)
@@ -509,13 +505,16 @@ class Accelerator(ProcessApi, FolderApi):
 
         return save_parts(models, self._optimizers)
 
-    def load_state(self, step: int | str | os.PathLike[str] | None = None, **_: Any) -> int | None:
+    def load_state(
+        self, step: int | str | os.PathLike[str] | None = None, input_dir: Any = None, **_: Any
+    ) -> int | None:
         """Restore the latest (or ``step``'s) checkpoint; its step, None when there is none.
 
         The latest is the newest checkpoint every rank can read (a bad one is warned
         about and skipped, see :mod:`accel.accelerator._resume`); ``step`` is that step or an error.
         A folder ``save_state(folder)`` wrote restores the checkpoint it names.
         """
+        step = one_of(step, input_dir=input_dir)  # Accelerate's keyword
         automatic = step is None and self.project_configuration.automatic_checkpoint_naming
         if isinstance(step, (str, os.PathLike)) or automatic:
             return self._load_from_folder(step)

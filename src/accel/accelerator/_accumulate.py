@@ -49,8 +49,8 @@ class GradientState:
         if not self.sync_gradients:
             warnings.warn(
                 "save_state() in the middle of gradient accumulation: the gradients "
-                f"accumulated over the last {self.step} micro-step(s) are not saved, so a "
-                "resume does not train as this run does; save where "
+                f"accumulated over the last {self.step % self.num_steps} micro-step(s) are "
+                "not saved, so a resume does not train as this run does; save where "
                 "accelerator.sync_gradients is True (after the optimizer step)",
                 UserWarning,
                 stacklevel=4,

@@ -7,6 +7,7 @@ behaves as Accelerate's does (``accelerate/accelerator.py``, ``state.py``,
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import os
@@ -83,6 +84,7 @@ class ProcessApi:
         def wait_for_everyone(self) -> None: ...
         def end(self) -> None: ...
         def _prepare_one(self, obj: Any) -> Any: ...
+        def _prepare_model(self, model: Any, evaluation_mode: bool = False) -> Any: ...
 
     # -- where this process is --------------------------------------------------------
 
@@ -175,8 +177,15 @@ class ProcessApi:
         self._trigger = flag
         return False
 
-    def prepare_model(self, model: Any, device_placement: Any = None, **kwargs: Any) -> Any:
-        return self._prepare_one(model)
+    def prepare_model(
+        self, model: Any, device_placement: Any = None, evaluation_mode: bool = False
+    ) -> Any:
+        return self._prepare_model(model, evaluation_mode=evaluation_mode)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process of each node (Accelerate's: once per node)."""
+        if self.local_rank == 0:
+            builtins.print(*args, **kwargs)
 
     def prepare_optimizer(self, optimizer: Any, device_placement: Any = None) -> Any:
         return self._prepare_one(optimizer)

@@ -79,6 +79,17 @@ def as_step(value: Any) -> int | None:
         return None
 
 
+def one_of(step: Any, **keyword: Any) -> Any:
+    """``step``, or Accelerate's keyword for the folder (``output_dir=``, ``input_dir=``):
+    a script's ``load_state(input_dir=...)`` had loaded the newest step instead."""
+    ((name, value),) = keyword.items()
+    if value is None:
+        return step
+    if step is not None:
+        raise UsageError(f"give a step or {name}=, not both")
+    return value
+
+
 def output_folder(acc: Accelerator, output_dir: Any) -> Path:
     """Where ``save_state(output_dir)`` goes (Accelerate's automatic naming included)."""
     project = acc.project_configuration

@@ -13,6 +13,7 @@ error, as in Accelerate); ``gather_object`` on anything picklable.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -158,8 +159,9 @@ def _pad_one(tensor: Any, dim: int, pad_index: Any, pad_first: bool) -> Any:
 
 
 def split_rows(inputs: Any, rank: int, world_size: int, apply_padding: bool, device: Any) -> Any:
-    """This rank's contiguous share of ``inputs`` (list, tuple, tensor, or a dict of
-    them); the first ranks take one more when it does not divide evenly."""
+    """This rank's contiguous share of ``inputs`` (list, tuple, tensor, a Hugging Face
+    ``datasets.Dataset``, or a dict of them); the first ranks take one more when it does
+    not divide evenly."""
     if world_size == 1:
         return inputs
     length = len(inputs)
@@ -184,11 +186,21 @@ def _split(inputs: Any, start: int, end: int, width: int | None, device: Any) ->
         for key in inputs:  # in place, as Accelerate does
             inputs[key] = _split(inputs[key], start, end, width, device)
         return inputs
+    if _is_hf_dataset(inputs):
+        rows = list(range(min(start, len(inputs)), min(end, len(inputs))))
+        return inputs.select(rows + [len(inputs) - 1] * ((width or 0) - len(rows)))
     if not isinstance(inputs, (list, tuple, torch.Tensor)):
-        return inputs
+        return inputs  # anything else whole, as Accelerate gives it
     part: Any = inputs[start:end]
     if width is None:
         return part
     if isinstance(part, torch.Tensor):
         return pad_across_processes(part.to(device), pad_index=inputs[-1].to(device))
     return part + type(part)([inputs[-1]]) * (width - len(part))
+
+
+def _is_hf_dataset(inputs: Any) -> bool:
+    """A Hugging Face ``datasets.Dataset`` (looked up only where the script imported it)."""
+    datasets = sys.modules.get("datasets")
+    kind = getattr(datasets, "Dataset", None)
+    return isinstance(kind, type) and isinstance(inputs, kind)
