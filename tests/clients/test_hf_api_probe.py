@@ -98,3 +98,29 @@ def test_distributed_type_has_accelerates_members() -> None:
     # a new release's new member fails here (and the list in test_accelerator_hf_api.py)
     assert {m.name for m in Ours} == {m.name for m in Theirs}
     assert all(Ours[m.name] == m for m in Theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_accelerates_own_helpers_see_every_rank_beside_accels_accelerator(
+    project: Path, accel_exe: list[str]
+) -> None:
+    # accelerate.utils' gather_object saw one process: a metric from half the samples,
+    # silently; accelerate.logging raised "initialize the accelerate state".
+    pytest.importorskip("accelerate")
+    out = project / "out"
+    out.mkdir()
+    done = subprocess.run(
+        [*accel_exe, "launch", "--cpu", "-n", "2", str(SCRIPTS / "hf_utils_beside.py"), str(out)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in (0, 1):
+        report = json.loads((out / f"rank-{rank}.json").read_text())
+        assert report["objects"] == report["tensors"] == list(range(8)), report
+        assert (report["processes"], report["index"]) == (2, rank)
+        assert report["type"] == "DistributedType.MULTI_CPU"

@@ -173,6 +173,7 @@ class Accelerator(ProcessApi, FolderApi):
         self._owns_group = setup.init_group(
             self.world_size, self.rank, self.device, self._handlers.process_group
         )
+        setup.share_with_accelerate(self.device)
         self._custom_objects: list[Any] = []
         self._save_hooks: dict[int, Any] = {}
         self._load_hooks: dict[int, Any] = {}

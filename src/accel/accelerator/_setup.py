@@ -13,10 +13,11 @@ import os
 import socket
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from accel.errors import UsageError
+from accel.errors import UsageError, one_line
 
 if TYPE_CHECKING:
     import torch
@@ -153,6 +154,28 @@ def init_group(
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, **kwargs)
     atexit.register(_end_group_at_exit)
     return True
+
+
+def share_with_accelerate(on: torch.device) -> None:
+    """Hugging Face Accelerate's ``PartialState`` made for this run, where the script
+    imported Accelerate: its ``accelerate.utils`` collectives (``gather_object``,
+    ``gather``, ``reduce``, ``broadcast``), ``accelerate.logging`` and ``PartialState()``
+    then see every rank, as beside Accelerate's own ``Accelerator`` (they had seen one
+    process: a metric gathered from half the samples, silently). Public API only."""
+    if "accelerate" not in sys.modules:
+        return
+    try:
+        from accelerate.state import PartialState  # type: ignore[import-not-found,unused-ignore]
+
+        PartialState(cpu=on.type == "cpu")
+    except Exception as exc:  # noqa: BLE001 - a courtesy to the other library: say, go on
+        warnings.warn(
+            f"Hugging Face Accelerate's PartialState could not join this run "
+            f"({one_line(exc)}): its accelerate.utils collectives see this process alone; "
+            "use the Accelerator's (acc.gather, acc.reduce)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 #: Seconds a rank polls for rank 0's store before it leaves the wait to torch.
