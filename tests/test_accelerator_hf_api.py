@@ -23,7 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, Tensor
 
 import accel
 import run_helpers
-from accel.accelerator._hfdata import BatchShard, HfData
+from accel.accelerator._hfdata import BatchShard, HfData, HfLoader
 from accel.errors import UsageError
 from run_helpers import Accel
 
@@ -226,6 +226,31 @@ def test_print_prints_once_per_node(project: Path, capsys: pytest.CaptureFixture
     acc.local_rank = 1
     acc.print("not here")
     assert capsys.readouterr().out == "node 1\n"
+
+
+@pytest.mark.parametrize("hf", [True, False], ids=["accelerate-sharding", "accel-sharding"])
+def test_skip_first_batches_is_that_much_shorter_each_time_as_accelerates(
+    project: Path, hf: bool
+) -> None:
+    # len() stayed the whole epoch's while the loop got fewer batches: progress totals
+    # and `step == len(loader) - 1` checks were off by the batches skipped.
+    acc = accel.Accelerator(hf_compat=hf)
+    loader = acc.prepare(DataLoader(TensorDataset(torch.arange(12)), batch_size=2))
+    assert isinstance(loader, HfLoader) == hf
+    active = acc.skip_first_batches(loader, 2)
+    assert len(active) == 4 and len(loader) == 6
+    firsts = [[int(b[0][0]) for b in active] for _ in range(2)]
+    assert firsts == [[4, 6, 8, 10]] * 2 and len(list(loader)) == 6
+
+
+def test_collectives_after_the_group_ended_are_one_line_not_local_data(project: Path) -> None:
+    # After end() (or another Accelerator's), each rank got its own data back as the
+    # gather of all, while num_processes still said 2.
+    acc = accel.Accelerator()
+    acc.world_size = 2  # a rank of a 2-rank run whose group end() has torn down
+    for collective in (acc.gather, acc.gather_for_metrics, acc.reduce, acc.pad_across_processes):
+        with pytest.raises(UsageError, match="this run's process group has ended"):
+            collective(torch.tensor([1]))
 
 
 class _Rows:

@@ -211,12 +211,25 @@ class ProcessApi:
 
     # -- collectives ------------------------------------------------------------------
 
+    def _in_group(self) -> None:
+        """A collective of a run of several ranks needs its group: after ``end()`` (or
+        another Accelerator's) each rank had silently got back its own data alone."""
+        import torch.distributed as dist
+
+        if self.world_size > 1 and not dist.is_initialized():
+            raise UsageError(
+                "this run's process group has ended (end() or end_training() was called): "
+                "gather, reduce and the other collectives come before it"
+            )
+
     def gather(self, tensor: Any) -> Any:
         """Every rank's tensors concatenated along dimension 0 (a collective)."""
+        self._in_group()
         return ops.gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """``gather``, less the samples the last batch repeated to even the ranks out."""
+        self._in_group()
         use_object = use_gather_object or not ops.all_tensors(input_data)
         data = ops.gather_object(input_data) if use_object else ops.gather(input_data)
         state = self._gradient_state
@@ -229,11 +242,13 @@ class ProcessApi:
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """The sum (``mean``, ``max``) over the ranks, on every rank (``scale`` is XLA's
         alone in Accelerate, and ignored here as there)."""
+        self._in_group()
         return ops.reduce(tensor, reduction)
 
     def pad_across_processes(
         self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
     ) -> Any:
+        self._in_group()
         return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     @contextlib.contextmanager

@@ -514,12 +514,14 @@ def _to_device(data: Any, device: Any, non_blocking: bool) -> Any:
 
 
 def skip_first(loader: Any, count: int) -> Any:
-    """``loader`` whose next iteration starts at batch ``count`` (Accelerate's
-    ``skip_first_batches``): a prepared loader skips in place; a plain one is wrapped."""
+    """Accelerate's ``skip_first_batches``: a loader that starts at batch ``count`` each
+    time it is iterated, ``count`` shorter (``len``), as Accelerate's ``SkipDataLoader``.
+    A prepared loader also skips in place, at its own next iteration (accel's
+    ``skip_batches``), without loading the batches skipped."""
     count = batch_count(count)
     if isinstance(loader, HfLoader) or hasattr(loader, "skip_batches"):
         loader.skip_batches(count)
-        return loader
+        return _SkippingPrepared(loader, count)
     return _Skipping(loader, count)
 
 
@@ -534,3 +536,9 @@ class _Skipping(Wrapping):
 
     def __len__(self) -> int:
         return max(len(self.loader) - self.count, 0)
+
+
+class _SkippingPrepared(_Skipping):
+    def __iter__(self) -> Iterator[Any]:
+        self.loader.skip_batches(self.count)  # the prepared loader's own, loading none
+        return iter(self.loader)
