@@ -134,6 +134,48 @@ def test_agent_state_accel_reads_exists_after_construction(handler: Any, tmp_pat
     )
 
 
+def _terminated(*_: Any) -> None:
+    """torch's own handler in the launcher (PContext's): a SignalException."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    raise SignalException("SIGTERM", signal.SIGTERM)
+
+
+@pytest.mark.timeout(60)
+def test_the_exit_barrier_is_said_and_a_signal_ends_it_at_once(
+    handler: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's own barrier waited up to 300 s in one blocking call, silent: a node whose
+    # peer was stopped sat there, and its SIGTERM acted only after (a scheduler's kill).
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.agent.server import api as agent_api
+    from torch.distributed.elastic.utils import store as store_util
+
+    spec = WorkerSpec(
+        role="default", local_world_size=1, entrypoint="/bin/true", args=(),
+        rdzv_handler=handler(), max_restarts=0,
+    )  # fmt: skip
+    agent = compat.CompatAgent(spec, DefaultLogsSpecs(log_dir=str(tmp_path)), grace=1)
+    assert agent._exit_barrier_timeout == 300, f"{VERSION}: _exit_barrier_timeout; {FIX}"
+    agent._store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    agent._worker_group.group_world_size = 2  # the other node has not come
+    said: list[tuple[int, float]] = []
+    monkeypatch.setattr(compat, "BARRIER_QUIET", 0.0)
+    monkeypatch.setattr(agent, "exit_barrier_waiting", lambda *args: said.append(args))
+    previous = signal.signal(signal.SIGALRM, _terminated)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.5)  # the scheduler's SIGTERM, as it were
+        with pytest.raises(Exception, match="SIGTERM") as stopped:
+            agent._exit_barrier()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert said == [(2, 300.0)] and compat.signal_of(stopped.value) == signal.SIGTERM
+    # the other node arrives (torch's own arrival): the barrier is done at once
+    store_util._barrier_nonblocking(agent._store, 2, agent_api._TERMINAL_STATE_SYNC_ID)
+    agent._exit_barrier()
+
+
 @pytest.mark.timeout(60)
 def test_the_store_sharing_variable_still_switches_sharing_off(
     handler: Any, monkeypatch: pytest.MonkeyPatch

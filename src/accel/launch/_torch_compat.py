@@ -34,7 +34,9 @@ built on ``inspect.stack()``, ``dynamic_rendezvous._delay(seconds)`` (a random s
 read into ``ProcessFailure``) and ``SubprocessContext.subprocess_handlers[local].proc.poll()``
 as the one read of a worker's exit status (see :func:`tolerate_teardown`), and
 ``SimpleElasticAgent._invoke_run``'s ``time.sleep(monitor_interval)``, the one sleep of
-``torch.distributed.elastic.agent.server.api`` (see :func:`wake_on_exit`).
+``torch.distributed.elastic.agent.server.api`` (see :func:`wake_on_exit`), and what the
+exit barrier reads (``_store``, ``_worker_group.group_world_size``,
+``_exit_barrier_timeout``, ``agent_api._TERMINAL_STATE_SYNC_ID``, ``store_timeout``).
 
 Imported only when launching: it imports torch.
 """
@@ -68,6 +70,9 @@ OLDEST = (2, 6)
 NEWEST = (2, 15)
 
 TORN = ".torn"  # suffix of a worker's error file that torch could not parse, set aside
+
+BARRIER_SLICE = 1.0  # seconds of each wait of the exit barrier: a signal acts between two
+BARRIER_QUIET = 3.0  # seconds into the exit barrier before the wait is said
 
 # Environment variables torch reads (public names, private semantics).
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
@@ -119,6 +124,16 @@ def contract(version: tuple[int, int]) -> tuple[Expectation, ...]:
             "torch.distributed.elastic.rendezvous.dynamic_rendezvous._delay",
             ("seconds",),
             "replaced: a lone node skips the random skew before its join (0-0.3 s)",
+        ),
+        Expectation(
+            "torch.distributed.elastic.agent.server.api.SimpleElasticAgent._exit_barrier",
+            ("self",),
+            "replaced: the end-of-run wait for other nodes is said, and a signal acts",
+        ),
+        Expectation(
+            "torch.distributed.elastic.utils.store._barrier_nonblocking",
+            ("store", "world_size", "key_prefix"),
+            "the exit barrier's arrival (its key, then waited on in slices)",
         ),
         Expectation(
             "torch.distributed.elastic.rendezvous.utils._matches_machine_hostname",
@@ -189,6 +204,46 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
         tolerate_teardown(self._pcontext, judge)
         self.workers_started(worker_group, pids)
         return pids
+
+    def exit_barrier_waiting(self, nodes: int, timeout: float) -> None:
+        """This node's workers are done and it waits for the other nodes' (torch's exit
+        barrier, up to ``timeout`` seconds)."""
+
+    def _exit_barrier(self) -> None:
+        """torch's barrier at the end of a run (every node's agent waits until all have
+        finished, up to ``exit_barrier_timeout``, 300 s: it keeps node 0's store up for
+        the others) waited in one blocking ``store.wait``: silent, and a SIGTERM acted
+        only once it returned. The same barrier, waited on in short slices: said after a
+        moment, and a signal acts at once."""
+        from torch.distributed.elastic.utils import store as store_util
+
+        store: Any = self._store
+        nodes = int(self._worker_group.group_world_size or 1)
+        timeout = float(self._exit_barrier_timeout)
+        self._in_exit_barrier = True  # torch's health check: alive while it waits
+        try:
+            key = store_util._barrier_nonblocking(store, nodes, agent_api._TERMINAL_STATE_SYNC_ID)
+            start, said = time.monotonic(), False
+            while True:
+                began = time.monotonic()
+                try:
+                    with store_util.store_timeout(store, BARRIER_SLICE):
+                        store.wait([key])
+                    return
+                except Exception as exc:
+                    if signal_of(exc) is not None:
+                        raise  # a signal's (torch's handlers raise): it stops the launcher
+                    now = time.monotonic()
+                    if now - began < BARRIER_SLICE / 2 or now - start >= timeout:
+                        return  # not a slice's timeout (the store is gone), or the whole
+                if not said and now - start >= BARRIER_QUIET:
+                    said = True
+                    self.exit_barrier_waiting(nodes, timeout)
+        except Exception as exc:
+            if signal_of(exc) is not None:
+                raise
+        finally:
+            self._in_exit_barrier = False
 
     def _monitor_workers(self, worker_group: Any) -> Any:
         while True:

@@ -194,6 +194,13 @@ class AccelAgent(CompatAgent):
     def rendezvous_waiting(self, waiting: bool) -> None:
         self._hooks.rendezvous(waiting)
 
+    def exit_barrier_waiting(self, nodes: int, timeout: float) -> None:
+        self._hooks.notify(
+            f"accel: this node's workers are done; waiting up to {timeout:.0f}s for the "
+            f"other node(s) of {nodes} to finish (torch's exit barrier keeps node 0's store "
+            "up for them); Ctrl-C or SIGTERM ends the wait now"
+        )
+
 
 def rendezvous_handler(plan: LaunchPlan, last_call: float) -> Any:
     """torch's c10d rendezvous for the plan's nodes (a range, when elastic)."""
