@@ -284,6 +284,17 @@ def _open_standard_fds() -> None:
                 os.dup2(null, fd)
                 os.close(null)
             os.set_inheritable(fd, True)  # as a standard stream is: the workers get it
+    # Python made no stream for a descriptor closed at its start (sys.stdin is None): the
+    # prompts' isatty() and every print crashed. Each gets the descriptor, now /dev/null.
+    # A name that is not UTF-8 (a file of someone else's, kept as surrogates) is printed
+    # escaped, never a UnicodeEncodeError, whatever the locale's encoding is.
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+        elif fd and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
 
 
 def _exit_now(code: int) -> None:
