@@ -225,6 +225,30 @@ def test_saving_an_existing_step_replaces_it(ws: Workspace) -> None:
     assert len(ws.checkpoints.list()) == 1 and ws.checkpoints.debris() == []
 
 
+@pytest.mark.parametrize("held", ["a folder of the user's", "a newer checkpoint", "extra files"])
+def test_a_re_save_never_deletes_what_accel_may_not(ws: Workspace, held: str) -> None:
+    # The old folder of the step went, whatever it held: the user's notes too.
+    info = ws.checkpoints.save(_state(1), 30)
+    assert info is not None
+    step = info.path
+    if held == "a folder of the user's":
+        for child in list(step.iterdir()):
+            child.unlink()
+        step.rmdir()
+        (step / "sub").mkdir(parents=True)
+    elif held == "a newer checkpoint":
+        manifest = json.loads((step / MANIFEST).read_text())
+        (step / MANIFEST).write_text(json.dumps({**manifest, "format": 2}))
+    (step / "sub").mkdir(exist_ok=True)
+    (step / "sub" / "notes.txt").write_text("precious")
+    with pytest.warns(RuntimeWarning, match=r"kept whole as step-000000000030\.kept-"):
+        again = ws.checkpoints.save(_state(2), 30)
+    assert again is not None and ws.checkpoints.load(30)["step"] == 2
+    (kept,) = step.parent.glob("step-000000000030.kept-*")
+    assert (kept / "sub" / "notes.txt").read_text() == "precious"
+    assert kept in ws.checkpoints.view().unknown  # never cleaned, never loaded
+
+
 def test_delete_removes_the_checkpoint(ws: Workspace) -> None:
     ws.checkpoints.save(_state(1), 1)
     ws.checkpoints.save(_state(2), 2)

@@ -304,6 +304,8 @@ def commit(tmp: Path, manifest: Manifest, reaper: Reaper) -> Path:
         with phase("fsync-dir"):
             fsync_dir(tmp)
         with phase("rename"):
+            if os.path.lexists(target) and not _replaceable(target):
+                _set_aside(target)  # then the step's name is free
             if os.path.lexists(target):
                 swap_in(tmp, target, reaper)
             else:
@@ -313,6 +315,33 @@ def commit(tmp: Path, manifest: Manifest, reaper: Reaper) -> Path:
     except OSError as exc:
         raise write_failed(target, exc) from exc
     return target
+
+
+def _replaceable(target: Path) -> bool:
+    """A re-save replaces (and deletes) the old folder of its step only when that is a
+    checkpoint accel can read, holding nothing but its files."""
+    try:
+        if os.path.islink(target) or not target.is_dir():
+            return False
+        return not foreign_in(Found(target, read_manifest(target)))
+    except (ManifestMissing, IntegrityError, OSError):
+        return False
+
+
+def _set_aside(target: Path) -> None:
+    """The folder at a step being saved that a re-save may not delete (a damaged or
+    newer checkpoint, a folder of someone else's, one holding their files) is kept, whole,
+    under a name accel never deletes (``unknown``), and said: the save goes on."""
+    kept = target.with_name(f"{target.name}.kept-{secrets.token_hex(4)}")
+    os.rename(target, kept)
+    fsync_dir(target.parent)
+    line = (
+        f"checkpoint step {target.name.removeprefix(STEP_PREFIX).lstrip('0') or '0'} was "
+        f"saved again, but {target} held what accel may not delete (a damaged or newer "
+        f"checkpoint, or files of someone else's): kept whole as {kept.name}; look at it, "
+        "then remove it yourself"
+    )
+    warnings.warn(line, RuntimeWarning, stacklevel=4)
 
 
 def refuse_links(root: Path, folder: Path) -> None:
