@@ -420,3 +420,11 @@ def test_a_scripts_option_given_before_the_script_says_where_it_goes(
     assert "Possible options: --no-preload, --nproc-per-node" in refused(
         capsys, "--nproc-per-nod", "2"
     )
+
+
+def test_json_without_dry_run_is_refused_not_a_run(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    # --json was ignored without --dry-run: the workers started, the output was text
+    assert "add --dry-run" in refused(capsys, "--json")
+    assert not (project / ".accelerate").exists()

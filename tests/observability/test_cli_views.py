@@ -182,6 +182,7 @@ def test_stack_dumps_a_live_run_into_the_output_and_the_rank_log(
         result = CliRunner().invoke(_app(), ["stack"])
         assert "no workers yet" in str(result.exception)
         hang.write_workers(folder, 0, {0: proc.pid})
+        _run(ws, "20261129-120000-cccccc")  # a newer run, ended: the live one is meant
         result = CliRunner().invoke(_app(), ["stack"])
     assert result.exit_code == 0, result.output
     assert f"===== rank 0 (pid {proc.pid}) =====" in result.output

@@ -395,6 +395,8 @@ def launch(
     from accel.launch.prepare import prepare
     from accel.launch.request import LaunchRequest, parse_env_pairs, parse_ranks
 
+    if as_json and not dry_run:  # a script reading the plan must not start a run instead
+        raise UsageError("--json prints the plan of --dry-run: add --dry-run (a run has no JSON)")
     pet = from_environment(ctx, os.environ)  # torchrun's PET_* variables (Kubernetes, TorchX)
     params = {**ctx.params, **pet.params}
     said = pet.summary()

@@ -28,7 +28,9 @@ def dump_run_stacks(layout: Layout, ref: str | None) -> RunStacks:
     """Dump the stacks of every rank of the live run ``ref`` and append them to its logs."""
     from accel import hang
 
-    record = read_run(layout, resolve_run_id(layout, ref))
+    latest = ref in (None, "", "latest")  # the newest live run, not the newest run
+    run_id = (_newest_live(layout) if latest else None) or resolve_run_id(layout, ref)
+    record = read_run(layout, run_id)
     if not record.live:
         raise UsageError(f"run {record.id} is not running ({record.status}); nothing to dump")
     if record.hostname and record.hostname != socket.gethostname():
@@ -39,3 +41,11 @@ def dump_run_stacks(layout: Layout, ref: str | None) -> RunStacks:
     stacks = hang.dump_stacks(record.path, pids)
     hang.append_to_rank_logs(record.path, stacks, "accel stack")
     return RunStacks(record.id, pids, stacks)
+
+
+def _newest_live(layout: Layout) -> str | None:
+    """The newest run a launcher holds now (a newer run may have ended since it began)."""
+    from accel.runs.live import live_run_ids
+
+    live = sorted(live_run_ids(layout), reverse=True)  # ids begin with their start time
+    return live[0] if live else None
