@@ -58,3 +58,19 @@ def test_a_name_that_is_not_utf8_prints_escaped_under_a_strict_encoding(
     done = _run(accel_exe, "", "status", PYTHONIOENCODING="utf-8:strict")
     assert done.returncode == 0, done.stderr
     assert "bad-\\udcff.bin" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("config", "schema")])
+def test_a_reader_that_goes_away_is_no_failure(
+    ws: Workspace, accel_exe: list[str], args: tuple[str, ...]
+) -> None:
+    # `--json | true` exited 1 where the text form exited 0
+    done = subprocess.run(
+        ["bash", "-c", '"$@" | true; exit "${PIPESTATUS[0]}"', "bash", *accel_exe, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

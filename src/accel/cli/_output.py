@@ -138,8 +138,11 @@ def gone(stream: Any) -> None:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `accel status --json | true`: as the text forms, not exit 1
+        gone(sys.stdout)
 
 
 def table(
