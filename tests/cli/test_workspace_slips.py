@@ -68,3 +68,19 @@ def test_the_workspace_option_after_a_command_shows_where_it_goes(
         f"accel --workspace PATH {command} ... (see 'accel {command} --help')\n"
     )
     assert not (project / ".accelerate").exists()
+
+
+@pytest.mark.parametrize("command", [("runs",), ("runs", "show"), ("logs",), ("stack",)])
+def test_reading_commands_name_a_folder_that_is_not_a_workspace(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # `accel -w some/folder runs` said "no runs yet; start one", exit 0
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.txt").write_text("mine\n")
+    result = cli("--workspace", str(folder), *command)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        f"error: {folder} is not an accel workspace (it holds todo.txt)"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["todo.txt"]

@@ -54,6 +54,10 @@ def read_workspace(ctx: typer.Context) -> Workspace:
     error = ws.salvage_config()
     if error is not None:
         _output.warn(f"{error} (read-only: going on without the config)")
+    from accel import identity
+
+    if identity.root_state(ws.path) == identity.FOREIGN:  # that line, not "no runs yet"
+        raise identity.not_a_workspace(ws.path)
     return ws
 
 
