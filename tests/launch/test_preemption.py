@@ -61,7 +61,9 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2], ids=["TERM", "USR1", "USR2"]
+)
 def test_a_stop_asked_saves_the_step_and_the_job_goes_on_bit_for_bit(
     accel: Accel, accel_exe: list[str], project: Path, signum: int, whole: Any
 ) -> None:

@@ -29,7 +29,10 @@ __all__ = [
 ]
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-EARLY_WARNING = signal.SIGUSR1  # SLURM's before the end (--signal=USR1@90): a stop
+# The pre-timeout signals schedulers are told to send before the end: SLURM's
+# --signal=USR1@90, and USR2 (submitit's default); each stops the job as SIGTERM does
+# (USR2 had ended the launcher outright, its default action: no save, run "crashed").
+EARLY_WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Signalled(Exception):
@@ -106,9 +109,10 @@ def signals_raise() -> Iterator[None]:
 
 @contextlib.contextmanager
 def early_warning_stops() -> Iterator[None]:
-    """While the workers run, :data:`EARLY_WARNING` (SLURM's ``--signal=USR1@90``) stops
-    the job as SIGTERM does, instead of ending the launcher (SIGUSR1's default): the
-    workers get SIGTERM and the grace period, time to save (``Accelerator.should_stop``).
+    """While the workers run, :data:`EARLY_WARNINGS` (SLURM's ``--signal=USR1@90``,
+    submitit's USR2) stop the job as SIGTERM does, instead of ending the launcher (their
+    default): the workers get SIGTERM and the grace period, time to save
+    (``Accelerator.should_stop``).
     Raised as torch's own signal exception, so its agent stops the workers with SIGTERM."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -119,11 +123,12 @@ def early_warning_stops() -> Iterator[None]:
 
         raise SignalException(f"signal {signum}: stopping as on SIGTERM", signal.SIGTERM)
 
-    previous = signal.signal(EARLY_WARNING, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in EARLY_WARNINGS}
     try:
         yield
     finally:
-        signal.signal(EARLY_WARNING, previous)
+        for sig, handled in previous.items():
+            signal.signal(sig, handled)
 
 
 @contextlib.contextmanager
