@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -334,3 +335,30 @@ def tiny_tmpfs(folder: Path, size: str = "1m") -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+WATCHDOG = 3.0  # seconds a call may take before it is deemed blocked on a FIFO (and freed)
+
+
+@contextlib.contextmanager
+def unblocked_after(fifo: Path, seconds: float = WATCHDOG) -> Iterator[list[bool]]:
+    """Frees a call blocked on ``fifo`` after ``seconds`` (by opening its other end), so
+    a hang fails the test instead of hanging the suite; the list says whether it had to."""
+    fired: list[bool] = []
+    stop = threading.Event()
+    fds: list[int] = []
+
+    def watch() -> None:
+        if not stop.wait(seconds):
+            fired.append(True)
+            fds.append(os.open(fifo, os.O_RDWR | os.O_NONBLOCK))  # both ends: frees either
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield fired
+    finally:
+        stop.set()
+        thread.join()
+        for fd in fds:
+            os.close(fd)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from accel._fs import read_from, read_json
-from accel.hang.worker import STACK_SIGNAL, crash_path, stacks_path
+from accel._fs import read_from, read_json, read_regular
+from accel.hang.worker import RUN_DIR_ENV, STACK_SIGNAL, crash_path, stacks_path
 from accel.layout import WORKERS_FILE as WORKERS_FILE  # re-exported
 from accel.layout import rank_log
 
@@ -60,6 +61,40 @@ def _can_signal(pid: int) -> bool:
     return True
 
 
+# The most of /proc/<pid>/environ read (Linux caps arguments and environment together
+# at a quarter of the stack limit: 2 MiB by default); a longer one proves nothing.
+_ENVIRON_LIMIT = 8 << 20
+
+
+def belongs_to(pid: int, run_dir: Path) -> bool:
+    """Whether ``pid`` is a worker of the run in ``run_dir``: its environment names that
+    folder in ``ACCEL_RUN_DIR``, where its SIGUSR1 handler writes its dumps
+    (:func:`accel.hang.worker.install_stack_dump_handler`). ``workers.json`` is only a
+    file in the workspace: a pid it names is signalled only with this proof, and an
+    environment that cannot be read (gone, another user's, no ``/proc``) is none."""
+    try:
+        environ = read_regular(f"/proc/{pid}/environ", _ENVIRON_LIMIT)
+    except (OSError, ValueError):  # ValueError: DamagedFile (too long, not a file)
+        return False
+    prefix = RUN_DIR_ENV.encode() + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return _same_folder(os.fsdecode(entry[len(prefix) :]), run_dir)
+    return False
+
+
+def _same_folder(named: str, run_dir: Path) -> bool:
+    if not named:
+        return False
+    if os.path.abspath(named) == os.path.abspath(run_dir):
+        return True
+    try:  # the same folder reached another way (a linked workspace, a relative path)
+        a, b = os.stat(named), os.stat(run_dir)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISDIR(a.st_mode) and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -80,6 +115,9 @@ def dump_stacks(run_dir: Path, pids: Mapping[int, int], wait: float = 3.0) -> di
         offset = _size(path)
         if not catches(pid):
             out[rank] = f"(pid {pid} is gone or does not dump stacks on SIGUSR1)"
+            continue
+        if not belongs_to(pid, run_dir):
+            out[rank] = f"(pid {pid} is not a worker of this run; not signalled)"
             continue
         try:
             os.kill(pid, STACK_SIGNAL)
@@ -131,21 +169,66 @@ def read_workers(run_dir: Path) -> dict[int, int]:
         return {}
 
 
+# Appending to a rank log: never through a link, never waiting on a FIFO or device that
+# was put in its place; read and write (the last byte says whether a line is open).
+_APPEND_FLAGS = (
+    os.O_RDWR
+    | os.O_APPEND
+    | os.O_CREAT
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
 def append_to_rank_logs(run_dir: Path, stacks: Mapping[int, str], title: str) -> None:
-    """Append each dump to ``rank-N.log`` under a marked header (one write per rank)."""
+    """Append each dump to ``rank-N.log`` under a marked header (one write per rank).
+
+    Best effort, like every write here: a log that is not a regular file (a link, a
+    FIFO, a device put in its place) or cannot be written is skipped, never followed
+    or waited on; the dumps are still in ``stacks/`` and in what the caller shows.
+    """
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     for rank, text in stacks.items():
-        log = run_dir / rank_log(rank)
         block = f"===== accel: {title} at {stamp} =====\n{text}\n===== end of stacks =====\n"
-        with contextlib.suppress(OSError), open(log, "a") as fh:
-            fh.write(("" if _ends_a_line(log) else "\n") + block)
+        fd = _open_log(run_dir / rank_log(rank))
+        if fd is None:
+            continue
+        try:
+            with contextlib.suppress(OSError):
+                data = ("" if _ends_a_line(fd) else "\n") + block
+                os.write(fd, data.encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
 
 
-def _ends_a_line(log: Path) -> bool:
-    """Whether ``log`` ends with a newline (a progress bar may have left its line open)."""
+def _open_log(log: Path) -> int | None:
+    """A descriptor appending to the regular file ``log`` (created if missing), or None."""
     try:
-        with open(log, "rb") as fh:
-            fh.seek(-1, os.SEEK_END)
-            return fh.read(1) == b"\n"
-    except OSError:  # empty or missing
+        if not stat.S_ISREG(os.lstat(log).st_mode):
+            return None  # not even opened: opening some devices has effects of its own
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        fd = os.open(log, _APPEND_FLAGS, 0o666)
+    except OSError:  # ELOOP: a link swapped in since (O_RDWR opens a FIFO at once)
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _ends_a_line(fd: int) -> bool:
+    """Whether the file open at ``fd`` (a regular file: see :func:`_open_log`) ends with
+    a newline (a progress bar may have left its line open)."""
+    try:
+        size = os.fstat(fd).st_size
+        return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+    except OSError:
         return True
