@@ -142,6 +142,14 @@ def test_devices_are_probed_when_asked(capsys: pytest.CaptureFixture[str]) -> No
     assert json.loads(env_in_process(capsys, "--json", "--no-devices")[1])["devices"] is None
 
 
+def test_the_cpu_count_is_a_number(capsys: pytest.CaptureFixture[str]) -> None:
+    # it was a string ("2", or "" when unknown) in --json, unlike every other count
+    data = json.loads(env_in_process(capsys, "--json", "--no-devices")[1])
+    assert data["platform"]["cpu_count"] == os.cpu_count()
+    (line,) = [ln for ln in env_in_process(capsys)[1].splitlines() if ln.startswith("cpus")]
+    assert line.split()[-1] == str(os.cpu_count())
+
+
 def test_live_runs_and_sizes_are_reported(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -67,7 +67,7 @@ def summary_rows(report: EnvReport) -> list[tuple[str, str]]:
         ("accel", report.accel_version),
         ("python", f"{report.python['version']} ({report.python['executable']})"),
         ("platform", report.platform["platform"]),
-        ("cpus", report.platform["cpu_count"]),
+        ("cpus", str(report.platform["cpu_count"] or "unknown")),
         ("torch", torch),
         ("distributed backends", backends),
         ("devices", _devices(report)),

@@ -94,7 +94,7 @@ def python_info() -> dict[str, str]:
     }
 
 
-def platform_info() -> dict[str, str]:
+def platform_info() -> dict[str, Any]:
     # os.uname(), not platform.uname(): the latter's processor field (which
     # platform.platform() reads) runs `uname -p` in a subprocess on every call.
     uname = os.uname()
@@ -107,7 +107,7 @@ def platform_info() -> dict[str, str]:
         "release": uname.release,
         "machine": uname.machine,
         "platform": "-".join(p for p in parts if p),
-        "cpu_count": str(os.cpu_count() or ""),
+        "cpu_count": os.cpu_count(),  # a number, or null where the OS does not say
     }
 
 

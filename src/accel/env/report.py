@@ -57,7 +57,7 @@ class WorkspaceInfo:
 class EnvReport:
     accel_version: str
     python: Mapping[str, str]
-    platform: Mapping[str, str]
+    platform: Mapping[str, Any]
     torch: TorchInfo
     devices: tuple[DeviceInfo, ...] | None  # None: not probed
     environment: Mapping[str, str]
