@@ -116,6 +116,19 @@ def test_rank_views_of_records_older_than_fates(tmp_path: Path) -> None:
     assert [v.status for v in ok.values()] == ["succeeded"] * 3 and ok[0].exit_code == 0
 
 
+def test_a_node_tells_only_of_its_own_ranks(tmp_path: Path) -> None:
+    # node 1's record listed rank 0 (node 0's) as succeeded, and after its own SIGKILL
+    # node 0's record listed rank 1 as "exited 0": guesses from the wrong record
+    (tmp_path / "rank-1.log").write_text("mine\n")
+    failures = [{"rank": 1, "exitcode": -15, "fate": "stopped", "stopped": "on SIGTERM"}]
+    attempts = [{"attempt": 0, "failures": failures}]
+    for status, raw in (("succeeded", {}), ("interrupted", {"attempts": attempts})):
+        record = _record(tmp_path, status=status, world_size=2, nnodes=2, **raw)
+        views = {v.rank: v for v in rank_views(record)}
+        assert (views[0].status, views[0].exit_code) == ("on another node", None)
+        assert views[1].status == ("succeeded" if status == "succeeded" else "stopped")
+
+
 def _samples() -> list[Sample]:
     return [
         Sample(1000.0 + i * 10, {0: RankStats(10, 90.0 + i, 2**30 + i * 2**20, 8)})

@@ -19,6 +19,7 @@ from accel.runs.status import RunStatus
 from accel.telemetry import RESOURCES_FILE, ResourceSummary, read_samples, summarize
 
 _MISSING = "(unset)"
+OTHER_NODE = "on another node"  # a rank of a multi-node job that this node did not run
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,17 @@ def rank_views(record: RunRecord) -> list[RankView]:
     verdict = last_verdict(record)
     fated = {f.rank: f for f in verdict.failures} if verdict is not None else {}
     failures = _last_failures(record.raw)
-    ranks = set(failures) | set(range(record.world_size or 0)) | set(record.rank_logs())
+    here = set(record.rank_logs())
+    ranks = set(failures) | set(range(record.world_size or 0)) | here
+    # Of a job of several nodes, this node's record knows its own ranks (they have a log
+    # here): the others' fate is their node's record's to tell, not a guess from this one.
+    elsewhere = int(record.raw.get("nnodes") or 1) > 1
     out = []
     for rank in sorted(ranks):
         failure = failures.get(rank)
-        if record.live:
+        if elsewhere and rank not in here and rank not in failures and rank not in fated:
+            out.append(RankView(rank, OTHER_NODE))
+        elif record.live:
             hung = record.raw.get("status") == RunStatus.HUNG
             out.append(RankView(rank, RunStatus.HUNG if hung else RunStatus.RUNNING))
         elif rank in fated:
