@@ -20,6 +20,8 @@ from accel.store.manifest import ManifestMissing, parse_manifest, read_manifest
 
 from . import workers
 
+GOOD_CHECKSUM = "xxh3_64:" + "0" * 16  # the one form a manifest may record
+
 
 def _state(value: float) -> dict[str, Any]:
     return {"w": torch.full((4,), value)}
@@ -107,14 +109,14 @@ def test_parse_manifest_is_what_a_pulled_manifest_is_checked_with() -> None:
         "series": "s",
         "step": 4,
         "created": 1.5,
-        "files": {"sharded/__0_0.distcp": {"size": 3, "checksum": "xxh3_64:00"}},
+        "files": {"sharded/__0_0.distcp": {"size": 3, "checksum": GOOD_CHECKSUM}},
     }
     manifest = parse_manifest(good, "pulled", step=4)
     assert manifest.world_size == 1 and manifest.size == 3 and manifest.tag is None
     with pytest.raises(IntegrityError, match="records step 4 but its folder is step 5"):
         parse_manifest(good, "pulled", step=5)
     for name in ("/abs", "a/../b", "", "a\\b", "manifest.json", ".accel-owned", "a//b"):
-        bad = {**good, "files": {name: {"size": 1, "checksum": "c"}}}
+        bad = {**good, "files": {name: {"size": 1, "checksum": GOOD_CHECKSUM}}}
         with pytest.raises(IntegrityError, match="valid checkpoint manifest"):
             parse_manifest(bad, "pulled")
 
@@ -141,7 +143,7 @@ NOT_OURS = (
 
 def test_a_manifest_lists_only_the_files_accel_writes() -> None:
     """An allowlist of names (accel.store.manifest.FILE_NAME), for every reader."""
-    entry = {"size": 1, "checksum": "c"}
+    entry = {"size": 1, "checksum": GOOD_CHECKSUM}
     base = {"format": 1, "series": "s", "step": 4, "created": 1.5}
     names = (*OURS, "sharded/__0_0.distcp", "sharded/__15_3.distcp")
     assert set(parse_manifest({**base, "files": dict.fromkeys(names, entry)}, "m").files) == set(

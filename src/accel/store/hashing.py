@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,32 @@ DIGEST_HEX = {
     "blake2s": 64,
 }
 _XXH = ("xxh3_64", "xxh3_128", "xxh64", "xxh32")
+_HEX = re.compile(r"[0-9a-f]+")
+# What accel itself writes into a checkpoint manifest: xxh3-64, and nothing else (loading
+# and ``verify`` hash with it, so a checksum of another form could never match).
+WRITTEN = (ALGORITHM,)
+
+
+def checksum_problem(checksum: object, algorithms: Collection[str] = DIGEST_HEX) -> str | None:
+    """What is wrong with a recorded checksum (None: it can be verified): an allowlist.
+
+    It must be text ``<algorithm>:<digest>``, with one of ``algorithms`` (default: every
+    algorithm a remote index may name, :data:`DIGEST_HEX`; :data:`WRITTEN` for what
+    accel writes itself) and a digest of that algorithm's exact length in lowercase hex.
+    The one rule: the sync index reader and the manifest reader both apply it, so a
+    checkpoint the store reads is never one its pushed index would refuse.
+    """
+    if not isinstance(checksum, str):
+        return f"a checksum must be text, not {type(checksum).__name__}"
+    algorithm, sep, digest = checksum.partition(":")
+    if not sep:
+        return f"checksum {checksum[:80]!r} does not name its algorithm"
+    if algorithm not in algorithms or algorithm not in DIGEST_HEX:
+        known = ", ".join(a for a in DIGEST_HEX if a in algorithms)
+        return f"unknown checksum algorithm {algorithm[:40]!r} (known: {known})"
+    if len(digest) != DIGEST_HEX[algorithm] or not _HEX.fullmatch(digest):
+        return f"{algorithm} checksum {digest[:80]!r} is not {DIGEST_HEX[algorithm]} hex digits"
+    return None
 
 
 def new_hasher(algorithm: str = ALGORITHM) -> Any:

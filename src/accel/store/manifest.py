@@ -8,7 +8,8 @@
 
 A checkpoint is exactly what :func:`read_manifest` accepts; the store, clean, sync,
 status and env all ask it. A manifest that is not JSON, lacks a field, has a field of
-the wrong type, lists a file that is not one of accel's (:data:`FILE_NAME`), records
+the wrong type, lists a file that is not one of accel's (:data:`FILE_NAME`) or with a
+checksum of another form than accel writes (``xxh3_64:<16 hex digits>``), records
 another step than its folder's name or has a newer ``format`` is refused with
 :class:`~accel.errors.IntegrityError` naming the problem: that folder is no checkpoint
 (reported, never loaded, never deleted), and the rest of its series is unaffected.
@@ -36,7 +37,7 @@ from accel.store._records import (
     seconds,
     versioned_object,
 )
-from accel.store.hashing import FileDigest
+from accel.store.hashing import WRITTEN, FileDigest, checksum_problem
 from accel.store.sharded import METADATA
 
 __all__ = [
@@ -186,6 +187,13 @@ def _files(files: Any, bad: Invalid) -> dict[str, FileDigest]:
         fields = digest_fields(entry)
         if fields is None:
             raise bad(f"the file {name!r} has no size and checksum")
+        # Only the checksum form accel writes (xxh3_64:<16 hex>): load and verify hash
+        # with it, and a sync index refuses what its rule does not accept, so another
+        # form would be a checkpoint nothing can verify, pushed into an index every
+        # later push and pull refuses.
+        problem = checksum_problem(fields[1], WRITTEN)
+        if problem is not None:
+            raise bad(f"the file {name!r} has {problem}")
         out[name] = FileDigest(*fields)
     return out
 

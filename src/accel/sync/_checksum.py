@@ -2,41 +2,26 @@
 
 Files the manifests do not cover (run logs, the config, the cache) are hashed with
 xxh3-64 like checkpoints are; a checksum with another known algorithm is still verified.
-A checksum read from a remote is untrusted: only the algorithms below, with a digest of
-their exact length in lowercase hex, are accepted (``shake_128:...`` is refused, not a
-TypeError halfway through a pull).
+A checksum read from a remote is untrusted: only the algorithms of
+:data:`accel.store.hashing.DIGEST_HEX`, with a digest of their exact length in lowercase
+hex, are accepted (``shake_128:...`` is refused, not a TypeError halfway through a pull):
+:func:`accel.store.hashing.checksum_problem`, whose rule the manifest reader applies too.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Protocol
 
 from accel.errors import IntegrityError
-from accel.store.hashing import ALGORITHM, DIGEST_HEX
+from accel.store.hashing import ALGORITHM, checksum_problem
 
 DEFAULT_ALGORITHM = ALGORITHM
-_HEX = re.compile(r"[0-9a-f]+")
 
 
 class Hasher(Protocol):
     def update(self, data: Any, /) -> None: ...
 
     def hexdigest(self) -> str: ...
-
-
-def checksum_problem(checksum: object) -> str | None:
-    """What is wrong with a checksum from outside (None: it can be verified)."""
-    if not isinstance(checksum, str):
-        return f"a checksum must be text, not {type(checksum).__name__}"
-    algorithm, sep, digest = checksum.partition(":")
-    if not sep:
-        return f"checksum {checksum[:80]!r} does not name its algorithm"
-    if algorithm not in DIGEST_HEX:
-        return f"unknown checksum algorithm {algorithm[:40]!r} (known: {', '.join(DIGEST_HEX)})"
-    if len(digest) != DIGEST_HEX[algorithm] or not _HEX.fullmatch(digest):
-        return f"{algorithm} checksum {digest[:80]!r} is not {DIGEST_HEX[algorithm]} hex digits"
-    return None
 
 
 def algorithm_of(checksum: str) -> str:
@@ -48,3 +33,6 @@ def algorithm_of(checksum: str) -> str:
 
 def format_checksum(algorithm: str, hasher: Hasher) -> str:
     return f"{algorithm}:{hasher.hexdigest()}"
+
+
+__all__ = ["DEFAULT_ALGORITHM", "Hasher", "algorithm_of", "checksum_problem", "format_checksum"]

@@ -143,6 +143,12 @@ class Remote:
             "files": {rel: merged[rel].to_json() for rel in sorted(merged)},
         }
         data = (json.dumps(payload, indent=1) + "\n").encode()
+        # Checked with the reader every later push and pull applies: an index it would
+        # refuse is never written (it would lock every sync of this remote out).
+        try:
+            parse_index(data, self.url)
+        except IntegrityError as exc:
+            raise IntegrityError(f"{INDEX_NAME} not written: {exc}") from None
         self._write_whole(INDEX_NAME, lambda target: self.fs.pipe_file(target, data))
 
     # -- transfers ------------------------------------------------------------------------
@@ -171,6 +177,9 @@ class Remote:
             )
             if expected and got[0] != expected:
                 raise IntegrityError(f"{local} fails its manifest checksum; not pushed")
+        problem = checksum_problem(got[0])
+        if problem is not None:  # the index would refuse it: nothing is sent
+            raise IntegrityError(f"{local} has {problem}; not pushed")
         callback = _Callback(progress)
         self._write_whole(
             rel, lambda target: self.fs.put_file(str(local), target, callback=callback)
