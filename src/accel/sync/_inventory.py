@@ -25,6 +25,7 @@ from accel.layout import (
     CONFIG_NAME,
     CONFIG_REL,
     ENTRY_SUFFIX,
+    LOCAL_RUN,
     MANIFEST,
     RUN_FILE_RE,
     RUN_RECORD,
@@ -60,11 +61,18 @@ def inventory(ws: Workspace, include_cache: bool) -> tuple[list[LocalFile], list
     return files, skipped
 
 
-def redacted_copy(f: LocalFile, folder: Path) -> LocalFile:
+def redacted_copy(f: LocalFile, folder: Path) -> LocalFile | Skipped:
     """What is uploaded for ``f``: the config and run records with every secret hidden
-    (a copy in ``folder`` when that changes them), anything else as it is."""
+    (a copy in ``folder`` when that changes them), anything else as it is.
+
+    A run record is always uploaded from a copy in ``folder`` of the bytes read with the
+    run reader's bound (:data:`accel.runs.record.RECORD_MAX_BYTES`), never more; one that
+    cannot be read so (it changed since :func:`inventory` looked) is its run's
+    :class:`Skipped`, blocking: none of that run's files may go."""
     if f.kind not in (CONFIG, RUN) or f.path.name not in (CONFIG_NAME, RUN_RECORD):
         return f
+    if f.kind == RUN:
+        return _record_copy(f, folder)
     try:
         raw = f.path.read_bytes()
     except OSError:
@@ -75,6 +83,42 @@ def redacted_copy(f: LocalFile, folder: Path) -> LocalFile:
     copy = folder / f"{len(list(folder.iterdir()))}-{f.path.name}"
     copy.write_bytes(shown)
     return LocalFile(f.rel, copy, len(shown), None, f.unit, f.kind)
+
+
+def _record_copy(f: LocalFile, folder: Path) -> LocalFile | Skipped:
+    from accel._fs import parse_json, read_regular
+    from accel.runs.record import RECORD_MAX_BYTES
+
+    try:
+        raw = read_regular(f.path, RECORD_MAX_BYTES)
+        problem = record_problem(parse_json(raw, f.path), f.unit.rsplit("/", 1)[-1])
+    except FileNotFoundError:
+        if not f.path.parent.is_dir():  # the run folder went (accel clean) while pushed
+            return Skipped(f.unit, "removed here while push read it")
+        problem = f"{f.path} is missing"
+    except (OSError, ValueError) as exc:  # DamagedFile is a ValueError
+        problem = str(exc)
+    if problem is not None:
+        return unreadable_record(f.unit, problem)
+    shown = _redacted_bytes(raw, json_record=True)
+    copy = folder / f"{len(list(folder.iterdir()))}-{f.path.name}"
+    copy.write_bytes(shown)
+    return LocalFile(f.rel, copy, len(shown), None, f.unit, f.kind)
+
+
+def record_problem(record: object, run_id: str) -> str | None:
+    """Why ``record`` (a run.json as decoded) is not the record of ``run_id`` that a pull
+    takes (:func:`accel.sync._pull.verify_run`), or None."""
+    if not isinstance(record, dict):
+        return "it does not hold a JSON object"
+    if record.get("id", run_id) != run_id:
+        return f"it is the record of {str(record.get('id'))[:80]!r}, not of {run_id}"
+    return None
+
+
+def unreadable_record(unit: str, problem: str) -> Skipped:
+    """A run push does not send: every pull would refuse it (``accel runs`` shows it)."""
+    return Skipped(unit, f"{RUN_RECORD} unreadable ({problem})", blocking=True)
 
 
 def _redacted_bytes(raw: bytes, *, json_record: bool) -> bytes:
@@ -209,8 +253,15 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
 
     for run in _subdirs(ws.runs_dir):
         unit = f"{RUNS_REL}/{run.name}"
+        if run.name == LOCAL_RUN:  # a script's metrics outside accel launch: no run to pull
+            yield Skipped(unit, "metrics of scripts run outside accel launch: kept here")
+            continue
         if is_live(ws.layout, run.name):
             yield Skipped(unit, "live run: pushed after it ends")
+            continue
+        problem = _run_record_problem(ws, run.name)
+        if problem is not None:  # every pull would refuse the run: it stays here
+            yield unreadable_record(unit, problem)
             continue
         for item in _tree(Path(run.path), unit, RUN):
             # The pull's allowlist, applied here too: a user's notebook in a run folder
@@ -218,6 +269,19 @@ def _runs(ws: Workspace) -> Iterator[LocalFile | Skipped]:
             if isinstance(item, LocalFile) and not RUN_FILE_RE.fullmatch(item.rel[len(unit) + 1 :]):
                 item = Skipped(item.rel, "not a file accel writes in a run folder; kept local")
             yield item
+
+
+def _run_record_problem(ws: Workspace, run_id: str) -> str | None:
+    """Why the run's run.json cannot be read by the runs' own bounded reader
+    (:func:`accel.runs.read_run`: a FIFO, a link, beyond its size or depth limit, not
+    JSON), or is not this run's record; None when it reads (or there is none)."""
+    from accel.runs import read_record, read_run
+
+    problem = read_run(ws.layout, run_id).problem
+    if problem is not None:
+        return problem
+    record = read_record(ws.runs_dir / run_id)
+    return None if record is None else record_problem(record, run_id)
 
 
 def _cache(ws: Workspace) -> Iterator[LocalFile | Skipped]:

@@ -78,8 +78,12 @@ def push(
         tempfile.TemporaryDirectory(prefix="accel-") as tmp,
     ):
         index = _guard(remote, remote.read_index) or {}
-        files, skipped = inventory(ws, include_cache)
-        files = [redacted_copy(f, Path(tmp)) for f in files]
+        found, skipped = inventory(ws, include_cache)
+        copies = [redacted_copy(f, Path(tmp)) for f in found]
+        dropped = [c for c in copies if isinstance(c, Skipped)]
+        left_out = {s.unit for s in dropped}  # a run whose record changed: none of it
+        files = [c for c in copies if isinstance(c, LocalFile) and c.unit not in left_out]
+        skipped += dropped
         plan = plan_push(_with_checksums(files, index), index, skipped)
         if dry_run:
             return SyncResult(plan, remote.url, True)
