@@ -2,10 +2,11 @@
 
 Each file listed in the manifest is read in full (never through a link) and its size
 and xxh3-64 checksum compared with what the save recorded; a checkpoint whose manifest
-the reader refuses is a failure too. Files in the folder that the manifest does not
-list are reported, not failed: they are not part of the checkpoint. A checkpoint
-deleted while it is being verified (retention, ``accel clean``) is reported as gone,
-not as corrupt. Reads only; no torch.
+the reader refuses is a failure too, and so is one whose manifest does not list
+``state.tensors`` (every save writes it; loading refuses a checkpoint without it).
+Files in the folder that the manifest does not list are reported, not failed: they are
+not part of the checkpoint. A checkpoint deleted while it is being verified
+(retention, ``accel clean``) is reported as gone, not as corrupt. Reads only; no torch.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 from accel.admin._reading import reading
 from accel.admin.catalog import find_checkpoint, series_views
 from accel.admin.progress import SILENT, Progress
-from accel.errors import DamagedFile
+from accel.errors import DamagedFile, UsageError
 from accel.layout import MANIFEST, OWNER_MARKER
+from accel.store.checkpoints import check_series
 from accel.store.hashing import FileDigest, hash_file
+from accel.store.manifest import STATE_TENSORS
 from accel.store.series import Found, Unreadable
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ __all__ = [
     "FileProblem",
     "VerifyReport",
     "VerifyTargets",
+    "require_series",
     "targets",
     "verify",
     "verify_series",
@@ -135,6 +139,23 @@ def targets(
     )
 
 
+def require_series(ws: Workspace, series: str | None) -> None:
+    """UsageError (exit 2) naming the series there are when ``--series`` names none: a
+    typo must not make ``verify`` pass on nothing, or ``list`` look like an empty series.
+    Without ``--series`` nothing is required (an empty workspace lists no checkpoints)."""
+    if series is None:
+        return
+    name = check_series(series)  # a malformed name says so
+    if name in series_views(ws, name):
+        return
+    there = ", ".join(series_views(ws))
+    raise UsageError(
+        f"no checkpoint series {name!r}; "
+        + (f"the series are: {there}" if there else "there are none")
+        + " (`accel checkpoints list` shows what the workspace holds)"
+    )
+
+
 def verify_series(
     ws: Workspace,
     step: int | None,
@@ -144,6 +165,7 @@ def verify_series(
 ) -> VerifyReport:
     """:func:`targets` verified under their series' readers lock: retention removes none
     of them meanwhile (:mod:`accel.admin._reading`)."""
+    require_series(ws, series)
     with reading(ws, series):
         return verify(targets(ws, step, series, latest), progress)
 
@@ -158,6 +180,8 @@ def check(found: Found, progress: Progress = SILENT) -> CheckpointCheck:
     """Every file of one checkpoint against its manifest."""
     m = found.manifest
     problems = []
+    if STATE_TENSORS not in m.files:  # every save writes it; a load refuses it without
+        problems.append(FileProblem(STATE_TENSORS, _NO_STATE))
     for name, digest in sorted(m.files.items()):
         problem = _file_problem(found.path, name, digest, progress)
         if problem is not None:
@@ -170,6 +194,12 @@ def check(found: Found, progress: Progress = SILENT) -> CheckpointCheck:
     return CheckpointCheck(
         m.series, m.step, found.path, len(m.files), m.size, tuple(problems), unlisted
     )
+
+
+_NO_STATE = (
+    "is not listed in its manifest: every save writes it and loading refuses a "
+    "checkpoint without it (damaged; delete it)"
+)
 
 
 def _file_problem(folder: Path, name: str, digest: FileDigest, progress: Progress) -> str | None:

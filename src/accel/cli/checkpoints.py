@@ -59,8 +59,11 @@ def list_(
 ) -> int:
     """Every committed checkpoint: series, step, size, age, run, tag; and what is not one."""
     from accel.admin.catalog import list_checkpoints
+    from accel.admin.verify import require_series
 
-    listing = list_checkpoints(_app.workspace(ctx), time.time(), series)
+    ws = _app.workspace(ctx)
+    require_series(ws, series)  # `-s typo`: exit 2 naming the series, not an empty list
+    listing = list_checkpoints(ws, time.time(), series)
     if as_json:
         _output.print_json(listing.to_json())
     else:
