@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from accel import _worker_hooks, hang
-from accel.hang.dump import append_to_rank_logs
-from run_helpers import WATCHDOG, unblocked_after
+from accel.hang.dump import append_to_rank_logs, belongs_to
+from run_helpers import WATCHDOG, unblocked_after, wait_for
 
 
 def test_a_rank_log_that_links_outside_is_not_written_through(tmp_path: Path) -> None:
@@ -139,3 +139,25 @@ def test_stack_signals_only_pids_that_are_workers_of_this_run(tmp_path: Path) ->
         assert "not a worker of this run" in stacks[0] and "not a worker of this run" in stacks[1]
         assert "waiting_in_the_worker" in stacks[2]  # the run's own worker still dumps
         assert stranger.poll() is None and neighbour.poll() is None and worker.poll() is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_worker_forked_from_the_preload_template_is_one_of_its_launchers(
+    tmp_path: Path,
+) -> None:
+    # /proc shows a forked worker the template's environment, without ACCEL_RUN_DIR:
+    # `accel stack` of a --preload run had signalled none of its workers
+    from accel.launch.preload import TEMPLATE
+
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", str(TEMPLATE), "3", "4242"]
+    proc = subprocess.Popen(argv, env={k: v for k, v in os.environ.items() if k != "ACCEL_RUN_DIR"})
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for(lambda: os.fsencode(TEMPLATE) in cmdline.read_bytes(), 20, "python's exec")
+        assert belongs_to(proc.pid, tmp_path, launcher_pid=4242)
+        assert not belongs_to(proc.pid, tmp_path, launcher_pid=4343)
+        assert not belongs_to(proc.pid, tmp_path)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -101,7 +101,7 @@ def test_runs_and_logs_without_runs(accel: Accel) -> None:
 
 @pytest.mark.slow
 def test_runs_limit_and_logs_of_a_finished_run(accel: Accel, project: Path) -> None:
-    runs_dir = project / ".accelerate" / "logs" / "runs"
+    runs_dir = Workspace(project / ".accelerate").ensure().runs_dir
     for i in range(3):
         folder = runs_dir / f"2026010{i}-000000-aaaaa{i}"
         folder.mkdir(parents=True)

@@ -66,12 +66,16 @@ def _can_signal(pid: int) -> bool:
 _ENVIRON_LIMIT = 8 << 20
 
 
-def belongs_to(pid: int, run_dir: Path) -> bool:
+def belongs_to(pid: int, run_dir: Path, launcher_pid: int | None = None) -> bool:
     """Whether ``pid`` is a worker of the run in ``run_dir``: its environment names that
     folder in ``ACCEL_RUN_DIR``, where its SIGUSR1 handler writes its dumps
-    (:func:`accel.hang.worker.install_stack_dump_handler`). ``workers.json`` is only a
-    file in the workspace: a pid it names is signalled only with this proof, and an
-    environment that cannot be read (gone, another user's, no ``/proc``) is none."""
+    (:func:`accel.hang.worker.install_stack_dump_handler`); or, forked from ``--preload``'s
+    template (whose environment ``/proc`` shows), it runs the template of this run's
+    launcher, ``launcher_pid``. ``workers.json`` is only a file in the workspace: a pid it
+    names is signalled only with this proof, and what cannot be read (gone, another
+    user's, no ``/proc``) is none."""
+    if launcher_pid is not None and _forked_by(pid, launcher_pid):
+        return True
     try:
         environ = read_regular(f"/proc/{pid}/environ", _ENVIRON_LIMIT)
     except (OSError, ValueError):  # ValueError: DamagedFile (too long, not a file)
@@ -81,6 +85,20 @@ def belongs_to(pid: int, run_dir: Path) -> bool:
         if entry.startswith(prefix):
             return _same_folder(os.fsdecode(entry[len(prefix) :]), run_dir)
     return False
+
+
+_TEMPLATE = os.fsencode(Path(__file__).resolve().parents[1] / "launch" / "_template.py")
+
+
+def _forked_by(pid: int, launcher_pid: int) -> bool:
+    """``pid`` runs the preload template (``_template.py FD LAUNCHER_PID ...``, see
+    :mod:`accel.launch.preload`) of the launcher ``launcher_pid``."""
+    try:
+        argv = read_regular(f"/proc/{pid}/cmdline", _ENVIRON_LIMIT).split(b"\0")
+    except (OSError, ValueError):
+        return False
+    at = next((i for i, arg in enumerate(argv) if os.path.realpath(arg) == _TEMPLATE), None)
+    return at is not None and argv[at + 2 : at + 3] == [str(launcher_pid).encode()]
 
 
 def _same_folder(named: str, run_dir: Path) -> bool:
@@ -102,11 +120,20 @@ def _size(path: Path) -> int:
         return 0
 
 
-def dump_stacks(run_dir: Path, pids: Mapping[int, int], wait: float = 3.0) -> dict[int, str]:
+def dump_stacks(
+    run_dir: Path,
+    pids: Mapping[int, int],
+    wait: float = 3.0,
+    *,
+    launcher_pid: int | None = None,
+    trusted: bool = False,
+) -> dict[int, str]:
     """Signal each rank's worker and return ``rank -> its stack dump``.
 
     A rank whose worker is gone, or does not catch the signal (not started by
     ``accel launch``, or still starting), maps to a one-line explanation instead.
+    ``pids`` from ``workers.json`` (a file anyone may edit) are signalled only with the
+    proof of :func:`belongs_to`; ``trusted``: the launcher's own, which it started.
     """
     pending: dict[int, tuple[Path, int]] = {}
     out: dict[int, str] = {}
@@ -116,7 +143,7 @@ def dump_stacks(run_dir: Path, pids: Mapping[int, int], wait: float = 3.0) -> di
         if not catches(pid):
             out[rank] = f"(pid {pid} is gone or does not dump stacks on SIGUSR1)"
             continue
-        if not belongs_to(pid, run_dir):
+        if not trusted and not belongs_to(pid, run_dir, launcher_pid):
             out[rank] = f"(pid {pid} is not a worker of this run; not signalled)"
             continue
         try:

@@ -86,7 +86,7 @@ class HangWatch:
         )
         if verdict is None:
             return None
-        stacks = dump_stacks(self.run_dir, pids)
+        stacks = dump_stacks(self.run_dir, pids, trusted=True)  # the launcher's own
         append_to_rank_logs(self.run_dir, stacks, f"hang detected: {verdict.message}; stacks")
         event = HangEvent(verdict=verdict, stacks=stacks, at=self._clock())
         self._alerted_at = event.at

@@ -38,7 +38,9 @@ def dump_run_stacks(layout: Layout, ref: str | None) -> RunStacks:
     pids = hang.read_workers(record.path)
     if not pids:
         raise AccelError(f"run {record.id} has no workers yet; try again in a moment")
-    stacks = hang.dump_stacks(record.path, pids)
+    launcher = record.raw.get("pid")
+    launcher_pid = launcher if isinstance(launcher, int) and launcher > 1 else None
+    stacks = hang.dump_stacks(record.path, pids, launcher_pid=launcher_pid)
     hang.append_to_rank_logs(record.path, stacks, "accel stack")
     return RunStacks(record.id, pids, stacks)
 
