@@ -101,14 +101,22 @@ def test_force_replaces_only_a_regular_file(
     make(target)
     before = os.lstat(target)
     link = os.readlink(target) if target.is_symlink() else None
-    result = cli("checkpoints", "export", "-o", str(target), "--force")
-    assert result.exit_code == 2, result.output
-    assert f"{target} {says}, not a regular file: --force replaces only a file" in result.stderr
-    assert result.stderr.count("\n") == 1
+    for force in (["--force"], []):  # without it too: not "pass --force", then refused
+        result = cli("checkpoints", "export", "-o", str(target), *force)
+        assert result.exit_code == 2, result.output
+        said = f"{target} {says}, not a regular file: --force replaces only a file"
+        assert said in result.stderr and result.stderr.count("\n") == 1
     after = os.lstat(target)
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
     assert (os.readlink(target) if stat.S_ISLNK(after.st_mode) else None) == link
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(TMP_PREFIX)]
+
+
+def test_a_dash_is_not_a_file_named_dash(saved: Workspace, tmp_path: Path) -> None:
+    # `-o -` wrote a file named "-" into the current folder
+    result = cli("checkpoints", "export", "-o", "-")
+    assert result.exit_code == 2 and "--output - (stdout) is not supported" in result.stderr
+    assert not Path("-").exists()
 
 
 def test_force_replaces_a_link_to_a_regular_file_and_not_its_target(

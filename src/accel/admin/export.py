@@ -158,20 +158,22 @@ def check_output(output: Path, force: bool) -> Path:
     """The absolute output path; UsageError for a folder, a missing folder, an existing
     file without ``force``, or anything but a regular file (or a link to one) with it:
     ``--force`` never replaces a device, a FIFO, a socket or a dangling link."""
+    if str(output) == "-":  # the shell's "standard output": not a file name
+        raise UsageError("--output - (stdout) is not supported: give a file name")
     path = Path(os.path.abspath(os.path.expanduser(output)))
     if os.path.isdir(path):
         raise UsageError(f"{path} is a folder: give a file name, e.g. {path / 'model.safetensors'}")
     if not os.path.isdir(path.parent):
         raise UsageError(f"the folder {path.parent} does not exist: create it first")
-    if os.path.lexists(path) and not force:
-        raise UsageError(f"{path} exists: pass --force to replace it")
     if os.path.lexists(path):
-        what = _not_a_file(path)
+        what = _not_a_file(path)  # first: --force would not help (/dev/null, a FIFO)
         if what is not None:
             raise UsageError(
                 f"{path} is {what}, not a regular file: --force replaces only a file; "
                 "give another --output"
             )
+        if not force:
+            raise UsageError(f"{path} exists: pass --force to replace it")
     return path
 
 
