@@ -428,3 +428,23 @@ def test_json_without_dry_run_is_refused_not_a_run(
     # --json was ignored without --dry-run: the workers started, the output was text
     assert "add --dry-run" in refused(capsys, "--json")
     assert not (project / ".accelerate").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "named"),
+    [("--nnodes", "--nnodes"), ("--num-machines", "--num-machines"), ("--nnodes=", "--nnodes")],
+)
+def test_a_refused_value_names_the_option_as_typed(
+    capsys: pytest.CaptureFixture[str], flag: str, named: str
+) -> None:
+    # `--nnodes 0` was answered about --num-machines, a flag the user never typed
+    args = [f"{flag}0"] if flag.endswith("=") else [flag, "0"]
+    assert refused(capsys, *args).startswith(f"error: invalid value for {named}: ")
+
+
+def test_a_refusal_of_torchruns_variables_names_them(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PET_STANDALONE", "1")
+    monkeypatch.setenv("PET_NNODES", "2")
+    assert "(PET_NNODES=2, PET_STANDALONE=1 in the environment)" in refused(capsys)

@@ -400,9 +400,12 @@ def launch(
     pet = from_environment(ctx, os.environ)  # torchrun's PET_* variables (Kubernetes, TorchX)
     params = {**ctx.params, **pet.params}
     said = pet.summary()
-    given = translate(params)
-    theirs = torchrun_flags(params)
-    hf = checked(params, ctx.meta.get(_GIVEN, {}))
+    try:
+        given = translate(params)
+        theirs = torchrun_flags(params)
+        hf = checked(params, ctx.meta.get(_GIVEN, {}))
+    except UsageError as exc:
+        raise pet.explain(_as_typed(exc, ctx)) from None
     flags = {**hf.flags, **given.flags}
     if theirs.grace is not None:
         flags["launch.stop_grace_period"] = theirs.grace
@@ -449,7 +452,7 @@ def launch(
     try:
         plan = prepare(ws, request, early=not dry_run)
     except UsageError as exc:
-        raise pet.explain(exc) from None
+        raise pet.explain(_as_typed(exc, ctx)) from None
     if dry_run:
         from accel.cli._launch_report import show_plan
 
@@ -488,6 +491,23 @@ class LaunchCommand(_help.Command):
         for name, placement in generated().items():
             self.params.append(_hidden(f"--{_dashes(name)}", placement.switch))
         self.params.append(_hidden("-q", True, "short_quiet"))
+
+
+def _as_typed(exc: UsageError, ctx: typer.Context) -> UsageError:
+    """A refusal names the option as the user typed it (``--nnodes 0``, not the
+    ``--num-machines`` its config key is spelt as), when they typed another of its names."""
+    said = str(exc)
+    argv = _app.options(ctx).argv
+    for param in ctx.command.params:
+        named = next((opt for opt in param.opts if f"{opt}:" in said or f"{opt} " in said), None)
+        if named is None:
+            continue
+        for opt in param.opts:  # the name typed, in either spelling (`_` for `-`)
+            spellings = (opt, opt[:2] + opt[2:].replace("-", "_"))
+            if opt not in said and any(a.split("=", 1)[0] in spellings for a in argv):
+                return UsageError(said.replace(named, opt, 1))
+        return exc
+    return exc
 
 
 def _hidden(option: str, switch: bool, name: str | None = None) -> TyperOption:
