@@ -249,6 +249,35 @@ def test_a_sigkilled_launcher_leaves_no_tier_and_only_whole_checkpoints(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+def test_a_stopped_run_persists_its_newest_snapshot_as_stopped_not_failed(
+    start_accel: Callable[..., subprocess.Popen[str]],
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a preemption's SIGTERM committed the newest snapshot tagged "failure": nothing failed
+    from accel.workspace import Workspace
+
+    for name, value in snapshots(1, 1000).items():
+        monkeypatch.setenv(name, value)
+    proc = start_accel(
+        "launch", "-n", "2", "--run-name", "stop", "--stop-grace-period", "1s", str(EXAMPLE),
+        "--steps", "1000000", "--save-every", "1000000", "--log-every", "1",
+    )  # fmt: skip
+    runs = project / ".accelerate" / "logs" / "runs"
+
+    def at_step_3() -> bool:
+        logs = list(runs.glob("*/rank-0.log")) if runs.is_dir() else []
+        return bool(logs) and "step     3" in logs[0].read_text()
+
+    wait_for(at_step_3, 90, "step 3")
+    proc.terminate()
+    assert proc.wait(timeout=60) == 143
+    tags = {info.tag for info in Workspace(project / ".accelerate").checkpoints.list(series="stop")}
+    assert tags == {"stopped"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_shared_memory_too_small_says_so_once_and_saves_blocking(
     accel: Accel, project: Path, tmp_path: Path
 ) -> None:

@@ -405,9 +405,9 @@ class _Run:
 
     # -- end ----------------------------------------------------------------------------
 
-    def _persist_newest(self) -> int | None:
+    def _persist_newest(self, tag: str = "failure") -> int | None:
         """Commit the memory tier's newest whole step; the step, when there was one."""
-        return None if self.persister is None else self.persister.persist_newest()
+        return None if self.persister is None else self.persister.persist_newest(tag)
 
     def _say_saved(self, step: int | None, then: str = "") -> None:
         if step is not None:
@@ -418,7 +418,8 @@ class _Run:
 
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
         if status != RunStatus.SUCCEEDED:  # stopped (a signal, a preemption) or failed for good
-            self._say_saved(self._persist_newest())
+            stopped = status == RunStatus.INTERRUPTED  # nothing failed: a preemption's
+            self._say_saved(self._persist_newest("stopped" if stopped else "failure"))
         if status == RunStatus.INTERRUPTED and self.pids:
             self._judge(self.attempt, {}, BY_SIGNAL)
         verdict = self.verdict if status != RunStatus.SUCCEEDED else Verdict(())

@@ -115,17 +115,17 @@ class Persister:
         due = [step for step in common if step % every == 0 and step > self._last]
         return self._persist(due[0], common[due[0]], "snapshot") if due else None
 
-    def persist_newest(self) -> int | None:
-        """At a failure: commit the newest step every rank holds whole (tag ``failure``);
-        the step, or None when there is none newer than the last committed."""
+    def persist_newest(self, tag: str = "failure") -> int | None:
+        """At a failure (or a stop: ``tag`` ``stopped``): commit the newest step every rank
+        holds whole; the step, or None when there is none newer than the last committed."""
         with self._lock:
-            return self._persist_newest()
+            return self._persist_newest(tag)
 
-    def _persist_newest(self) -> int | None:
+    def _persist_newest(self, tag: str = "failure") -> int | None:
         common = self._common()
         for step in reversed(common):  # a slot rewritten meanwhile: the one before
             try:
-                return self._persist_locked(step, common[step], "failure", self._held(step))
+                return self._persist_locked(step, common[step], tag, self._held(step))
             except (OSError, AccelError) as exc:
                 self.notify(f"accel: could not persist the snapshot of step {step}: {exc}")
         return None
