@@ -170,6 +170,36 @@ def require_regular(st: os.stat_result, path: object) -> None:
         raise DamagedFile(path, f"is {kind}, not a regular file")
 
 
+def open_regular_append(
+    path: Path | str, *, readable: bool = False, mode: int = PRIVATE_MODE
+) -> int:
+    """A descriptor appending to the regular file at ``path`` (created ``mode`` when
+    missing), read-write when ``readable``: never through a link, never waiting on a FIFO
+    put in its place (``O_NONBLOCK``: it opens at once, or fails with no reader), and
+    :class:`DamagedFile` for anything but a regular file; OSError where it cannot be
+    opened (``storage_error``'s line)."""
+    flags = (os.O_RDWR if readable else os.O_WRONLY) | _APPEND_FLAGS
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        raise storage_error(exc, "write", path) from None
+    try:
+        require_regular(os.fstat(fd), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_APPEND_FLAGS = (
+    os.O_APPEND
+    | os.O_CREAT
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
 def read_regular(path: Path | str, limit: int, *, follow: bool = False) -> bytes:
     """The bytes of the regular file at ``path`` (see :func:`open_regular`), at most
     ``limit`` of them: :class:`DamagedFile` for a larger one."""

@@ -117,6 +117,7 @@ def _loggable(layout: Layout) -> bool:
 
 
 def _append(layout: Layout, line: bytes, settings: LogSettings) -> None:
+    from accel._fs import open_regular_append
     from accel._locks import locked
 
     folder = layout.logs_dir
@@ -126,41 +127,11 @@ def _append(layout: Layout, line: bytes, settings: LogSettings) -> None:
     with locked(layout.lock(LOCK_NAME), timeout=LOCK_TIMEOUT):
         if max_bytes > 0 and _size(path) + len(line) > max_bytes and _size(path) > 0:
             _rotate(path, settings.backup_count)
-        fd = _open_append(path)
+        fd = open_regular_append(path)  # a FIFO or a folder there: refused, never waited on
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-
-# Never through a link, and never waiting: a FIFO put in the log's place opens at once
-# (or fails, ENXIO, with no reader) and is then refused, like a device or a folder.
-_APPEND_FLAGS = (
-    os.O_WRONLY
-    | os.O_APPEND
-    | os.O_CREAT
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
-
-
-def _open_append(path: Path) -> int:
-    """A descriptor appending to the regular file ``path``, created :data:`PRIVATE_MODE`;
-    raises for anything else (which :func:`log_event` turns into a line not written)."""
-    from accel._fs import PRIVATE_MODE, require_regular
-    from accel.errors import storage_error
-
-    try:
-        fd = os.open(path, _APPEND_FLAGS, PRIVATE_MODE)
-    except OSError as exc:
-        raise storage_error(exc, "write", path) from None
-    try:
-        require_regular(os.fstat(fd), path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _rotate(path: Path, backups: int) -> None:
@@ -184,7 +155,7 @@ def _defaults() -> LogSettings:
 
 def _size(path: Path) -> int:
     """The size of the regular file at ``path``; 0 for anything else, which is then never
-    rotated (moved aside) but refused by :func:`_open_append`."""
+    rotated (moved aside) but refused by :func:`accel._fs.open_regular_append`."""
     try:
         st = os.lstat(path)
     except OSError:

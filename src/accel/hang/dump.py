@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from accel._fs import read_from, read_json, read_regular
+from accel._fs import open_regular_append, read_from, read_json, read_regular
 from accel.hang.worker import RUN_DIR_ENV, STACK_SIGNAL, crash_path, stacks_path
 from accel.layout import WORKERS_FILE as WORKERS_FILE  # re-exported
 from accel.layout import rank_log
@@ -196,18 +196,6 @@ def read_workers(run_dir: Path) -> dict[int, int]:
         return {}
 
 
-# Appending to a rank log: never through a link, never waiting on a FIFO or device that
-# was put in its place; read and write (the last byte says whether a line is open).
-_APPEND_FLAGS = (
-    os.O_RDWR
-    | os.O_APPEND
-    | os.O_CREAT
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
-
-
 def append_to_rank_logs(run_dir: Path, stacks: Mapping[int, str], title: str) -> None:
     """Append each dump to ``rank-N.log`` under a marked header (one write per rank).
 
@@ -238,17 +226,10 @@ def _open_log(log: Path) -> int | None:
         pass
     except OSError:
         return None
-    try:
-        fd = os.open(log, _APPEND_FLAGS, 0o666)
-    except OSError:  # ELOOP: a link swapped in since (O_RDWR opens a FIFO at once)
+    try:  # read-write: the last byte says whether a line is open
+        return open_regular_append(log, readable=True, mode=0o666)
+    except (OSError, ValueError):  # a link swapped in since, a FIFO: DamagedFile
         return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
 
 
 def _ends_a_line(fd: int) -> bool:
