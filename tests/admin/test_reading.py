@@ -3,6 +3,8 @@ checkpoint removed while it is read is never called damaged."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from accel import Workspace
 from accel.admin._reading import read_checkpoint, reading
 from accel.errors import IntegrityError, UsageError
 from accel.store import series as series_mod
+from accel.store.lease import SeriesLease, catch_up_retention, retention_owed
 from accel.store.series import Found
 
 
@@ -72,3 +75,63 @@ def test_a_damaged_checkpoint_that_is_still_there_stays_damaged(kept_one: Worksp
 
     with pytest.raises(IntegrityError, match="damaged"):
         read_checkpoint(kept_one, None, None, read)
+
+
+def test_retention_a_reader_held_back_is_paid_when_the_run_and_the_reader_are_done(
+    kept_one: Workspace,
+) -> None:
+    """A run's last saves under an export: the run ends with one checkpoint, not three."""
+    with SeriesLease(kept_one.layout, "default"):  # an earlier run
+        _save(kept_one, 1)
+    with reading(kept_one, None):
+        with SeriesLease(kept_one.layout, "default"):  # the run saving, for its life
+            _save(kept_one, 2)
+            _save(kept_one, 3)
+            assert retention_owed(kept_one.layout) == {"default": 1}
+        assert _steps(kept_one) == [1, 2, 3]  # the reader still reads: nothing goes
+    assert _steps(kept_one) == [3]  # the reader let go of a series no run holds: paid
+    assert retention_owed(kept_one.layout) == {}
+
+
+def test_retention_owed_to_a_live_run_waits_for_its_next_save(kept_one: Workspace) -> None:
+    with SeriesLease(kept_one.layout, "default"):
+        _save(kept_one, 1)
+        with reading(kept_one, None):
+            _save(kept_one, 2)
+        assert _steps(kept_one) == [1, 2]  # the run's, not the reader's, to retire
+        _save(kept_one, 3)
+        assert _steps(kept_one) == [3] and retention_owed(kept_one.layout) == {}
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        '{"keep_last": 0}',
+        '{"keep_last": true}',
+        '{"keep_last": 1.0}',
+        '{"keep_last": "1"}',
+        "[1]",
+        "{",
+        "",
+    ],
+)
+def test_a_retention_record_accel_did_not_write_removes_nothing(ws: Workspace, record: str) -> None:
+    for step in (1, 2, 3):
+        _save(ws, step)
+    (ws.locks_dir / "series-default.retention.json").write_text(record)
+    assert retention_owed(ws.layout) == {} and catch_up_retention(ws.layout) == []
+    with reading(ws, None):
+        pass
+    assert _steps(ws) == [1, 2, 3]
+
+
+def test_a_linked_retention_record_is_not_read(ws: Workspace, tmp_path: Path) -> None:
+    for step in (1, 2):
+        _save(ws, step)
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text('{"keep_last": 1}')
+    (ws.locks_dir / "series-default.retention.json").symlink_to(outside)
+    assert retention_owed(ws.layout) == {}
+    with reading(ws, None):
+        pass
+    assert _steps(ws) == [1, 2]

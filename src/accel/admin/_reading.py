@@ -2,11 +2,12 @@
 
 ``accel checkpoints export``, ``show`` and ``verify`` hold the series' readers lock
 (``locks/readers-<series>.lock``, shared) while they read: retention
-(``checkpoints.keep_last``) removes nothing of a series while a reader holds it, and
-catches up at a later save. Where that lock cannot be taken (a read-only workspace),
-or a checkpoint goes anyway (``accel clean``, ``checkpoints rm``), a checkpoint that
-disappears mid-read is never called damaged: the newest is read instead when no step
-was named, else one line says it was removed while being read.
+(``checkpoints.keep_last``) removes nothing of a series while a reader holds it; what
+it owes is paid at the run's next save, or as the last reader lets go of a series no
+live run holds (:mod:`accel.store.lease`). Where that lock cannot be taken (a
+read-only workspace), or a checkpoint goes anyway (``accel clean``, ``checkpoints rm``),
+a checkpoint that disappears mid-read is never called damaged: the newest is read
+instead when no step was named, else one line says it was removed while being read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from accel import _locks
 from accel.admin.catalog import find_checkpoint, series_views
 from accel.errors import AccelError, UsageError
 from accel.layout import series_readers_lock
+from accel.store.lease import catch_up_retention
 from accel.store.series import Found
 
 if TYPE_CHECKING:
@@ -33,12 +35,15 @@ _TRIES = 5  # the newest again, at most this often (only without the readers loc
 
 @contextlib.contextmanager
 def reading(ws: Workspace, series: str | None) -> Iterator[None]:
-    """Hold the readers lock of ``series`` (None: of every series) for the block."""
+    """Hold the readers lock of ``series`` (None: of every series) for the block, then
+    pay the retention readers held back, where no live run holds the series."""
     with contextlib.ExitStack() as stack:
         for name in series_views(ws, series):  # none when there is no workspace
             lock = series_readers_lock(ws.path, name)
             stack.enter_context(_locks.shared(lock, ws.lock_timeout))
         yield
+    with contextlib.suppress(AccelError, OSError):  # owed still: a later save or clean
+        catch_up_retention(ws.layout)
 
 
 def removed(found: Found) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel import runs
 from accel._redact import secret_values
+from accel.errors import AccelError
 from accel.launch import rendezvous
 from accel.launch._ends import launch_error, rank_ends, with_crashes
 from accel.launch._host import (
@@ -115,9 +116,21 @@ def launch(
                 plan = stack.enter_context(template(plan, scratch, guard.remove_at_end))
             run = _Run(plan, scratch, sink, notify or (lambda _: None))
             run.persister = _memory_tier(ws, plan, stack, guard, run.notify)
-            return run.execute()
+            outcome = run.execute()
     finally:
         guard.stop()
+    _retention_owed(ws)
+    return outcome
+
+
+def _retention_owed(ws: Workspace) -> None:
+    """The run is over (its workers gone, its run lock free): pay the retention a reader
+    held back during its saves (store/lease.py), or a keep_last run would end with
+    every checkpoint it saved while an export read."""
+    from accel.store.lease import catch_up_retention
+
+    with contextlib.suppress(AccelError, OSError):  # owed still: a later save or clean
+        catch_up_retention(ws.layout)
 
 
 def _check_series(ws: Workspace, plan: LaunchPlan) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from accel import _faults, _locks
+from accel import _faults
 from accel.config.views import CheckpointSettings
 from accel.errors import IntegrityError, UsageError, WriteFailed, write_failed
 from accel.identity import ensure
@@ -42,7 +42,6 @@ from accel.layout import (
     dispose,
     make_owned_dir,
     rank_name,
-    series_readers_lock,
 )
 from accel.store import series as series_mod
 from accel.store import sharded as sharded_mod
@@ -56,7 +55,7 @@ from accel.store.collectives import (
     current_context,
     on_every_rank,
 )
-from accel.store.lease import SeriesLease, ensure_lease
+from accel.store.lease import SeriesLease, apply_retention, ensure_lease
 from accel.store.manifest import STATE_TENSORS, TENSORS_SUFFIX, parse_manifest, read_manifest
 from accel.store.persister import await_commit, load_file
 from accel.store.series import (
@@ -476,17 +475,8 @@ class Checkpoints:
 
     def _apply_retention(self, series_name: str, keep_step: int) -> None:
         keep = self.settings.keep_last
-        if keep is None:
-            return
-        readers = series_readers_lock(self.layout.root, series_name)
-        with _locks.try_hold(readers, create=True) as free:
-            if not free:  # export/show/verify is reading: a later save catches up
-                return
-            found = self.view(series_name).checkpoints
-            survivors = {f.manifest.step for f in found[-int(keep) :]} | {keep_step}
-            for old in (f for f in found if f.manifest.step not in survivors):
-                if kept := series_mod.retire_checkpoint(old, self._reaper):
-                    series_mod.warn_kept(self.layout, old.path, kept)
+        if keep is not None:  # held back by a reader: owed, paid later (store/lease.py)
+            apply_retention(self.layout, series_name, int(keep), keep_step, self._reaper)
 
     # -- deleting -----------------------------------------------------------------------
 

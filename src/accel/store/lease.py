@@ -12,10 +12,22 @@ process of another run is refused the lease even when the flock is free, so a wo
 restart (rank 0 dies, the kernel drops its flock) never hands the series to a rival.
 A worker whose ``ACCEL_RUN_ID`` equals the holder's ``run_id`` while the flock is held
 saves without acquiring it.
+
+**Retention** (``checkpoints.keep_last``) is the holder's to apply, right after each
+commit, unless a reader (``accel checkpoints export``, ``show``, ``verify``) holds the
+series' readers lock: it then removes nothing and records what it owes in
+``locks/series-<name>.retention.json`` (``{"keep_last": n}``, the run's own setting).
+The run's next save pays; once no live run holds the series, so does the reader that
+held it back as it lets go (the last one, when several read), and ``accel launch``
+when its run ends: a run whose last saves met a long export does not end with every
+checkpoint it saved. The record is data like any file of the workspace: only a
+positive integer is taken from it, anything else is left alone (``accel clean``
+applies the configured retention all the same).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -27,24 +39,30 @@ from typing import Any
 
 from accel import _locks
 from accel._fs import atomic_write_json, read_json
-from accel.errors import LeaseHeld, LockTimeout
+from accel.errors import DamagedFile, LeaseHeld, LockTimeout
 from accel.identity import ensure
 from accel.layout import (
     HOLDER_SUFFIX,
+    LOCKS_DIR,
     SERIES_LOCK_PREFIX,
     Layout,
     run_lock,
     series_holder,
     series_lock,
+    series_readers_lock,
 )
+from accel.store import series as series_mod
 
 __all__ = [
     "LeaseHeld",
     "LeaseHolder",
     "SeriesLease",
+    "apply_retention",
+    "catch_up_retention",
     "claimed_by_live_runs",
     "held_message",
     "holder_of",
+    "retention_owed",
 ]
 
 # A probe by holder_of() holds a free flock for microseconds; a saver that collides
@@ -221,3 +239,84 @@ def ensure_lease(layout: Layout, series: str, run_id: str | None) -> SeriesLease
         if holder is not None and holder.run_id == run_id and _locks.held(path):
             return None
     return SeriesLease(layout, series, run_id).acquire()
+
+
+# -- retention: what a reader held back, and its catch-up ------------------------------
+
+OWED_SUFFIX = ".retention.json"
+_MAX_KEEP = 10**9
+
+
+def _owed_file(layout: Layout, series: str) -> Path:
+    return layout.root / LOCKS_DIR / f"{SERIES_LOCK_PREFIX}{series}{OWED_SUFFIX}"
+
+
+def apply_retention(
+    layout: Layout,
+    series: str,
+    keep: int,
+    keep_step: int | None = None,
+    reaper: series_mod.Reaper | None = None,
+) -> bool:
+    """Retire all but the newest ``keep`` checkpoints of ``series`` (and ``keep_step``).
+    False, and the debt recorded, when a reader holds the series: nothing is removed."""
+    with _locks.try_hold(series_readers_lock(layout.root, series), create=True) as free:
+        if not free:
+            _record(layout, series, keep)
+            return False
+        found = series_mod.view(layout.checkpoints_dir / series).checkpoints
+        survivors = {f.manifest.step for f in found[-keep:]} | {keep_step}
+        for old in (f for f in found if f.manifest.step not in survivors):
+            if kept := series_mod.retire_checkpoint(old, reaper):
+                series_mod.warn_kept(layout, old.path, kept)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_owed_file(layout, series))
+        return True
+
+
+def _record(layout: Layout, series: str, keep: int) -> None:
+    owed_file = _owed_file(layout, series)
+    if retention_owed(layout).get(series) == keep:
+        return  # owed already: no write at every save an export spans
+    with contextlib.suppress(OSError):  # a debt unrecorded is paid by a later save or clean
+        atomic_write_json(owed_file, {"keep_last": keep}, durable=False)
+
+
+def retention_owed(layout: Layout) -> dict[str, int]:
+    """``{series: keep_last}`` of the retention held back by readers and not yet paid."""
+    try:
+        names = os.listdir(layout.root / LOCKS_DIR)
+    except OSError:
+        return {}
+    debts = {}
+    for name in names:
+        if not (name.startswith(SERIES_LOCK_PREFIX) and name.endswith(OWED_SUFFIX)):
+            continue
+        series = name[len(SERIES_LOCK_PREFIX) : -len(OWED_SUFFIX)]
+        if not series_mod.is_series_name(series):
+            continue
+        try:
+            record = read_json(layout.root / LOCKS_DIR / name, limit=4096)
+        except (OSError, DamagedFile):
+            continue
+        keep = record.get("keep_last") if isinstance(record, dict) else None
+        if type(keep) is int and 1 <= keep <= _MAX_KEEP:
+            debts[series] = keep
+    return debts
+
+
+def catch_up_retention(layout: Layout) -> list[str]:
+    """Pay every debt of a series that no live run holds and no reader reads: the
+    series whose retention ran (for a message, if any)."""
+    debts = retention_owed(layout)
+    if not debts:
+        return []
+    live = claimed_by_live_runs(layout.root / LOCKS_DIR)
+    paid = []
+    for series, keep in sorted(debts.items()):
+        if series in live or _locks.held(series_lock(layout.root, series)):
+            continue  # its run is live: its next save pays, or this catch-up at its end
+        with contextlib.suppress(OSError):
+            if apply_retention(layout, series, keep):
+                paid.append(series)
+    return paid
