@@ -213,7 +213,7 @@ def test_a_restart_is_forked_from_a_template_that_imported_dynamo(
         "launch", "-n", "2", "--preload", "--max-restarts", "1", "probe.py", str(out)
     )
     try:
-        wait_for(lambda: list(scratch.glob("*/pids/warm")), 60, "the template to be warm")
+        assert _warm(scratch) == "_preload_dynamo"
         (out / "go").touch()
         proc.communicate(timeout=60)
     finally:
@@ -221,6 +221,37 @@ def test_a_restart_is_forked_from_a_template_that_imported_dynamo(
     assert proc.returncode == 0
     seen = {p.name: p.read_text() for p in out.glob("a*")}
     assert seen == {"a0-r0": "False", "a0-r1": "False", "a1-r0": "True", "a1-r1": "True"}
+
+
+def _warm(scratch: Path) -> str:
+    """What the template did at its first quiet moment (``pids/warm``)."""
+    wait_for(lambda: list(scratch.glob("*/pids/warm")), 60, "the template to be warm")
+    return next(scratch.glob("*/pids/warm")).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_template_whose_run_cannot_restart_leaves_dynamo_to_its_workers(
+    start_accel: StartAccel, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without restarts the template forks no other worker: importing dynamo (1.2-1.4 CPU-s)
+    # would only take a core from the workers' first steps.
+    scratch = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    out = project / "out"
+    out.mkdir()
+    (project / "probe.py").write_text(WARM_PROBE)
+    proc = start_accel(
+        "launch", "-n", "1", "--preload", "--max-restarts", "0", "probe.py", str(out)
+    )
+    try:
+        assert _warm(scratch) == ""
+        (out / "go").touch()
+        proc.communicate(timeout=60)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert proc.returncode != 0  # the probe's first attempt exits 3, and is not restarted
+    assert {p.name for p in out.glob("a*")} == {"a0-r0"}
 
 
 def test_shim_arguments_keep_the_interpreter_flags_and_the_bootstrap_arguments(

@@ -1,4 +1,4 @@
-"""Preload template: ``python -u _template.py FD LAUNCHER_PID PATH0 [MODULE...]``.
+"""Preload template: ``python -u _template.py FD LAUNCHER_PID PATH0 SIGNALS AGAIN [MODULE...]``.
 
 Started once per run by the launcher (``launch.preload``), with the workers' environment
 (their ``OMP_NUM_THREADS``, ...) and folder. It imports torch and the listed modules
@@ -6,7 +6,9 @@ Started once per run by the launcher (``launch.preload``), with the workers' env
 Unix socket ``FD``: each worker's shim (``_preload_shim.py``) sends its argv,
 environment, folder and standard streams, and the template forks the worker from
 itself. Once the first workers started, it also imports ``torch._dynamo`` (which every
-optimizer imports on first use) for the restarts (:func:`_preload_dynamo`). A fork of a
+optimizer imports on first use) for the restarts (:func:`_preload_dynamo`), when the run
+can restart its workers (AGAIN is ``restarts``: ``--max-restarts`` above 0, or an elastic
+node range; ``once`` otherwise, and the template forks no other workers). A fork of a
 process that has imported torch costs milliseconds, an import seconds.
 
 Fork safety: the template runs no thread and never touches torch beyond the import (the
@@ -159,6 +161,7 @@ class Server:
         self.allowed_threads = allowed_threads
         self.later = list(later)  # for the first quiet moment after a fork
         self.forked = False
+        self.warm = False  # that moment came
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, self._accept)
         self.conns: dict[int, socket.socket] = {}  # worker pid -> its shim's socket
@@ -167,7 +170,7 @@ class Server:
     def serve(self) -> Request:
         """Loop forever in the template; return the request in each forked worker."""
         while True:
-            events = self.selector.select(QUIET if self.forked and self.later else None)
+            events = self.selector.select(QUIET if self.forked and not self.warm else None)
             if not events:
                 self._quiet_moment()
             for key, _ in events:
@@ -177,12 +180,16 @@ class Server:
 
     def _quiet_moment(self) -> None:
         """No request for :data:`QUIET` seconds since a fork: the attempt's workers all
-        started. Run the work put off for it, then say so (``pids/warm``)."""
+        started. Run the work put off for it, then say so (``pids/warm``: what it ran)."""
+        done = []
         while self.later:
-            self.later.pop(0)()
+            work = self.later.pop(0)
+            work()
+            done.append(work.__name__)
         gc.freeze()  # what it built is the workers' too, read-only
-        with _quiet(), open(os.path.join(self._pids_folder(), WARM), "w"):
-            pass
+        self.warm = True
+        with _quiet(), open(os.path.join(self._pids_folder(), WARM), "w") as told:
+            told.write(",".join(done))
 
     def _pids_folder(self) -> str:
         """``pids/`` beside the socket (made if missing): what the template tells others."""
@@ -379,7 +386,8 @@ def run_worker(request: Request, template_pid: int) -> int:
 
 def main(argv: list[str]) -> int:
     global _caught_by_launcher
-    fd, launcher, path0, caught, modules = int(argv[0]), int(argv[1]), argv[2], argv[3], argv[4:]
+    fd, launcher, path0, caught = int(argv[0]), int(argv[1]), argv[2], argv[3]
+    again, modules = argv[4] == "restarts", argv[5:]
     _caught_by_launcher = tuple(signal.Signals[name] for name in caught.split(","))
     wire._die_with_parent()
     if os.getppid() != launcher:
@@ -391,7 +399,9 @@ def main(argv: list[str]) -> int:
     gc.freeze()
     template_pid = os.getpid()
     try:
-        request = Server(listener, allowed, later=(_preload_dynamo,)).serve()
+        # A run that never restarts forks no other worker: its dynamo is each worker's.
+        later = (_preload_dynamo,) if again else ()
+        request = Server(listener, allowed, later=later).serve()
     except KeyboardInterrupt:
         return 130
     return run_worker(request, template_pid)

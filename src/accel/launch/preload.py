@@ -180,6 +180,8 @@ def _start(plan: LaunchPlan, fd: int) -> subprocess.Popen[bytes]:
         str(os.getpid()),
         path0,
         ",".join(sig.name for sig in HANDLED_SIGNALS),  # for the workers to reset
+        # whether other workers may be forked later (restarts): what to preload for them
+        "restarts" if plan.max_restarts > 0 or plan.elastic else "once",
         *plan.preload_modules,
     ]
     return subprocess.Popen(
