@@ -165,6 +165,13 @@ class WriteFailed(AccelError):
     exit_code = EXIT_FAILED
 
 
+class OutputFailed(AccelError):
+    """The command's standard output refused what it wrote (``> /dev/full``, a full disk
+    behind a redirection): the output's problem, not the workspace's."""
+
+    exit_code = EXIT_FAILED
+
+
 def write_failed(target: object, exc: BaseException) -> WriteFailed:
     """``exc``, met writing ``target``, as one line: what failed and how to fix it. The
     same hints as :func:`storage_error`; a serializer's error that names no errno but

@@ -74,3 +74,19 @@ def test_a_reader_that_goes_away_is_no_failure(
         timeout=60,
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("runs",), ("env",)])
+def test_an_output_on_a_full_disk_is_said_about_the_output(
+    ws: Workspace, accel_exe: list[str], args: tuple[str, ...]
+) -> None:
+    # `> /dev/full` said "the disk is full: free space (`accel clean`)", about the workspace
+    done = _run(accel_exe, ">/dev/full", *args)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "error: could not write the output: No space left on device; free space where it "
+        "goes, or send it elsewhere\n"
+    )
+    assert not list(ws.logs_dir.glob(f"{CRASH_LOG_PREFIX}*"))

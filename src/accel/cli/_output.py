@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from accel.errors import OutputFailed
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -82,22 +84,18 @@ def out(line: str = "", *, markup: bool = False) -> None:
     rich markup into it (styles, stripped when piped), each piece of data through
     :func:`text`."""
     line = _clean(line)
-    try:
+    with _writing(sys.stdout):
         if is_terminal():
             console().print(line, markup=markup)
         else:
             print(_strip_markup(line) if markup else line, flush=True)
-    except BrokenPipeError:
-        gone(sys.stdout)
 
 
 def raw(line: str) -> None:
     """Text for machines or other programs on stdout, as it is (no rich), less terminal
     control characters."""
-    try:
+    with _writing(sys.stdout):
         print(_clean(line), flush=True)
-    except BrokenPipeError:
-        gone(sys.stdout)
 
 
 def info(text: str) -> None:
@@ -123,6 +121,25 @@ def _err(text: str, style: str) -> None:
         gone(sys.stderr)
 
 
+@contextlib.contextmanager
+def _writing(stream: Any) -> Iterator[None]:
+    """Output to ``stream`` (stdout): a reader that went away is dropped quietly
+    (:func:`gone`); a refused write (``> /dev/full``) is :class:`OutputFailed`, one line
+    about the output, never the workspace's "free space (`accel clean`)"."""
+    try:
+        yield
+    except BrokenPipeError:
+        gone(stream)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        gone(stream)
+        raise OutputFailed(
+            f"could not write the output: {os.strerror(exc.errno)}; free space where it "
+            "goes, or send it elsewhere"
+        ) from None
+
+
 def gone(stream: Any) -> None:
     """The reader went away (``accel ... | head``): drop what is left, quietly.
 
@@ -138,11 +155,9 @@ def gone(stream: Any) -> None:
 
 
 def print_json(obj: Any) -> None:
-    try:
+    with _writing(sys.stdout):  # `accel status --json | true`: as the text forms, not exit 1
         sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
         sys.stdout.flush()
-    except BrokenPipeError:  # `accel status --json | true`: as the text forms, not exit 1
-        gone(sys.stdout)
 
 
 def table(
@@ -160,18 +175,17 @@ def table(
             t.add_column(Text(col), overflow="fold")
         for row in cells:
             t.add_row(*(Text(c) for c in row))
-        console().print(t)
+        with _writing(sys.stdout):
+            console().print(t)
         return
     # one write, widths computed column-wise
     widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
     pattern = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
     lines = [_clean(title)] if title else []
     lines += [pattern.format(*row).rstrip() for row in [list(columns), *cells]]
-    try:
+    with _writing(sys.stdout):
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
-    except BrokenPipeError:
-        gone(sys.stdout)
 
 
 def _strip_markup(text: str) -> str:
