@@ -365,8 +365,14 @@ def _reseed() -> None:
       unless a preloaded module seeded it on purpose (``torch.manual_seed``), as it
       would have in every exec'd worker too. CUDA's default generators are created,
       and seeded from the same source, when CUDA starts, in the worker (never in the
-      template: CUDA starts threads, and a template with threads is never forked).
+      template: CUDA starts threads, and a template with threads is never forked);
+    - multiprocessing's authentication key (its Listener's and Manager's default): drawn
+      from ``os.urandom`` when ``multiprocessing`` is imported (torch imports it), so
+      each worker draws its own again rather than share the template's.
     """
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        process.current_process().authkey = os.urandom(32)
     if "random" in sys.modules:
         sys.modules["random"].seed()
     numpy_random = sys.modules.get("numpy.random")

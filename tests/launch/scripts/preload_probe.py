@@ -3,6 +3,7 @@ where docs/commands/launch.md says they differ (tests/launch/test_preload.py).""
 
 import gc
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -67,6 +68,7 @@ data = {
         "random": random.getrandbits(64),
         "numpy": int(numpy.random.randint(2**62)),
         "numpy_key": [int(k) for k in numpy.random.get_state()[1][1:5]],
+        "multiprocessing_authkey": multiprocessing.current_process().authkey.hex(),
     },
 }
 with open(os.path.join(sys.argv[1], f"rank-{os.environ['RANK']}.json"), "w") as fh:
