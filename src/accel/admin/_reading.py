@@ -21,7 +21,7 @@ from accel import _locks
 from accel.admin.catalog import find_checkpoint, series_views
 from accel.errors import AccelError, UsageError
 from accel.layout import series_readers_lock
-from accel.store.lease import catch_up_retention
+from accel.store.lease import catch_up_retention, retention_owed
 from accel.store.series import Found
 
 if TYPE_CHECKING:
@@ -36,14 +36,16 @@ _TRIES = 5  # the newest again, at most this often (only without the readers loc
 @contextlib.contextmanager
 def reading(ws: Workspace, series: str | None) -> Iterator[None]:
     """Hold the readers lock of ``series`` (None: of every series) for the block, then
-    pay the retention readers held back, where no live run holds the series."""
+    pay the retention readers held back, where no live run holds the series (not with
+    an invalid config, which a reader goes on with: it changes nothing)."""
     with contextlib.ExitStack() as stack:
         for name in series_views(ws, series):  # none when there is no workspace
             lock = series_readers_lock(ws.path, name)
             stack.enter_context(_locks.shared(lock, ws.lock_timeout))
         yield
     with contextlib.suppress(AccelError, OSError):  # owed still: a later save or clean
-        catch_up_retention(ws.layout)
+        if retention_owed(ws.layout) and ws.salvage_config() is None:
+            catch_up_retention(ws.layout)
 
 
 def removed(found: Found) -> str:
