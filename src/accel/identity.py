@@ -14,6 +14,7 @@ never the workspace.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 
 from accel import _locks
 from accel._fs import atomic_write, atomic_write_json, read_json
-from accel.errors import NotAWorkspace, WorkspaceError
+from accel.errors import DamagedFile, NotAWorkspace, WorkspaceError
 from accel.layout import (
     CONFIG_DIR,
     CONFIG_NAME,
@@ -33,6 +34,7 @@ from accel.layout import (
     LAYOUT_FILE,
     LAYOUT_LOCK,
     LAYOUT_VERSION,
+    LAYOUT_VERSIONS,
     LOCK_SUFFIX,
     LOCKS_DIR,
     Layout,
@@ -77,21 +79,48 @@ class Marker:
 
 
 def read_marker(path: Path, id_key: str = "id") -> Marker | None:
-    """The marker at ``path``; None when there is none, WorkspaceError when unreadable."""
+    """The marker at ``path``; None when there is none. WorkspaceError naming what is
+    wrong when it is damaged or its ``layout_version`` is none an accel writes; a newer
+    one is returned (:func:`check_version` refuses it, naming the upgrade)."""
     try:
         data: Any = read_json(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        data = None
-    version = data.get("layout_version") if isinstance(data, dict) else None
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise WorkspaceError(
-            f'{path} is unreadable; restore it, or write {{"layout_version": '
-            f"{LAYOUT_VERSION}}} into it if this folder is accel's"
-        )
+    except DamagedFile as exc:
+        raise damaged_marker(path, exc.why) from None
+    except OSError as exc:
+        raise damaged_marker(path, f"cannot be read ({exc.strerror or exc})") from None
+    problem = _version_problem(data)
+    if problem is not None:
+        raise damaged_marker(path, problem)
     ident = data.get(id_key)
-    return Marker(version, ident if isinstance(ident, str) and ident else None)
+    return Marker(data["layout_version"], ident if isinstance(ident, str) and ident else None)
+
+
+def _version_problem(data: Any) -> str | None:
+    """What is wrong with a marker's ``layout_version``: the versions this accel reads
+    are an allowlist (:data:`~accel.layout.LAYOUT_VERSIONS`), and only one above them
+    all (a newer accel's) passes besides."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    if "layout_version" not in data:
+        return "has no layout_version"
+    version = data["layout_version"]
+    if type(version) is not int:  # not bool: True == 1; not float: 1.0 == 1
+        return f"has layout_version {json.dumps(version)[:40]}, not a whole number"
+    if version not in LAYOUT_VERSIONS and version < max(LAYOUT_VERSIONS):
+        known = ", ".join(map(str, sorted(LAYOUT_VERSIONS)))
+        return f"has layout_version {version}, which no accel writes (this one reads {known})"
+    return None
+
+
+def damaged_marker(path: Path, why: str) -> WorkspaceError:
+    """The one line for a damaged ``layout.json`` (or ``accel-data.json``): what is
+    wrong, and how to fix it."""
+    return WorkspaceError(
+        f'{path} {why}; restore it, or write {{"layout_version": {LAYOUT_VERSION}}} '
+        "into it if this folder is accel's"
+    )
 
 
 def root_state(root: Path) -> str:
@@ -206,7 +235,9 @@ def _owner_of(marker: Path) -> str | None:
 
 
 def check_version(marker: Marker, where: Path) -> None:
-    if marker.version > LAYOUT_VERSION:
+    """Refuse a layout newer than this accel reads (:func:`read_marker` refused the rest
+    that are not on the allowlist)."""
+    if marker.version not in LAYOUT_VERSIONS:
         raise WorkspaceError(
             f"{where} has layout version {marker.version}, newer than this accel "
             f"understands ({LAYOUT_VERSION}); upgrade accel to use it"

@@ -42,6 +42,7 @@ from accel._worker_hooks import rank_name as rank_name
 
 __all__ = [
     "LAYOUT_VERSION",
+    "LAYOUT_VERSIONS",
     "Layout",
     "foreign_files",
     "lock_file",
@@ -56,7 +57,11 @@ DIRNAME = ".accelerate"
 LAYOUT_FILE = "layout.json"
 GITIGNORE = ".gitignore"  # keeps all but the config out of git (written with the folder)
 DATA_MARKER = "accel-data.json"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 1  # what this accel writes
+# Every layout version this accel reads: an allowlist (a release that migrates an old
+# layout adds it here). One above them all is a newer accel's, refused with "upgrade";
+# anything else (0, -1, true, 1.0, "1") no accel wrote, and is refused as damage.
+LAYOUT_VERSIONS = frozenset({LAYOUT_VERSION})
 
 # -- the root ----------------------------------------------------------------------------
 CONFIG_DIR = "config"

@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accel._fs import tree_size
-from accel.config.views import CacheSettings
 from accel.errors import AccelError
 from accel.frameworks import FrameworkCache, scan_framework_caches
 from accel.layout import CACHE_DIR, CHECKPOINTS_DIR, CONFIG_DIR, LOGS_DIR, RUNS_DIR, STATE_FILE
@@ -52,7 +51,8 @@ class WorkspaceStatus:
     oldest: tuple[StatusItem, ...] = ()
     frameworks: tuple[FrameworkCache, ...] = ()
     now: float = 0.0
-    workspace_error: str | None = None  # a folder accel did not make: nothing was read
+    # a folder accel did not make, or whose layout.json it refuses: nothing was read
+    workspace_error: str | None = None
     left_alone: tuple[StatusItem, ...] = ()  # found, but not accel's (or unreadable)
 
     @property
@@ -62,28 +62,32 @@ class WorkspaceStatus:
 
 def collect(ws: Workspace, *, details: bool = True, now: float | None = None) -> WorkspaceStatus:
     """Measure ``ws``; ``details`` adds live runs, the largest and oldest items, and what
-    is left alone. A folder accel did not make is reported, not measured."""
+    is left alone. A folder accel did not make, or whose ``layout.json`` this accel
+    refuses (damaged, a version none writes, a newer one), is reported, not measured."""
     now = time.time() if now is None else now
-    layout, broken = None, None
     try:
+        ws.check_layout()
         layout = ws.layout_version()
-        salvaged = ws.salvage_config()  # a broken config: still show what the workspace holds
-        config_error = str(salvaged) if salvaged is not None else None
-    except AccelError as exc:  # unreadable or newer layout: do not read it
-        config_error = broken = str(exc)
+    except AccelError as exc:  # a damaged, unknown or newer layout.json: nothing is read
+        return _refused(ws, str(exc), now)
+    salvaged = ws.salvage_config()  # a broken config: still show what the workspace holds
     refusal = ws.refusal()  # after the salvage: the data folder it names is checked too
     if refusal is not None:
-        return WorkspaceStatus(
-            ws.path, ws.exists, None, ws.config_file, None, (), now=now, workspace_error=refusal
-        )
-    base = ws.data_path if broken is None else ws.path
-    parts = _parts(ws.path, base)
+        return _refused(ws, refusal, now)
+    config_error = str(salvaged.error) if salvaged is not None else None
+    parts = _parts(ws.path, ws.data_path)
     status = WorkspaceStatus(
         ws.path, ws.exists, layout, ws.config_file, config_error, parts, now=now
     )
-    if not details or not ws.exists or broken is not None:
+    if not details or not ws.exists:
         return status
     return _with_details(ws, status)
+
+
+def _refused(ws: Workspace, why: str, now: float) -> WorkspaceStatus:
+    return WorkspaceStatus(
+        ws.path, ws.exists, None, ws.config_file, None, (), now=now, workspace_error=why
+    )
 
 
 def _parts(path: Path, base: Path) -> tuple[PartSize, ...]:
@@ -116,16 +120,9 @@ def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
         live_runs=tuple(sorted(found.live_runs)),
         largest=tuple(largest),
         oldest=tuple(oldest),
-        frameworks=tuple(scan_framework_caches(ws.cache_dir, _cache_settings(ws))),
+        frameworks=tuple(scan_framework_caches(ws.cache_dir, ws.reading_settings().cache)),
         left_alone=tuple(sorted((i for i in items if i.kind in LEFT_ALONE), key=_by_path)),
     )
-
-
-def _cache_settings(ws: Workspace) -> CacheSettings | None:
-    try:
-        return ws.settings.cache
-    except Exception:  # noqa: BLE001 - an invalid config still shows what is on disk
-        return None
 
 
 def _by_path(item: StatusItem) -> str:

@@ -22,8 +22,10 @@ from accel.config.resolve import (
     PROJECT_FILE,
     ConfigLayer,
     ResolvedConfig,
+    Salvaged,
     read_layer,
     resolve,
+    salvage,
     user_config_path,
 )
 from accel.config.views import Settings
@@ -102,6 +104,7 @@ class Workspace:
         self._flags = dict(flags or {})
         # told the path when ensure() creates a new workspace (the CLI prints a note)
         self.on_create: Callable[[Path], None] | None = None
+        self._salvaged: Salvaged | None = None  # see salvage_config
 
     @classmethod
     def discover(
@@ -150,10 +153,11 @@ class Workspace:
     @cached_property
     def data_path(self) -> Path:
         """Where cache, checkpoints, logs and state live (``workspace.path`` moves them)."""
-        relocated = self.settings.workspace.path
-        if not relocated:
-            return self.path
-        return _absolute(Path(relocated), self.project_root)
+        return self._data_path(self.settings)
+
+    def _data_path(self, settings: Settings) -> Path:
+        relocated = settings.workspace.path
+        return _absolute(Path(relocated), self.project_root) if relocated else self.path
 
     @property
     def state_file(self) -> Path:
@@ -185,10 +189,11 @@ class Workspace:
 
     @property
     def lock_timeout(self) -> float:
-        """``store.lock_timeout``: how long an acquire waits (the default when the config
-        is invalid: it must not make locks unbounded)."""
+        """``store.lock_timeout``: how long an acquire waits (the valid part's, where a
+        command that only reads salvaged an invalid config; the default where it did not:
+        an invalid config must not make locks unbounded)."""
         try:
-            return self.settings.store.lock_timeout
+            return self.reading_settings().store.lock_timeout
         except Exception:  # noqa: BLE001 - see the docstring
             return DEFAULT_LOCK_TIMEOUT
 
@@ -278,39 +283,33 @@ class Workspace:
         """The configuration's typed views: ``ws.settings.checkpoints.keep_last``."""
         return self.config.settings
 
-    def salvage_config(self) -> ConfigError | None:
-        """For commands that only read: the config error, if any, and carry on without it.
+    def salvage_config(self) -> Salvaged | None:
+        """For commands that only read: None for a valid config; for an invalid one, its
+        error and how the command goes on without it (:class:`Salvaged`).
 
-        The layout still comes from ``workspace.path`` when that one key can be read
-        (from the environment or the project file); every other key keeps its default.
-        Only a :class:`ConfigError` is salvaged: a newer layout is still refused.
+        Its valid part stands (``workspace.path`` among it, which says where the data
+        is), every invalid value is left out: :meth:`reading_settings` are those. The
+        config itself stays invalid (:attr:`config`, :attr:`settings` still raise), so
+        nothing that writes goes on with it. Only a :class:`ConfigError` is salvaged: a
+        layout this accel does not know is still refused.
         """
         try:
             _ = self.config
         except ConfigError as exc:
-            self.__dict__["data_path"] = self._salvaged_data_path()  # the cached_property's slot
-            return exc
+            user = user_config_path(self._env)
+            files = (("user", user), ("project", self.config_file))
+            self._salvaged = salvage(exc, files, self._env, self._flags)
+            # the cached_property's slot: the data folder of the valid part
+            self.__dict__["data_path"] = self._data_path(self._salvaged.config.settings)
+            return self._salvaged
         return None
 
-    def _salvaged_data_path(self) -> Path:
-        from accel.config import schema
-        from accel.config.yamlio import load_yaml_file
-
-        f = schema.BY_KEY["workspace.path"]
-        candidates: list[Any] = [self._env.get(f.env_var)]
-        try:
-            data = load_yaml_file(self.config_file).data
-            section = data.get("workspace") if isinstance(data, dict) else None
-            candidates.append(section.get("path") if isinstance(section, dict) else None)
-        except ConfigError:
-            pass
-        for value in candidates:
-            try:
-                if value:
-                    return _absolute(Path(schema.coerce(f, value)), self.project_root)
-            except ValueError:
-                continue
-        return self.path
+    def reading_settings(self) -> Settings:
+        """The settings of a command that only reads: the config's own, or after
+        :meth:`salvage_config` found it invalid, its valid part over the defaults."""
+        if self._salvaged is not None:
+            return self._salvaged.config.settings
+        return self.settings
 
     # -- state (see accel.store): each store gets the paths and settings it needs -------
 

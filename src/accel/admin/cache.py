@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import IntegrityError, MetaMissing, UsageError
-from accel.store.entry import CacheMeta, key_of, key_problem, read_cache_meta
+from accel.store.entry import CacheMeta, entry_folders, key_of, key_problem, read_cache_meta
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -117,7 +117,7 @@ def list_cache(ws: Workspace, now: float, prefix: str | None = None) -> CacheLis
     if not ws.identify():
         return CacheListing(root, now, ())
     rows = []
-    for path in ws.cache.entry_folders():
+    for path in entry_folders(root):  # no store settings: read under an invalid config
         key = key_of(path, root)
         if prefix is None or key.startswith(prefix):
             rows.append(read_entry(path, key))

@@ -47,13 +47,14 @@ def workspace(ctx: typer.Context, flags: Mapping[str, Any] | None = None) -> Wor
 
 
 def read_workspace(ctx: typer.Context) -> Workspace:
-    """For commands that only read (runs, logs, stack): a broken config is a warning."""
+    """For commands that only read (runs, logs, stack, checkpoints list/show/verify,
+    cache list): a broken config is one warning, and they go on with its valid part."""
     from accel.cli import _output
 
     ws = workspace(ctx)
-    error = ws.salvage_config()
-    if error is not None:
-        _output.warn(f"{error} (read-only: going on without the config)")
+    salvaged = ws.salvage_config()
+    if salvaged is not None:
+        _output.warn(f"{salvaged.error} (read-only: {salvaged.going_on(ws.data_path)})")
     from accel import identity
 
     if identity.root_state(ws.path) == identity.FOREIGN:  # that line, not "no runs yet"

@@ -29,7 +29,7 @@ def list_(
     """Every entry: key, kind, size, last use, run; and folders that are no entry."""
     from accel.admin.cache import list_cache
 
-    listing = list_cache(_app.workspace(ctx), time.time(), prefix)
+    listing = list_cache(_app.read_workspace(ctx), time.time(), prefix)
     if as_json:
         _output.print_json(listing.to_json())
     else:

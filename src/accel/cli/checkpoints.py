@@ -61,7 +61,7 @@ def list_(
     from accel.admin.catalog import list_checkpoints
     from accel.admin.verify import require_series
 
-    ws = _app.workspace(ctx)
+    ws = _app.read_workspace(ctx)
     require_series(ws, series)  # `-s typo`: exit 2 naming the series, not an empty list
     listing = list_checkpoints(ws, time.time(), series)
     if as_json:
@@ -110,7 +110,7 @@ def show(
     """One checkpoint's manifest: files, sizes, checksums, created, run, what it holds."""
     from accel.admin.detail import show_checkpoint
 
-    detail = show_checkpoint(_app.workspace(ctx), _step(step), series)
+    detail = show_checkpoint(_app.read_workspace(ctx), _step(step), series)
     if as_json:
         _output.print_json(detail.to_json())
     else:
@@ -161,8 +161,9 @@ def verify(
 
     chosen = _step(step)
     latest = step is not None and chosen is None
+    ws = _app.read_workspace(ctx)
     with _output.progress() as bar:
-        report = verify_mod.verify_series(_app.workspace(ctx), chosen, series, bar, latest)
+        report = verify_mod.verify_series(ws, chosen, series, bar, latest)
     if as_json:
         _output.print_json(report.to_json())
     else:

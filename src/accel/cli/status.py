@@ -44,7 +44,7 @@ def status_json(st: WorkspaceStatus) -> dict[str, Any]:
         "exists": st.exists,
         "layout_version": st.layout_version,
         "config_file": str(st.config_file),
-        "config_valid": st.config_error is None,
+        "config_valid": None if st.workspace_error else st.config_error is None,
         "config_error": st.config_error,
         "sizes": {p.name: p.size for p in st.parts},
         "total_size": st.total_size,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,72 +86,112 @@ def user_config_path(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(base) / "accel" / "config.yaml" if base else None
 
 
-def validate_document(loaded: LoadedYaml, source: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """Check a parsed file against the schema; return flat values and their lines."""
+def _refuse(error: ConfigError, refused: list[ConfigError] | None) -> None:
+    """Raise ``error``; or, where a command that only reads salvages the config
+    (``refused`` given), keep it there and go on without what it is about."""
+    if refused is None:
+        raise error from None
+    refused.append(error)
+
+
+def validate_document(
+    loaded: LoadedYaml, source: str, *, refused: list[ConfigError] | None = None
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Check a parsed file against the schema; return flat values and their lines.
+
+    The first error is raised; with ``refused``, every error goes there instead and the
+    values are the valid ones (see :func:`_refuse`).
+    """
     data = loaded.data
     if data is None:
         return {}, {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping of sections (launch:, cache:, ...)")
+        error = f"{source}: expected a mapping of sections (launch:, cache:, ...)"
+        _refuse(ConfigError(error), refused)
+        return {}, {}
     values: dict[str, Any] = {}
     for section, body in data.items():
         line = loaded.lines.get(str(section), 0)
         if section == "version":
-            _check_version(body, source, line)
-            continue
-        if section not in schema.SECTIONS:
-            raise ConfigError(
-                f"{source}:{line}: unknown section {section!r}{schema.suggest(str(section))}"
-            )
-        if body is None:
-            continue
-        if not isinstance(body, dict):
-            raise ConfigError(f"{source}:{line}: section {section!r} must be a mapping of keys")
-        for name, raw in body.items():
-            key = f"{section}.{name}"
-            kline = loaded.lines.get(key, line)
-            if key not in schema.BY_KEY:
-                raise ConfigError(
-                    f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}", key=key
-                )
-            try:
-                values[key] = schema.coerce(schema.BY_KEY[key], raw)
-            except ValueError as exc:
-                raise ConfigError(f"{source}:{kline}: {key}: {exc}", key=key) from None
+            _check_version(body, source, line, refused)
+        elif section not in schema.SECTIONS:
+            error = f"{source}:{line}: unknown section {section!r}{schema.suggest(str(section))}"
+            _refuse(ConfigError(error), refused)
+        elif body is not None and not isinstance(body, dict):
+            error = f"{source}:{line}: section {section!r} must be a mapping of keys"
+            _refuse(ConfigError(error), refused)
+        else:
+            _section_values(loaded, source, str(section), body or {}, values, refused)
     lines = {k: loaded.lines[k] for k in values if k in loaded.lines}
     return values, lines
 
 
-def _check_version(value: Any, source: str, line: int) -> None:
+def _section_values(
+    loaded: LoadedYaml,
+    source: str,
+    section: str,
+    body: dict[Any, Any],
+    values: dict[str, Any],
+    refused: list[ConfigError] | None,
+) -> None:
+    line = loaded.lines.get(section, 0)
+    for name, raw in body.items():
+        key = f"{section}.{name}"
+        kline = loaded.lines.get(key, line)
+        if key not in schema.BY_KEY:
+            error = f"{source}:{kline}: unknown key {key!r}{schema.suggest(key)}"
+            _refuse(ConfigError(error, key=key), refused)
+            continue
+        try:
+            values[key] = schema.coerce(schema.BY_KEY[key], raw)
+        except ValueError as exc:
+            _refuse(ConfigError(f"{source}:{kline}: {key}: {exc}", key=key), refused)
+
+
+def _check_version(value: Any, source: str, line: int, refused: list[ConfigError] | None) -> None:
     if value == schema.SCHEMA_VERSION:
         return
     if isinstance(value, int) and not isinstance(value, bool) and value > schema.SCHEMA_VERSION:
-        raise ConfigError(
+        error = (
             f"{source}:{line}: config version {value} was written by a newer accel; "
             f"upgrade accel ({UPGRADE_HINT}) to read it"
         )
-    raise ConfigError(f"{source}:{line}: version: expected {schema.SCHEMA_VERSION}, got {value!r}")
+    else:
+        error = f"{source}:{line}: version: expected {schema.SCHEMA_VERSION}, got {value!r}"
+    _refuse(ConfigError(error), refused)
 
 
-def read_layer(name: str, path: Path) -> ConfigLayer | None:
-    """Parse and validate one config file; None when it does not exist."""
+def read_layer(
+    name: str, path: Path, *, refused: list[ConfigError] | None = None
+) -> ConfigLayer | None:
+    """Parse and validate one config file; None when it does not exist (or, with
+    ``refused``, when it cannot be read at all: see :func:`validate_document`)."""
     if not path.is_file():
         if path.exists():
-            raise ConfigError(f"{path}: not a regular file")
+            _refuse(ConfigError(f"{path}: not a regular file"), refused)
         return None
-    values, lines = validate_document(load_yaml_file(path), str(path))
+    try:
+        loaded = load_yaml_file(path)
+    except ConfigError as exc:
+        _refuse(exc, refused)
+        return None
+    values, lines = validate_document(loaded, str(path), refused=refused)
     return ConfigLayer(name, path, values, lines)
 
 
-def env_values(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    """Values set by ``ACCEL_*`` twins, with the variable each came from."""
+def env_values(
+    env: Mapping[str, str], *, refused: list[ConfigError] | None = None
+) -> dict[str, tuple[Any, str]]:
+    """Values set by ``ACCEL_*`` twins, with the variable each came from (an invalid
+    one raises, or with ``refused`` is left out)."""
     out: dict[str, tuple[Any, str]] = {}
     for f in schema.FIELDS:
         if f.env_var in env:
             try:
                 out[f.key] = (schema.parse_text(f, env[f.env_var]), f.env_var)
             except ValueError as exc:
-                raise ConfigError(f"environment variable {f.env_var}: {exc}") from None
+                error = ConfigError(f"environment variable {f.env_var}: {exc}", key=f.key)
+                _refuse(error, refused)
     return out
 
 
@@ -202,8 +242,13 @@ def resolve(
     user: ConfigLayer | None,
     env: Mapping[str, str],
     flags: Mapping[str, Any] | None = None,
+    refused: list[ConfigError] | None = None,
 ) -> ResolvedConfig:
-    """Combine the layers, highest first: flags, environment, project, user, default."""
+    """Combine the layers, highest first: flags, environment, project, user, default.
+
+    ``refused``: an invalid environment variable goes there and is left out (a salvage,
+    see :func:`salvage`), instead of being raised.
+    """
     values = schema.defaults()
     origins = {key: Origin("default") for key in values}
     for layer in (user, project):
@@ -212,7 +257,7 @@ def resolve(
         for key, value in layer.values.items():
             values[key] = value
             origins[key] = Origin(layer.name, str(layer.path), layer.lines.get(key))
-    for key, (value, var) in env_values(env).items():
+    for key, (value, var) in env_values(env, refused=refused).items():
         values[key] = value
         origins[key] = Origin("env", var)
     for key, value in (flags or {}).items():
@@ -233,3 +278,61 @@ def flag_value(key: str, value: Any, *, named: str | None = None) -> Any:
     except ValueError as exc:
         name = named or "--" + key.split(".", 1)[1].replace("_", "-")
         raise UsageError(f"invalid value for {name}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Salvaged:
+    """An invalid configuration as a command that only reads goes on with it: ``config``
+    holds every valid value where it was set and the default (or a lower layer's value)
+    for the rest; ``error`` is the first error, as validation words it."""
+
+    config: ResolvedConfig
+    error: ConfigError
+    fell_back: tuple[str, ...]  # the keys whose value was refused
+    unread: tuple[Path, ...]  # the files of which nothing could be kept
+
+    def going_on(self, data: Path) -> str:
+        """How the command goes on, for the end of its warning; where the data is read
+        when ``workspace.path``, which says so, may be what was lost."""
+        said = []
+        if self.fell_back:
+            said.append(f"with {', '.join(self.fell_back)} as if unset")
+        if len(self.unread) == 1 and str(self.error).startswith(str(self.unread[0])):
+            said.append("without that file")
+        elif self.unread:
+            said.append(f"without {', '.join(map(str, self.unread))}")
+        text = "going on " + (" and ".join(said) or "with the rest of the config")
+        if self.unread or "workspace.path" in self.fell_back:
+            text += f"; the data is read at {data}"
+        return text
+
+
+def salvage(
+    error: ConfigError,
+    files: Sequence[tuple[str, Path | None]],
+    env: Mapping[str, str],
+    flags: Mapping[str, Any] | None = None,
+) -> Salvaged:
+    """The valid part of the configuration that ``error`` made invalid: the ``files``
+    ("user" and "project", with their paths, None for none) read leniently, then the
+    environment and ``flags`` over them, as :func:`resolve` layers them."""
+    refused: list[ConfigError] = []
+    layers: dict[str, ConfigLayer | None] = {}
+    unread: list[Path] = []
+    for name, path in files:
+        if path is None:
+            continue
+        before = len(refused)
+        layers[name] = layer = read_layer(name, path, refused=refused)
+        lost = refused[before:]
+        if lost and not (layer and layer.values) and all(e.key is None for e in lost):
+            unread.append(path)  # not YAML, not a mapping, not a file: nothing of it kept
+    config = resolve(
+        project=layers.get("project"),
+        user=layers.get("user"),
+        env=env,
+        flags=flags,
+        refused=refused,
+    )
+    fell_back = sorted({e.key for e in refused if e.key is not None and e.key in schema.BY_KEY})
+    return Salvaged(config, error, tuple(fell_back), tuple(unread))

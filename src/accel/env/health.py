@@ -25,11 +25,12 @@ def problems(
     process's own when not given.
     """
     found: list[Problem] = []
-    if report.config.error is not None:
-        found.append(Problem("config", report.config.error, report.config.fix))
-    else:
+    workspace = _workspace_problems(ws, report.workspace)
+    if report.config.error is None:
         found += _launch_problems(ws, os.environ if env is None else env)
-    found += _workspace_problems(ws, report.workspace)
+    elif not any(p.kind == "layout" for p in workspace):  # else it was not read: see layout
+        found.append(Problem("config", report.config.error, report.config.fix))
+    found += workspace
     if report.workspace.exists and report.workspace.writable:
         found += _storage_problems(ws)
     if report.torch.error is not None:

@@ -60,6 +60,7 @@ from accel.store.entry import (
     Stamp,
     check_key,
     detach_entry,
+    entry_folders,
     file_name_ok,
     key_of,
     made_by_accel,
@@ -331,19 +332,7 @@ class Cache:
 
     def entry_folders(self) -> Iterator[Path]:
         """Every ``*.entry`` folder, not following links (committed or not)."""
-        stack = [self.root]
-        while stack:
-            try:
-                with os.scandir(stack.pop()) as it:
-                    for item in it:
-                        if not item.is_dir(follow_symlinks=False) or item.name.startswith("."):
-                            continue
-                        if item.name.endswith(ENTRY_SUFFIX):
-                            yield Path(item.path)
-                        else:
-                            stack.append(Path(item.path))
-            except OSError:
-                continue
+        return entry_folders(self.root)
 
     def entries(self) -> list[CacheEntryInfo]:
         """Every committed entry, sorted by key; damaged ones are left out (see debris)."""

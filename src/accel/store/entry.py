@@ -27,7 +27,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -63,6 +63,7 @@ __all__ = [
     "MetaMissing",
     "check_key",
     "entry_file",
+    "entry_folders",
     "foreign_in_entry",
     "is_utf8",
     "key_of",
@@ -189,6 +190,24 @@ def key_of(entry: Path, entries_root: Path) -> str:
     """The key an entry folder stands for (its path below ``entries/``)."""
     rel = entry.relative_to(entries_root).as_posix()
     return rel[: -len(ENTRY_SUFFIX)]
+
+
+def entry_folders(entries_root: Path) -> Iterator[Path]:
+    """Every ``*.entry`` folder under ``entries/``, not following links (committed or
+    not); needs no settings, so a listing reads it under an invalid config too."""
+    stack = [entries_root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for item in it:
+                    if not item.is_dir(follow_symlinks=False) or item.name.startswith("."):
+                        continue
+                    if item.name.endswith(ENTRY_SUFFIX):
+                        yield Path(item.path)
+                    else:
+                        stack.append(Path(item.path))
+        except OSError:
+            continue
 
 
 def read_cache_meta(entry: Path, key: str | None = None) -> CacheMeta:
