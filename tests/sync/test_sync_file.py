@@ -13,6 +13,7 @@ from sync_helpers import (
     checkpoint_file_count,
     finished_run,
     http_server,
+    remote_json,
     save_checkpoints,
     tree,
 )
@@ -690,3 +691,40 @@ def test_a_checkpoint_retired_while_it_is_pushed_is_skipped_not_failed(
     assert result.ok and not result.failed, result
     reasons = {s.unit: s.reason for s in result.plan.skipped}
     assert "removed here while it was pushed" in reasons["checkpoints/default/step-000000000001"]
+
+
+def test_retention_waits_for_a_checkpoint_being_pushed_and_leaves_no_orphan_there(
+    ws: Workspace, remote_url: str, remote_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A live run's retention retired a checkpoint half-way through its upload: its first
+    # files stayed on the remote for good, listed by no index.
+    from accel.store.lease import SeriesLease, apply_retention
+
+    with SeriesLease(ws.layout, "default"):  # the run that saved them, ended since
+        save_checkpoints(ws, (1, 2))
+    remote = open_remote(remote_url, {}, {})
+    upload, paid = remote.upload, []
+
+    def upload_then_retain(local: Path, rel: str, *args: Any, **kwargs: Any) -> Any:
+        done = upload(local, rel, *args, **kwargs)
+        if rel.startswith("checkpoints/default/step-000000000001/") and not paid:
+            paid.append(apply_retention(ws.layout, "default", 1))  # the run's next save
+        return done
+
+    monkeypatch.setattr(remote, "upload", upload_then_retain)
+    result = push(ws, remote)
+    assert paid == [False]  # held back while the checkpoint was read
+    assert result.ok and not result.failed and not result.plan.skipped, result
+    index = remote_json(remote_dir, "accel-sync.json")["files"]
+    on_remote = {
+        p.relative_to(remote_dir).as_posix()
+        for p in (remote_dir / "checkpoints").rglob("*")
+        if p.is_file()
+    }
+    assert on_remote == {rel for rel in index if rel.startswith("checkpoints/")}
+    assert {rel.split("/")[2] for rel in on_remote} == {
+        "step-000000000001",
+        "step-000000000002",
+    }
+    # Paid once the push let go: no live run holds the series.
+    assert [info.step for info in ws.checkpoints.list()] == [2]

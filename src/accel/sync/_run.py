@@ -18,10 +18,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from accel._locks import locked
+from accel._locks import locked, shared
 from accel.errors import AccelError, UsageError
-from accel.layout import CACHE_DIR, CACHE_META, CHECKPOINTS_DIR, ENTRY_SUFFIX, SYNC_LOCK
+from accel.layout import (
+    CACHE_DIR,
+    CACHE_META,
+    CHECKPOINTS_DIR,
+    ENTRY_SUFFIX,
+    SYNC_LOCK,
+    series_readers_lock,
+)
 from accel.store.hashing import hash_file
+from accel.store.lease import catch_up_retention
 from accel.sync._inventory import inventory, redacted_copy
 from accel.sync._model import (
     CHECKPOINT,
@@ -87,7 +95,13 @@ def push(
         plan = plan_push(_with_checksums(files, index), index, skipped)
         if dry_run:
             return SyncResult(plan, remote.url, True)
-        return _execute(plan, remote, reporter or NullReporter(), _PushUnit(remote, verify))
+        mover = _PushUnit(remote, verify, ws)
+        try:
+            return _execute(plan, remote, reporter or NullReporter(), mover)
+        finally:
+            if mover.read_checkpoints:  # what retention held back meanwhile, if it may
+                with contextlib.suppress(AccelError, OSError):
+                    catch_up_retention(ws.layout)
 
 
 def pull(
@@ -222,18 +236,29 @@ class _Mover(Protocol):
 
 
 class _PushUnit:
-    def __init__(self, remote: Remote, verify: bool) -> None:
-        self.remote, self.verify = remote, verify
+    """Push one unit after another. A checkpoint is read under its series' readers lock,
+    as ``checkpoints export`` reads one: retention (a live run's ``keep_last``) retires
+    none of it half-way through, which left its first files on the remote for good,
+    listed by no index; it is held back for that checkpoint only, and paid after."""
+
+    def __init__(self, remote: Remote, verify: bool, ws: Workspace) -> None:
+        self.remote, self.verify, self.ws = remote, verify, ws
         self.done: dict[str, FileEntry] = {}
         self._last_write = time.monotonic()
+        self.read_checkpoints = False
 
     def __call__(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
-        self.remote.remove_debris(unit)
-        moved = {}
-        for t in transfers:
-            moved[t.rel] = self.remote.upload(
-                t.local, t.rel, t.checksum, reporter.advance, verify=self.verify
-            )
+        with contextlib.ExitStack() as reading:
+            if transfers[0].kind == CHECKPOINT:  # checkpoints/<series>/step-N
+                lock = series_readers_lock(self.ws.path, unit.split("/")[1])
+                reading.enter_context(shared(lock, self.ws.lock_timeout))
+                self.read_checkpoints = True
+            self.remote.remove_debris(unit)
+            moved = {}
+            for t in transfers:
+                moved[t.rel] = self.remote.upload(
+                    t.local, t.rel, t.checksum, reporter.advance, verify=self.verify
+                )
         self.done.update(moved)
         if transfers[0].kind == CHECKPOINT or time.monotonic() - self._last_write > INDEX_EVERY:
             self.flush()
