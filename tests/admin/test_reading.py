@@ -146,9 +146,8 @@ def test_a_reader_going_on_with_an_invalid_config_pays_no_retention(
     kept_one.config_file.write_text("launch:\n  num_procs: 2\n")  # an unknown key
     reader = Workspace.discover()
     assert reader.salvage_config() is not None
-    with reading(reader, None):
-        with SeriesLease(kept_one.layout, "default"):
-            _save(kept_one, 2)
-            _save(kept_one, 3)
+    with reading(reader, None), SeriesLease(kept_one.layout, "default"):
+        _save(kept_one, 2)
+        _save(kept_one, 3)
     assert _steps(kept_one) == [1, 2, 3]
     assert retention_owed(kept_one.layout) == {"default": 1}
