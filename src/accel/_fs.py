@@ -231,6 +231,67 @@ def read_from(path: Path | str, offset: int = 0, *, follow: bool = False) -> byt
         return fh.read()
 
 
+READ_CHUNK = 1 << 20
+
+
+def read_chunks(
+    path: Path | str, offset: int = 0, *, chunk: int = READ_CHUNK, follow: bool = False
+) -> Iterator[bytes]:
+    """:func:`read_from` a chunk at a time: what the file holds from ``offset`` to its size
+    when opened (what a writer appends meanwhile is left for the next read, so a file that
+    grows without end is never read without end). Opened now: errors as :func:`read_from`
+    raises them, and an ``OSError`` where a read fails."""
+    fd = open_regular(path, follow=follow)
+    try:
+        end = os.fstat(fd).st_size
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return _chunks(fd, end - offset, chunk)
+
+
+def _chunks(fd: int, left: int, chunk: int) -> Iterator[bytes]:
+    try:
+        while left > 0 and (data := os.read(fd, min(left, chunk))):
+            left -= len(data)
+            yield data
+    finally:
+        os.close(fd)
+
+
+def read_lines(
+    path: Path | str,
+    offset: int = 0,
+    *,
+    limit: int,
+    chunk: int = READ_CHUNK,
+    follow: bool = False,
+) -> Iterator[bytes]:
+    """The lines of the regular file at ``path`` (a stream of lines accel appends to) as
+    :func:`read_chunks` reads it from ``offset``, each without its ``\\n`` (the last one
+    also without). A line longer than ``limit`` bytes is skipped, as torn and foreign
+    lines are by every reader of such a stream: memory stays within ``limit`` and a
+    chunk, whatever the file holds (a sparse gigabyte, one line without end)."""
+    return _lines(read_chunks(path, offset, chunk=chunk, follow=follow), limit)
+
+
+def _lines(chunks: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    rest, skipping = b"", False
+    for data in chunks:
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if not skipping and len(line) <= limit:
+                yield line
+            skipping = False  # an overlong line ends here
+        if len(rest) > limit:
+            rest, skipping = b"", True
+    if rest and not skipping:
+        yield rest
+
+
 def read_json(
     path: Path | str, *, limit: int = _MAX_JSON_BYTES, follow: bool = False, strict: bool = True
 ) -> Any:

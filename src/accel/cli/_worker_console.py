@@ -27,10 +27,14 @@ from accel.runs.streams import (
     Interleaver,
     Lines,
     Piece,
+    cut_note,
 )
 
 _COLOURS = (36, 35, 32, 33, 34, 31)  # cyan, magenta, green, yellow, blue, red
 _ERASE = "\r\x1b[K"
+# Of a longer line, a terminal shows this much and how much more there was: redrawing a
+# line means holding it, and a gigabyte without a newline is no line anyone reads there.
+LINE_LIMIT = 1 << 20
 
 
 class WorkerConsole:
@@ -105,10 +109,11 @@ class _Terminal:
 
     def write(self, rank: int, stream: str, piece: Piece) -> None:
         source = (rank, stream)
-        lines = self._lines.setdefault(source, Lines())
+        lines = self._lines.setdefault(source, Lines(LINE_LIMIT))
+        full = lines.full and not piece.start
         finished = lines.add(piece)
-        if finished is None and not piece.data and not piece.start:
-            return  # a "\r" that ends a segment: the line shows the same until the next
+        if finished is None and not piece.start and (full or not piece.data):
+            return  # the line shows the same until the next segment (or its end)
         was_open = self._open == source
         if not was_open:
             self.end_line()
@@ -119,6 +124,7 @@ class _Terminal:
             return
         if was_open or piece.start or piece.data:  # else: its last state is already shown
             prefix = self._prefix(rank)
+            finished += cut_note(lines.dropped)
             body = _text(finished).replace("\n", "\n" + prefix)  # a block of whole lines
             self._emit(stream, f"{erase}{prefix}{body}\n")
         self._open = None

@@ -3,6 +3,12 @@
 :func:`follow` yields what each rank log gained, piece by piece (stdout and stderr
 apart, partial lines and progress bars as they were written), until the logs end or,
 with ``live``, until the run's launcher is gone. Rendering is the caller's.
+
+A log is read a chunk at a time and its pieces go out as they are read: memory stays
+within a few chunks whatever the log's size, and the first lines show at once. Chunks
+are cut after a line (so each shows what one read of the whole log would), and inside
+a line only when it is longer than :data:`CARRY`: after a redraw, else between
+characters.
 """
 
 from __future__ import annotations
@@ -11,18 +17,21 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from accel._fs import read_from
+from accel._fs import read_chunks
 from accel.layout import Layout
 from accel.runs.live import is_live
 from accel.runs.logindex import start_offset
 from accel.runs.record import RunRecord
-from accel.runs.streams import NL, Lines, Piece, RankLogReader
+from accel.runs.streams import CR, NL, Lines, Piece, RankLogReader, cut_note
 
 __all__ = ["LogReader", "follow", "select_logs"]
 
 Keep = Callable[[str], bool]
 Event = tuple[int, str, Piece]  # rank, stream, piece
 POLL = 0.2  # seconds between reads of a live run's logs
+CHUNK = 1 << 18  # bytes read at a time
+CARRY = 1 << 18  # bytes of a line without end read before they go out in pieces
+MAX_LINE = 1 << 20  # bytes of a line --grep matches and shows (the line's start)
 
 
 def select_logs(record: RunRecord, wanted: set[int]) -> dict[int, Path]:
@@ -34,7 +43,8 @@ class LogReader:
     """What each rank log gained since the last :meth:`read`.
 
     A redraw that a later one replaced is skipped; with ``keep`` (``--grep``), whole
-    lines only, those it keeps. ``cutoff`` (``--since``) starts each log there.
+    lines only, those it keeps (of a line longer than :data:`MAX_LINE`, its start and
+    how much more there was). ``cutoff`` (``--since``) starts each log there.
     """
 
     def __init__(
@@ -58,20 +68,55 @@ class LogReader:
     def read(self, final: bool = False) -> Iterator[Event]:
         for r, path in sorted(self.files.items()):
             try:
-                data = read_from(path, self.offsets[r])
+                chunks = read_chunks(path, self.offsets[r], chunk=CHUNK)
             except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
                 continue
-            self.offsets[r] += len(data)
-            for stream, piece in self.readers[r].feed(data, final):
-                yield from self._kept(r, stream, piece)
+            yield from self._read(r, chunks, final)
+
+    def _read(self, rank: int, chunks: Iterator[bytes], final: bool) -> Iterator[Event]:
+        rest = b""
+        try:
+            for data in chunks:
+                self.offsets[rank] += len(data)
+                rest += data
+                cut = _cut(rest)
+                yield from self._feed(rank, rest[:cut], final=False, more=True)
+                rest = rest[cut:]
+        except OSError:  # a read failed half-way: what was read stands
+            pass
+        yield from self._feed(rank, rest, final=final, more=False)
+
+    def _feed(self, rank: int, data: bytes, final: bool, more: bool) -> Iterator[Event]:
+        for stream, piece in self.readers[rank].feed(data, final, more):
+            yield from self._kept(rank, stream, piece)
 
     def _kept(self, rank: int, stream: str, piece: Piece) -> Iterator[Event]:
         if self.keep is None:
             yield rank, stream, piece
             return
-        line = self.lines.setdefault((rank, stream), Lines()).add(piece)
+        lines = self.lines.setdefault((rank, stream), Lines(MAX_LINE))
+        line = lines.add(piece)
         if line is not None and self.keep(line.decode("utf-8", errors="replace")):
-            yield rank, stream, Piece(line, NL, True, False)
+            yield rank, stream, Piece(line + cut_note(lines.dropped), NL, True, False)
+
+
+def _cut(data: bytes) -> int:
+    """How much of ``data`` goes out now: up to its last line end, unless what follows is
+    longer than :data:`CARRY`; then up to its last redraw, or its last whole character."""
+    if len(data) <= CARRY:
+        return data.rfind(NL) + 1
+    for end in (data.rfind(NL) + 1, data.rfind(CR) + 1):
+        if end and len(data) - end <= CARRY:
+            return end
+    end = len(data)
+    for back in range(1, min(4, end + 1)):  # never inside a UTF-8 sequence: pieces decode alone
+        byte = data[end - back]
+        if byte < 0x80:
+            break
+        if byte >= 0xC0:  # the lead byte of a sequence of 2, 3 or 4 bytes
+            length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return end if back >= length else end - back
+    return end
 
 
 def follow(

@@ -3,7 +3,9 @@
 Rank logs hold the workers' raw output, without timestamps. While it writes them, the
 launcher keeps a small index beside each one, ``rank-N.log.idx``: lines of
 ``<byte offset> <unix time>``, at most one per second of output. ``--since`` seeks to
-the first indexed offset at or after the cutoff (one-second granularity).
+the first indexed offset at or after the cutoff (one-second granularity), found by a
+binary search of the index file (the index of a month of output is tens of MB), then
+read forward from there: a few windows of it, whatever its size.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from accel._fs import read_from
+from accel._fs import open_regular, read_lines
 from accel.errors import UsageError
 from accel.layout import LOG_INDEX_SUFFIX
 from accel.units import DURATION_HELP, parse_duration
 
 INDEX_SUFFIX = LOG_INDEX_SUFFIX
 INDEX_EVERY = 1.0  # seconds between index entries of one log
+_ENTRY_MAX = 1024  # bytes of an index line: an entry is two numbers, a longer line is none
+_WINDOW = 1 << 16  # bytes of the index one probe of the search reads
 
 
 def index_path(log: Path) -> Path:
@@ -54,13 +58,20 @@ class LogIndexWriter:
 
 def read_index(path: Path) -> list[tuple[int, float]]:
     """``(offset, time)`` entries in file order; unreadable lines are skipped."""
-    out = []
     try:
-        text = read_from(path).decode("ascii", errors="replace")
+        return [
+            entry
+            for line in read_lines(path, limit=_ENTRY_MAX, chunk=_WINDOW)
+            for entry in _entries(line)
+        ]
     except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         return []
-    for line in text.splitlines():
-        parts = line.split()
+
+
+def _entries(line: bytes) -> list[tuple[int, float]]:
+    out = []
+    for text in line.decode("ascii", errors="replace").splitlines():
+        parts = text.split()
         try:
             out.append((int(parts[0]), float(parts[1])))
         except (IndexError, ValueError):
@@ -116,7 +127,53 @@ def start_offset(log: Path, cutoff: float | None) -> int:
         stat = log.stat()
     except OSError:
         return 0
-    index = read_index(index_path(log))
-    if not index:
+    found = indexed_offset(index_path(log), cutoff, stat.st_size)
+    if found is None:
         return 0 if stat.st_mtime >= cutoff else stat.st_size
-    return offset_since(index, cutoff, stat.st_size)
+    return found
+
+
+def indexed_offset(path: Path, cutoff: float, size: int) -> int | None:
+    """:func:`offset_since` of the index at ``path``, read a window at a time: its first
+    entry at or after ``cutoff`` (``size``: none that recent); None when it holds none
+    (or cannot be read). Binary search over its bytes, then read forward: a few windows
+    of an index in time order, every line of one in disorder (a clock set back)."""
+    try:
+        fd = open_regular(path)
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
+        return None
+    try:
+        low, high = 0, os.fstat(fd).st_size
+        while high - low > _WINDOW:
+            mid = (low + high) // 2
+            entry = _probe(fd, mid)
+            if entry is not None and entry[1] < cutoff:
+                low = mid  # every entry before it is older (the index is in time order)
+            else:
+                high = mid
+        return _scan(path, low, cutoff, size)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _probe(fd: int, pos: int) -> tuple[int, float] | None:
+    """The first entry whose line starts at or after ``pos``, within a window."""
+    data = os.pread(fd, _WINDOW, pos - 1)
+    lines = data.split(b"\n")[1:-1]  # whole lines only: the first ends before pos
+    return next((e for line in lines if len(line) <= _ENTRY_MAX for e in _entries(line)), None)
+
+
+def _scan(path: Path, low: int, cutoff: float, size: int) -> int | None:
+    """Forward from the line after ``low`` (the start when 0), as :func:`indexed_offset`."""
+    lines = read_lines(path, max(low - 1, 0), limit=_ENTRY_MAX, chunk=_WINDOW)
+    if low:
+        next(lines, None)  # the line around low - 1 began before low
+    seen = low > 0  # a probe found an entry before low
+    for line in lines:
+        for offset, stamp in _entries(line):
+            if stamp >= cutoff:
+                return offset
+            seen = True
+    return size if seen else None

@@ -1,7 +1,10 @@
 """The metrics a run logged (``metrics.jsonl``): points, series, last/best, sparklines.
 
 Each line is what ``Accelerator.log`` appends: ``{"step", "time", "rank", **metrics}``.
-Reading skips torn and foreign lines; only numeric values make series.
+Reading skips torn and foreign lines (and lines longer than any it writes); only
+numeric values make series. A long run's file is large: ``runs show`` summarises it as
+it streams past (:class:`MetricSummary`), keeping per metric what the view shows, never
+the points.
 """
 
 from __future__ import annotations
@@ -9,12 +12,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel._fs import read_from
+from accel._fs import read_lines
 from accel.layout import METRICS_FILE as METRICS_FILE  # re-exported
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -23,6 +27,13 @@ _MAXIMISE = re.compile(
     r"acc|f1|precision|recall|auc|bleu|rouge|score|reward|iou|map\b|top\d|throughput|per_s|/s$",
 )
 _NO_BEST = re.compile(r"(^|[_/.])(lr|learning_rate|epoch|step|grad_norm|scale)($|[_/.])")
+MAX_LINE = 1 << 20  # a line of thousands of metrics is far shorter: a longer one is damage
+MAX_METRICS = 1000  # metric names a summary follows; a file with more was not a script's
+# Values kept as they are, all series together (2 MiB): a series is summarised exactly
+# until then, and the longest series turns into block sums when they are exceeded.
+KEEP_VALUES = 1 << 18
+TREND_BLOCKS = 1024  # block sums kept of a series no longer kept whole
+TREND_POINTS = 480  # such a series' trend: the means of this many equal spans of it
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,11 @@ class MetricPoint:
 
 @dataclass(frozen=True)
 class MetricView:
-    """One metric of one run as ``runs show`` lists it (main rank's series)."""
+    """One metric of one run as ``runs show`` lists it (main rank's series).
+
+    ``values``: the series, or of a series too long to keep, the means of
+    :data:`TREND_POINTS` equal spans of it (NaN where a span has no finite value).
+    """
 
     name: str
     count: int
@@ -51,18 +66,21 @@ class MetricView:
 
 
 def parse_metrics(lines: Iterable[str]) -> list[MetricPoint]:
-    out = []
-    for line in lines:
-        try:
-            data = json.loads(line)
-        except (ValueError, RecursionError):  # torn, foreign, or nested beyond json's reach
-            continue
-        if isinstance(data, dict):
-            try:
-                out.append(_point(data))
-            except OverflowError:  # a number no float holds (400 digits): not a metric
-                continue
-    return out
+    return [p for p in map(parse_point, lines) if p is not None]
+
+
+def parse_point(line: str) -> MetricPoint | None:
+    """The point of one line; None for a torn or foreign one."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):  # torn, foreign, or nested beyond json's reach
+        return None
+    if not isinstance(data, dict):
+        return None
+    try:
+        return _point(data)
+    except OverflowError:  # a number no float holds (400 digits): not a metric
+        return None
 
 
 def _point(data: Mapping[str, Any]) -> MetricPoint:
@@ -80,12 +98,28 @@ def _point(data: Mapping[str, Any]) -> MetricPoint:
     )
 
 
-def read_metrics(path: Path) -> list[MetricPoint]:
+def iter_metrics(path: Path) -> Iterator[MetricPoint]:
+    """The points of ``path`` as it is read, line by line; none when it cannot be read."""
     try:
-        text = read_from(path).decode("utf-8", errors="replace")
+        lines = read_lines(path, limit=MAX_LINE)
     except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
-        return []
-    return parse_metrics(text.split("\n"))
+        return
+    try:
+        for line in lines:
+            point = parse_point(line.decode("utf-8", errors="replace"))
+            if point is not None:
+                yield point
+    except OSError:  # a read failed half-way: the points before it stand
+        return
+
+
+def read_metrics(path: Path) -> list[MetricPoint]:
+    return list(iter_metrics(path))
+
+
+def read_metric_views(path: Path) -> list[MetricView]:
+    """:func:`metric_views` of the file at ``path``, in memory bounded whatever its size."""
+    return metric_views(iter_metrics(path))
 
 
 def metric_names(points: Iterable[MetricPoint]) -> list[str]:
@@ -117,33 +151,139 @@ def direction(name: str) -> str | None:
     return "max" if _MAXIMISE.search(lowered) else "min"
 
 
-def metric_views(points: Sequence[MetricPoint]) -> list[MetricView]:
-    rank = main_rank(points)
-    views = []
-    for name in metric_names(points):
-        picked = [p for p in points if p.rank == rank and name in p.values]
-        if picked:
-            views.append(_view(name, picked))
-    return views
+def metric_views(points: Iterable[MetricPoint]) -> list[MetricView]:
+    """Each metric of the main rank (the lowest that logged), in order of first appearance."""
+    summary = MetricSummary()
+    for point in points:
+        summary.add(point)
+    return summary.views()
 
 
-def _view(name: str, picked: Sequence[MetricPoint]) -> MetricView:
-    values = [p.values[name] for p in picked]
-    way = direction(name)
-    finite = [(v, p.step) for v, p in zip(values, picked, strict=True) if math.isfinite(v)]
-    best: tuple[float, int | None] | None = None
-    if way is not None and finite:
-        best = (min if way == "min" else max)(finite, key=lambda vs: vs[0])
-    return MetricView(
-        name=name,
-        count=len(values),
-        last=values[-1],
-        last_step=picked[-1].step,
-        direction=way,
-        best=best[0] if best else None,
-        best_step=best[1] if best else None,
-        values=tuple(values),
-    )
+class MetricSummary:
+    """:func:`metric_views` of points seen one at a time, in bounded memory."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, None] = {}  # every rank's, in order of first appearance
+        self._rank: int | None = None  # the main rank of the points so far
+        self._series: dict[str, _Series] = {}  # the main rank's
+        self._kept = 0  # values kept as they are, all series together
+
+    def add(self, point: MetricPoint) -> None:
+        for name in point.values:
+            if name not in self._names and len(self._names) < MAX_METRICS:
+                self._names[name] = None
+        if self._rank is None or point.rank < self._rank:
+            self._rank, self._series, self._kept = point.rank, {}, 0
+        if point.rank != self._rank:
+            return
+        for name, value in point.values.items():
+            if name in self._names:
+                if name not in self._series:
+                    self._series[name] = _Series(direction(name))
+                self._kept += self._series[name].add(value, point.step)
+        while self._kept > KEEP_VALUES:
+            longest = max(self._series.values(), key=_Series.kept)
+            self._kept -= longest.kept()
+            longest.to_blocks()
+
+    def views(self) -> list[MetricView]:
+        return [self._series[n].view(n) for n in self._names if n in self._series]
+
+
+class _Series:
+    """One metric of the main rank: count, last, best and its values, or once it is too
+    long to keep, the sums of at most :data:`TREND_BLOCKS` blocks of it."""
+
+    def __init__(self, way: str | None) -> None:
+        self.way = way
+        self.count = 0
+        self.last = math.nan
+        self.last_step: int | None = None
+        self.best: float | None = None
+        self.best_step: int | None = None
+        self.values: array[float] | None = array("d")
+        self.block = 0  # values a block holds, once in blocks
+        self.sums: array[float] = array("d")  # of each block's finite values
+        self.finite: array[int] = array("q")  # how many each block holds
+
+    def add(self, value: float, step: int | None) -> int:
+        """Take one value; how many values it kept as they are (0 or 1)."""
+        self.count += 1
+        self.last, self.last_step = value, step
+        if self.way is not None and math.isfinite(value) and self._better(value):
+            self.best, self.best_step = value, step
+        if self.values is not None:
+            self.values.append(value)
+            return 1
+        if (self.count - 1) % self.block == 0:  # a block starts
+            if len(self.sums) == TREND_BLOCKS:
+                self._merge_pairs()
+            self.sums.append(0.0)
+            self.finite.append(0)
+        if math.isfinite(value):
+            self.sums[-1] += value
+            self.finite[-1] += 1
+        return 0
+
+    def _better(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value < self.best if self.way == "min" else value > self.best
+
+    def kept(self) -> int:
+        return len(self.values) if self.values is not None else 0
+
+    def to_blocks(self) -> None:
+        values, self.values = self.values or array("d"), None
+        self.block = 1
+        while -(-len(values) // self.block) > TREND_BLOCKS // 2:
+            self.block *= 2
+        for start in range(0, len(values), self.block):
+            good = [v for v in values[start : start + self.block] if math.isfinite(v)]
+            self.sums.append(sum(good))
+            self.finite.append(len(good))
+
+    def _merge_pairs(self) -> None:
+        self.sums = array(
+            "d", (a + b for a, b in zip(self.sums[::2], self.sums[1::2], strict=True))
+        )
+        self.finite = array(
+            "q", (a + b for a, b in zip(self.finite[::2], self.finite[1::2], strict=True))
+        )
+        self.block *= 2
+
+    def view(self, name: str) -> MetricView:
+        return MetricView(
+            name=name,
+            count=self.count,
+            last=self.last,
+            last_step=self.last_step,
+            direction=self.way,
+            best=self.best,
+            best_step=self.best_step,
+            values=tuple(self.values) if self.values is not None else self._spans(),
+        )
+
+    def _spans(self) -> tuple[float, ...]:
+        """The means of equal spans of the series, from its blocks: a block that a span
+        boundary cuts counts in each span for the share of it that span covers."""
+        points = min(TREND_POINTS, self.count)
+        sums, counts = [0.0] * points, [0.0] * points
+        # In units of 1/points of a value: span j is [j * count, (j + 1) * count).
+        span = 0
+        for k, (total, finite) in enumerate(zip(self.sums, self.finite, strict=True)):
+            low = k * self.block * points
+            high = min((k + 1) * self.block, self.count) * points
+            pos = low
+            while pos < high:
+                while (span + 1) * self.count <= pos:
+                    span += 1
+                cut = min(high, (span + 1) * self.count)
+                share = (cut - pos) / (high - low)
+                sums[span] += total * share
+                counts[span] += finite * share
+                pos = cut
+        return tuple(s / c if c > 0 else math.nan for s, c in zip(sums, counts, strict=True))
 
 
 def sparkline(values: Sequence[float], width: int = 24) -> str:

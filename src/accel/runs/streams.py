@@ -225,27 +225,57 @@ class Interleaver:
 
 
 class Lines:
-    """One stream's pieces -> its finished lines, as a terminal shows them (last redraw)."""
+    """One stream's pieces -> its finished lines, as a terminal shows them (last redraw).
 
-    def __init__(self) -> None:
+    ``limit``: at most that many bytes of a segment are kept (its start); ``dropped``
+    says how many more the line last finished had, ``full`` that the current segment
+    reached the limit (what it shows no longer changes until it ends).
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._limit = limit
         self._current = b""  # the current segment so far
+        self._over = 0  # bytes of it beyond the limit, not kept
         self._shown = b""  # the last complete segment (what a "\r\n" leaves on screen)
+        self._shown_over = 0
+        self.dropped = 0
 
     @property
     def display(self) -> bytes:
         """What the line shows now."""
         return self._current or self._shown
 
+    @property
+    def full(self) -> bool:
+        return self._limit is not None and len(self._current) >= self._limit
+
     def add(self, piece: Piece) -> bytes | None:
         """The finished line (or lines, joined by ``\\n``) when ``piece`` ends one."""
-        self._current = piece.data if piece.start else self._current + piece.data
+        if piece.start:
+            self._current, self._over = b"", 0
+        self._keep(piece.data)
         if piece.end == CR:
-            self._shown, self._current = self._current, b""
+            self._shown, self._shown_over = self._current, self._over
+            self._current, self._over = b"", 0
         if piece.end != NL:
             return None
-        line = self._current if (self._current or piece.start) else self._shown
+        if self._current or piece.start:
+            line, self.dropped = self._current, self._over
+        else:
+            line, self.dropped = self._shown, self._shown_over
         self._current = self._shown = b""
+        self._over = self._shown_over = 0
         return line
+
+    def _keep(self, data: bytes) -> None:
+        room = len(data) if self._limit is None else self._limit - len(self._current)
+        self._current += data[: max(room, 0)]
+        self._over += max(len(data) - max(room, 0), 0)
+
+
+def cut_note(dropped: int) -> bytes:
+    """What ends a line shown without its last ``dropped`` bytes (:attr:`Lines.dropped`)."""
+    return f" [accel: {dropped} more bytes of this line]".encode() if dropped else b""
 
 
 def log_prefix(source: Hashable) -> bytes:
@@ -264,22 +294,36 @@ class RankLogReader:
         # line by line: each line of a log says on its own which stream it is from
         self._splitter = Splitter(redraw_every=0.0, idle=0.0, blocks=False)
         self._stream = STDOUT
+        self._held: list[tuple[str, Piece]] = []  # a redraw the next feed may replace
 
-    def feed(self, data: bytes, final: bool = False) -> list[tuple[str, Piece]]:
+    def feed(self, data: bytes, final: bool = False, more: bool = False) -> list[tuple[str, Piece]]:
+        """The pieces of ``data``; ``final``: the log ends there; ``more``: the rest of the
+        same read follows (a redraw that ends ``data`` waits, and is skipped if more
+        pieces come: reading in chunks shows what one read of it all would)."""
         pieces = self._splitter.feed(data, 0.0)
         pending = self._splitter.pending
         if final:
             pieces += self._splitter.close()
         elif not (pending and STDERR_MARK.startswith(pending)):  # a mark half written
             pieces += self._splitter.flush(0.0)
-        out = []
-        for i, piece in enumerate(pieces):
+        out, self._held = self._held, []
+        for piece in pieces:
             if piece.start:
                 marked = piece.data.startswith(STDERR_MARK)
                 self._stream = STDERR if marked else STDOUT
                 if marked:
                     piece = Piece(piece.data[len(STDERR_MARK) :], piece.end, True, piece.redraw)
-            if piece.start and piece.end == CR and i + 1 < len(pieces):
-                continue
             out.append((self._stream, piece))
+        out = [
+            (stream, piece)
+            for i, (stream, piece) in enumerate(out)
+            if not (_replaced(piece) and i + 1 < len(out))
+        ]
+        if more and out and _replaced(out[-1][1]):
+            self._held = [out.pop()]
         return out
+
+
+def _replaced(piece: Piece) -> bool:
+    """A whole redraw: what a later piece of its read replaces."""
+    return piece.start and piece.end == CR

@@ -1,8 +1,9 @@
 """What ``accel runs show`` displays about one run, as frozen data (no formatting).
 
-:func:`build_view` is pure: a run record, the current config, the metric points and
+:func:`build_view` is pure: a run record, the current config, the metric views and
 the resource summary in, a :class:`RunView` out. :func:`load_view` is the IO edge that
-reads them from the run folder.
+reads them from the run folder, streaming its files (a long run's metrics.jsonl and
+resources.jsonl are gigabytes), so memory stays bounded whatever their size.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 
 from accel.layout import Layout
 from accel.runs.failures import EXITED, STOPPED, Verdict, headline, recorded_verdict
-from accel.runs.metrics import METRICS_FILE, MetricPoint, MetricView, metric_views, read_metrics
+from accel.runs.metrics import METRICS_FILE, MetricView, read_metric_views
 from accel.runs.record import RunRecord, read_run, resolve_run_id
 from accel.runs.status import RunStatus
-from accel.telemetry import RESOURCES_FILE, ResourceSummary, read_samples, summarize
+from accel.telemetry import RESOURCES_FILE, ResourceSummary, iter_samples, summarize
 
 _MISSING = "(unset)"
 OTHER_NODE = "on another node"  # a rank of a multi-node job that this node did not run
@@ -216,7 +217,7 @@ def _failed(rank: int, failure: Mapping[str, Any], failed_rank: int | None) -> R
 def build_view(
     record: RunRecord,
     current_config: Mapping[str, Any] | None,
-    points: Sequence[MetricPoint],
+    metrics: Sequence[MetricView],
     resources: ResourceSummary,
 ) -> RunView:
     run_config = record.raw.get("config")
@@ -231,7 +232,7 @@ def build_view(
         config_diff=diff,
         ranks=tuple(rank_views(record)),
         resources=resources,
-        metrics=tuple(metric_views(points)),
+        metrics=tuple(metrics),
         hangs=hangs,
         restarts=tuple(restarts(record)),
         nonfinite=nonfinite,
@@ -244,7 +245,7 @@ def run_resources(record: RunRecord) -> ResourceSummary:
     stored = record.raw.get("resources")
     if isinstance(stored, Mapping) and not record.live:
         return ResourceSummary.from_json(stored)
-    return summarize(read_samples(record.path / RESOURCES_FILE))
+    return summarize(iter_samples(record.path / RESOURCES_FILE))
 
 
 def load_view(layout: Layout, ref: str | None, config: Callable[[], Mapping[str, Any]]) -> RunView:
@@ -254,7 +255,7 @@ def load_view(layout: Layout, ref: str | None, config: Callable[[], Mapping[str,
     return build_view(
         record,
         current_config(config),
-        read_metrics(record.path / METRICS_FILE),
+        read_metric_views(record.path / METRICS_FILE),
         run_resources(record),
     )
 

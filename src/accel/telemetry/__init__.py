@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from accel.telemetry._gpu import GpuStats
 from accel.telemetry.sampler import PidSource, ResourceSampler
-from accel.telemetry.samples import RESOURCES_FILE, RankStats, Sample, read_samples
+from accel.telemetry.samples import RESOURCES_FILE, RankStats, Sample, iter_samples, read_samples
 from accel.telemetry.summary import ResourceSummary, Stat, summarize
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "ResourceSummary",
     "Sample",
     "Stat",
+    "iter_samples",
     "read_samples",
     "summarize",
 ]

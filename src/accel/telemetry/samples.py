@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel._fs import read_from
+from accel._fs import read_lines
 from accel.layout import RESOURCES_FILE as RESOURCES_FILE  # re-exported
 from accel.telemetry._gpu import GpuStats
 
@@ -74,10 +74,23 @@ def parse_lines(lines: Iterator[str] | list[str]) -> list[Sample]:
     return out
 
 
+MAX_LINE = 1 << 20  # a sample of a thousand ranks and GPUs is far shorter: longer is damage
+
+
+def iter_samples(path: Path) -> Iterator[Sample]:
+    """The samples in ``path`` (a run's resources.jsonl) as it is read, line by line, in
+    bounded memory; none when there is no file or it cannot be read."""
+    try:
+        lines = read_lines(path, limit=MAX_LINE)
+    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
+        return
+    try:
+        for line in lines:
+            yield from parse_lines([line.decode("utf-8", errors="replace")])
+    except OSError:  # a read failed half-way: the samples before it stand
+        return
+
+
 def read_samples(path: Path) -> list[Sample]:
     """Every sample in ``path`` (a run's resources.jsonl); [] when there is none."""
-    try:
-        text = read_from(path).decode("utf-8", errors="replace")
-    except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
-        return []
-    return parse_lines(text.split("\n"))
+    return list(iter_samples(path))

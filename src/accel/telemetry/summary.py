@@ -10,6 +10,7 @@ Pure: samples in, a frozen summary out. ``to_json()`` is the run.json form::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -65,13 +66,19 @@ class ResourceSummary:
 
 
 def summarize(samples: Iterable[Sample]) -> ResourceSummary:
-    """Peak and mean of every per-rank and per-GPU series; missing values are skipped."""
-    rank_values: dict[int, dict[str, list[float]]] = {}
-    gpu_values: dict[int, dict[str, list[float]]] = {}
+    """Peak and mean of every per-rank and per-GPU series; missing values are skipped.
+    One pass, keeping per series its peak, sum and count: ``samples`` may stream from a
+    file of any size."""
+    rank_values: dict[int, dict[str, _Running]] = {}
+    gpu_values: dict[int, dict[str, _Running]] = {}
     totals: dict[int, int] = {}
-    times: list[float] = []
+    count, first, last = 0, math.nan, math.nan
     for sample in samples:
-        times.append(sample.time)
+        count += 1
+        if count == 1 or sample.time < first:  # as min() and max() of them all would
+            first = sample.time
+        if count == 1 or sample.time > last:
+            last = sample.time
         for rank, stats in sample.ranks.items():
             _collect(rank_values.setdefault(rank, {}), asdict(stats), RANK_FIELDS)
         for gpu in sample.gpus:
@@ -79,27 +86,43 @@ def summarize(samples: Iterable[Sample]) -> ResourceSummary:
             if gpu.memory_total_bytes is not None:
                 totals[gpu.index] = gpu.memory_total_bytes
     return ResourceSummary(
-        samples=len(times),
-        first=min(times) if times else None,
-        last=max(times) if times else None,
+        samples=count,
+        first=first if count else None,
+        last=last if count else None,
         ranks={r: _reduce(v) for r, v in sorted(rank_values.items())},
         gpus={g: _reduce(v) for g, v in sorted(gpu_values.items())},
         gpu_memory_total=totals,
     )
 
 
-def _collect(into: dict[str, list[float]], values: Mapping[str, Any], names: Sequence[str]) -> None:
+class _Running:
+    """One series so far: its peak, sum and count."""
+
+    __slots__ = ("count", "peak", "total")
+
+    def __init__(self) -> None:
+        self.peak, self.total, self.count = math.nan, 0.0, 0
+
+    def add(self, value: float) -> None:
+        if not self.count or value > self.peak:  # as max() of them all would
+            self.peak = value
+        self.total += value
+        self.count += 1
+
+
+def _collect(into: dict[str, _Running], values: Mapping[str, Any], names: Sequence[str]) -> None:
     for name in names:
         value = values.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            into.setdefault(name, []).append(float(value))
+            if name not in into:
+                into[name] = _Running()
+            into[name].add(float(value))
 
 
-def _reduce(series: Mapping[str, list[float]]) -> dict[str, Stat]:
+def _reduce(series: Mapping[str, _Running]) -> dict[str, Stat]:
     return {
-        name: Stat(peak=max(vals), mean=round(sum(vals) / len(vals), 3), count=len(vals))
-        for name, vals in series.items()
-        if vals
+        name: Stat(peak=s.peak, mean=round(s.total / s.count, 3), count=s.count)
+        for name, s in series.items()
     }
 
 
