@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 
-from accel._fs import JSON_DEPTH, DamagedFile, open_regular, parse_json, read_json, read_regular
+from accel._fs import (
+    JSON_DEPTH,
+    DamagedFile,
+    json_depth,
+    open_regular,
+    parse_json,
+    read_json,
+    read_regular,
+)
 from accel.errors import IntegrityError
 
 pytestmark = pytest.mark.timeout(20)
@@ -95,3 +104,36 @@ def test_not_json_is_one_damaged_file_error() -> None:
     for text in (b"{", b"\xff\xfe{", b"[1] [2]"):
         with pytest.raises(DamagedFile, match="is not valid JSON"):
             parse_json(text, "r.json")
+
+
+def _depth(value: object) -> int:
+    """The nesting of a parsed value, each list or dict a level: what json_depth counts."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def test_json_depth_counts_what_the_parsed_value_nests() -> None:
+    # Strings full of brackets, quotes and escapes (an escaped backslash before a quote),
+    # one to 90 levels, in every form json writes: past the limit exactly when the value
+    # is, and never below its depth (a text with few brackets is counted by its brackets).
+    rnd = random.Random(7)
+    pieces = ['"', "\\", "[", "]", "{", "}", "a", "\n", "é", '\\"', "\\\\", "[[[[", '""']
+
+    def text() -> str:
+        return "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 8)))
+
+    def value(depth: int) -> object:
+        if depth == 0:
+            return text()
+        kids = [value(depth - 1) for _ in range(2 if rnd.random() < 0.05 else 1)]
+        return [*kids, text()] if rnd.random() < 0.5 else {text(): kid for kid in kids}
+
+    for _ in range(150):
+        v = value(rnd.choice([1, 5, 40, 63, 64, 65, 66, 90]))
+        for dumped in (json.dumps(v), json.dumps(v, ensure_ascii=False), json.dumps(v, indent=1)):
+            counted, deep = json_depth(dumped.encode()), _depth(v)
+            assert (counted > JSON_DEPTH) == (deep > JSON_DEPTH), dumped[:200]
+            assert counted >= min(deep, JSON_DEPTH + 1), dumped[:200]

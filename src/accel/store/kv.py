@@ -39,8 +39,13 @@ _MAX_BYTES = 1 << 30  # small run state: a store this large is not one
 _POLL = 0.001
 
 
-def encode_state(data: dict[str, Any]) -> bytes:
-    body = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+def _body(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def encode_state(data: dict[str, Any], body: bytes | None = None) -> bytes:
+    """``state.bin``'s bytes for ``data`` (``body``: its JSON, when encoded already)."""
+    body = _body(data) if body is None else body
     if json_depth(body) > JSON_DEPTH:  # what the reader would refuse is never written
         raise UsageError(f"the store holds values nested at most {JSON_DEPTH - 1} levels deep")
     header = f"{MAGIC.decode()} {FORMAT} {zlib.crc32(body):08x} {len(body)}\n".encode()
@@ -163,11 +168,11 @@ class Store:
             self._ensured = True
         with locked(self.lock_path, self.settings.lock_timeout, poll_interval=_POLL):
             data = self.read()
-            before = encode_state(data)
+            before = _body(data)
             change(data)
-            after = encode_state(data)
+            after = _body(data)
             if after != before:
-                atomic_write(self.path, after)
+                atomic_write(self.path, encode_state(data, after))
 
 
 # -- what the store holds: JSON values --------------------------------------------------
