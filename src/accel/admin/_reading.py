@@ -43,9 +43,8 @@ def reading(ws: Workspace, series: str | None) -> Iterator[None]:
             lock = series_readers_lock(ws.path, name)
             stack.enter_context(_locks.shared(lock, ws.lock_timeout))
         yield
-    with contextlib.suppress(AccelError, OSError):  # owed still: a later save or clean
-        if retention_owed(ws.layout) and ws.salvage_config() is None:
-            catch_up_retention(ws.layout)
+    if retention_owed(ws.layout) and ws.salvage_config() is None:
+        catch_up_retention(ws.layout)
 
 
 def removed(found: Found) -> str:

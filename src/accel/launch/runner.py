@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from accel import runs
 from accel._redact import secret_values
-from accel.errors import AccelError
 from accel.launch import rendezvous
 from accel.launch._ends import launch_error, rank_ends, with_crashes
 from accel.launch._host import (
@@ -129,8 +128,7 @@ def _retention_owed(ws: Workspace) -> None:
     every checkpoint it saved while an export read."""
     from accel.store.lease import catch_up_retention
 
-    with contextlib.suppress(AccelError, OSError):  # owed still: a later save or clean
-        catch_up_retention(ws.layout)
+    catch_up_retention(ws.layout)
 
 
 def _check_series(ws: Workspace, plan: LaunchPlan) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from accel import _locks
 from accel._fs import atomic_write_json, read_json
-from accel.errors import DamagedFile, LeaseHeld, LockTimeout
+from accel.errors import AccelError, DamagedFile, LeaseHeld, LockTimeout
 from accel.identity import ensure
 from accel.layout import (
     HOLDER_SUFFIX,
@@ -276,7 +276,7 @@ def apply_retention(
 
 def _record(layout: Layout, series: str, keep: int) -> None:
     owed_file = _owed_file(layout, series)
-    if retention_owed(layout).get(series) == keep:
+    if _owed_keep(owed_file) == keep:
         return  # owed already: no write at every save an export spans
     with contextlib.suppress(OSError):  # a debt unrecorded is paid by a later save or clean
         atomic_write_json(owed_file, {"keep_last": keep}, durable=False)
@@ -293,21 +293,28 @@ def retention_owed(layout: Layout) -> dict[str, int]:
         if not (name.startswith(SERIES_LOCK_PREFIX) and name.endswith(OWED_SUFFIX)):
             continue
         series = name[len(SERIES_LOCK_PREFIX) : -len(OWED_SUFFIX)]
-        if not series_mod.is_series_name(series):
-            continue
-        try:
-            record = read_json(layout.root / LOCKS_DIR / name, limit=4096)
-        except (OSError, DamagedFile):
-            continue
-        keep = record.get("keep_last") if isinstance(record, dict) else None
-        if type(keep) is int and 1 <= keep <= _MAX_KEEP:
-            debts[series] = keep
+        if series_mod.is_series_name(series):
+            keep = _owed_keep(layout.root / LOCKS_DIR / name)
+            if keep is not None:
+                debts[series] = keep
     return debts
+
+
+def _owed_keep(path: Path) -> int | None:
+    """The ``keep_last`` a retention record holds; None for none, or one accel did not
+    write (not a regular file, not JSON, not a positive integer)."""
+    try:
+        record = read_json(path, limit=4096)
+    except (OSError, DamagedFile):
+        return None
+    keep = record.get("keep_last") if isinstance(record, dict) else None
+    return keep if type(keep) is int and 1 <= keep <= _MAX_KEEP else None
 
 
 def catch_up_retention(layout: Layout) -> list[str]:
     """Pay every debt of a series that no live run holds and no reader reads: the
-    series whose retention ran (for a message, if any)."""
+    series whose retention ran (for a message, if any). Never raises for a series it
+    could not pay: that debt stays, for a later save, catch-up or ``accel clean``."""
     debts = retention_owed(layout)
     if not debts:
         return []
@@ -316,7 +323,7 @@ def catch_up_retention(layout: Layout) -> list[str]:
     for series, keep in sorted(debts.items()):
         if series in live or _locks.held(series_lock(layout.root, series)):
             continue  # its run is live: its next save pays, or this catch-up at its end
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(AccelError, OSError):
             if apply_retention(layout, series, keep):
                 paid.append(series)
     return paid

@@ -100,8 +100,7 @@ def push(
             return _execute(plan, remote, reporter or NullReporter(), mover)
         finally:
             if mover.read_checkpoints:  # what retention held back meanwhile, if it may
-                with contextlib.suppress(AccelError, OSError):
-                    catch_up_retention(ws.layout)
+                catch_up_retention(ws.layout)
 
 
 def pull(
