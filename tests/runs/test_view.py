@@ -12,7 +12,7 @@ import pytest
 from accel import runs
 from accel.errors import AccelError, UsageError
 from accel.runs import plot as plotting
-from accel.runs.metrics import direction, metric_views, parse_metrics, sparkline
+from accel.runs.metrics import direction, metric_views, parse_metrics, parse_point, sparkline
 from accel.runs.view import build_view, config_diff, load_view, rank_views
 from accel.telemetry import RankStats, ResourceSummary, Sample, summarize
 from accel.workspace import Workspace
@@ -35,6 +35,53 @@ def test_sparkline_scales_buckets_and_leaves_gaps_for_nan() -> None:
     ramp = sparkline(list(range(100)), width=10)
     assert len(ramp) == 10 and ramp[0] == "▁" and ramp[-1] == "█" and list(ramp) == sorted(ramp)
     assert sparkline([]) == "" and sparkline([math.nan]) == " "
+
+
+# Lines at the edges of JSON: a line is a point exactly when ``json.loads`` reads it as
+# an object (the reader skips ``json.loads``'s wrappers for speed, not its refusals).
+EDGE_LINES = [
+    '{"step": 1, "loss": 1}',
+    ' \t{"step": 1, "loss": 1} \r\n',
+    '\ufeff{"step": 1, "loss": 1}',
+    '{"step": 1, "loss": 1} x',
+    '{"step": 1, "loss": 1}{"step": 2}',
+    '{"step": 1, "loss": 1}\x0b',
+    '{"step": 1, "loss": 1}\xa0',
+    '[{"step": 1}]',
+    '"text"',
+    "",
+    "   ",
+    '{"step": 1, "loss": 1',
+    '{"step": 1, "loss": 1e400, "n": -Infinity, "m": NaN}',
+    '{"step": 1, "big": 1' + "0" * 400 + "}",
+    '{"step": true, "rank": false, "time": true, "loss": true, "acc": 0.5}',
+    '{"step": 1.0, "rank": "1", "time": "now", "loss": null, "x": [1], "y": {"z": 1}}',
+    '{"step": 1, "step": 2, "rank": 3, "rank": 1, "loss": 1, "loss": 2}',
+    '{"a": ' * 100_000 + "1" + "}" * 100_000,
+]
+
+
+@pytest.mark.parametrize("line", EDGE_LINES, ids=range(len(EDGE_LINES)))
+def test_a_line_is_a_point_exactly_when_json_reads_an_object(line: str) -> None:
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        data = None
+    point = parse_point(line)
+    if not isinstance(data, dict):
+        assert point is None
+        return
+    reserved = ("step", "time", "rank")
+    numbers = {k: v for k, v in data.items() if k not in reserved and type(v) in (int, float)}
+    if any(abs(v) > 1e308 for v in numbers.values() if type(v) is int):
+        assert point is None  # a number no float holds: not a metric line
+        return
+    assert point is not None
+    assert point.values == pytest.approx({k: float(v) for k, v in numbers.items()}, nan_ok=True)
+    step, stamp, rank = (data.get(k) for k in reserved)
+    assert point.step == (step if type(step) is int else None)
+    assert point.time == (float(stamp) if type(stamp) in (int, float) else None)
+    assert point.rank == (rank if type(rank) is int else 0)
 
 
 def test_direction_guesses_from_the_name() -> None:

@@ -16,13 +16,11 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from accel._fs import read_lines
 from accel.layout import METRICS_FILE as METRICS_FILE  # re-exported
 
 SPARK = "▁▂▃▄▅▆▇█"
-_RESERVED = ("step", "time", "rank")
 _MAXIMISE = re.compile(
     r"acc|f1|precision|recall|auc|bleu|rouge|score|reward|iou|map\b|top\d|throughput|per_s|/s$",
 )
@@ -71,44 +69,57 @@ def parse_metrics(lines: Iterable[str]) -> list[MetricPoint]:
 
 def parse_point(line: str) -> MetricPoint | None:
     """The point of one line; None for a torn or foreign one."""
+    fields = _fields(line)
+    return None if fields is None else MetricPoint(*fields)
+
+
+# ``json.loads`` without its wrappers: the C scanner it ends in, and the same refusals
+# (leading and trailing whitespace only; a BOM, trailing data or a torn value refused).
+# A long run's file is a million lines, and the wrappers cost as much as the scan.
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+_BLANK = " \t\n\r"
+
+
+def _fields(line: str) -> tuple[int | None, float | None, int, dict[str, float]] | None:
+    """``(step, time, rank, values)`` of one line; None for a torn or foreign one."""
     try:
-        data = json.loads(line)
-    except (ValueError, RecursionError):  # torn, foreign, or nested beyond json's reach
+        data, end = _scan(line, len(line) - len(line.lstrip(_BLANK)))
+        if line[end:].strip(_BLANK):
+            return None
+    except (ValueError, RecursionError, StopIteration):  # torn, foreign, nested too deep
         return None
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         return None
+    step, stamp, rank = data.pop("step", None), data.pop("time", None), data.pop("rank", None)
     try:
-        return _point(data)
+        # JSON's numbers are exactly int and float (never bool, which is its own type)
+        values = {k: float(v) for k, v in data.items() if type(v) is float or type(v) is int}
+        return (
+            step if type(step) is int else None,
+            float(stamp) if type(stamp) is float or type(stamp) is int else None,
+            rank if type(rank) is int else 0,
+            values,
+        )
     except OverflowError:  # a number no float holds (400 digits): not a metric
         return None
 
 
-def _point(data: Mapping[str, Any]) -> MetricPoint:
-    step, stamp, rank = data.get("step"), data.get("time"), data.get("rank")
-    values = {
-        str(k): float(v)
-        for k, v in data.items()
-        if k not in _RESERVED and isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    return MetricPoint(
-        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-        time=float(stamp) if isinstance(stamp, (int, float)) else None,
-        rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else 0,
-        values=values,
-    )
-
-
 def iter_metrics(path: Path) -> Iterator[MetricPoint]:
     """The points of ``path`` as it is read, line by line; none when it cannot be read."""
+    for fields in _iter_fields(path):
+        yield MetricPoint(*fields)
+
+
+def _iter_fields(path: Path) -> Iterator[tuple[int | None, float | None, int, dict[str, float]]]:
     try:
         lines = read_lines(path, limit=MAX_LINE)
     except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
         return
     try:
         for line in lines:
-            point = parse_point(line.decode("utf-8", errors="replace"))
-            if point is not None:
-                yield point
+            fields = _fields(line.decode("utf-8", errors="replace"))
+            if fields is not None:
+                yield fields
     except OSError:  # a read failed half-way: the points before it stand
         return
 
@@ -119,7 +130,10 @@ def read_metrics(path: Path) -> list[MetricPoint]:
 
 def read_metric_views(path: Path) -> list[MetricView]:
     """:func:`metric_views` of the file at ``path``, in memory bounded whatever its size."""
-    return metric_views(iter_metrics(path))
+    summary = MetricSummary()
+    for step, _time, rank, values in _iter_fields(path):
+        summary.add_values(rank, step, values)
+    return summary.views()
 
 
 def metric_names(points: Iterable[MetricPoint]) -> list[str]:
@@ -169,18 +183,22 @@ class MetricSummary:
         self._kept = 0  # values kept as they are, all series together
 
     def add(self, point: MetricPoint) -> None:
-        for name in point.values:
-            if name not in self._names and len(self._names) < MAX_METRICS:
-                self._names[name] = None
-        if self._rank is None or point.rank < self._rank:
-            self._rank, self._series, self._kept = point.rank, {}, 0
-        if point.rank != self._rank:
-            return
-        for name, value in point.values.items():
-            if name in self._names:
-                if name not in self._series:
-                    self._series[name] = _Series(direction(name))
-                self._kept += self._series[name].add(value, point.step)
+        self.add_values(point.rank, point.step, point.values)
+
+    def add_values(self, rank: int, step: int | None, values: Mapping[str, float]) -> None:
+        if self._rank is None or rank < self._rank:
+            self._rank, self._series, self._kept = rank, {}, 0
+        names, main = self._names, rank == self._rank
+        for name, value in values.items():
+            if name not in names:
+                if len(names) >= MAX_METRICS:
+                    continue
+                names[name] = None
+            if main:
+                kept = self._series.get(name)
+                if kept is None:
+                    kept = self._series[name] = _Series(direction(name))
+                self._kept += kept.add(value, step)
         while self._kept > KEEP_VALUES:
             longest = max(self._series.values(), key=_Series.kept)
             self._kept -= longest.kept()
