@@ -292,3 +292,26 @@ def test_a_relocated_data_folder_gets_its_own_marker_and_works(
     assert (tmp_path / "fresh" / "data" / "mine.txt").read_text() == "user"
     kept = {k.item.path.name: k.reason for k in outcome.plan.kept}
     assert kept["mine.txt"] == "unknown, left alone"
+
+
+def test_a_damaged_data_marker_names_the_fix_that_keeps_it_this_workspaces(
+    project: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    first = _relocated(project, data)
+    first.cache.put("mine", b"first")
+    (data / "accel-data.json").write_text("{broken")
+    with pytest.raises(WorkspaceError) as refused:
+        first.cache.put("more", b"x")
+    ident = json.loads(first.layout_file.read_text())["id"]
+    fix = json.dumps({"layout_version": 1, "workspace_id": ident})
+    assert str(refused.value).endswith(
+        f"restore it, or write {fix} into it if this folder is the data of {first.path}"
+    )
+    (data / "accel-data.json").write_text(fix)  # as the line says
+    first.cache.put("more", b"x")
+    assert first.cache.get("mine") == b"first"
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(WorkspaceError, match="holds the data of another accel workspace"):
+        _relocated(other, data).cache.put("theirs", b"second")

@@ -78,21 +78,22 @@ class Marker:
     id: str | None
 
 
-def read_marker(path: Path, id_key: str = "id") -> Marker | None:
+def read_marker(path: Path, id_key: str = "id", *, fix: str | None = None) -> Marker | None:
     """The marker at ``path``; None when there is none. WorkspaceError naming what is
-    wrong when it is damaged or its ``layout_version`` is none an accel writes; a newer
-    one is returned (:func:`check_version` refuses it, naming the upgrade)."""
+    wrong when it is damaged or its ``layout_version`` is none an accel writes (and
+    ``fix``, what to write instead, else ``layout.json``'s); a newer one is returned
+    (:func:`check_version` refuses it, naming the upgrade)."""
     try:
         data: Any = read_json(path)
     except FileNotFoundError:
         return None
     except DamagedFile as exc:
-        raise damaged_marker(path, exc.why) from None
+        raise damaged_marker(path, exc.why, fix) from None
     except OSError as exc:
-        raise damaged_marker(path, f"cannot be read ({exc.strerror or exc})") from None
+        raise damaged_marker(path, f"cannot be read ({exc.strerror or exc})", fix) from None
     problem = _version_problem(data)
     if problem is not None:
-        raise damaged_marker(path, problem)
+        raise damaged_marker(path, problem, fix)
     ident = data.get(id_key)
     return Marker(data["layout_version"], ident if isinstance(ident, str) and ident else None)
 
@@ -114,13 +115,22 @@ def _version_problem(data: Any) -> str | None:
     return None
 
 
-def damaged_marker(path: Path, why: str) -> WorkspaceError:
+def damaged_marker(path: Path, why: str, fix: str | None = None) -> WorkspaceError:
     """The one line for a damaged ``layout.json`` (or ``accel-data.json``): what is
     wrong, and how to fix it."""
-    return WorkspaceError(
-        f'{path} {why}; restore it, or write {{"layout_version": {LAYOUT_VERSION}}} '
-        "into it if this folder is accel's"
-    )
+    fix = fix or f'write {{"layout_version": {LAYOUT_VERSION}}} into it if this folder is accel\'s'
+    return WorkspaceError(f"{path} {why}; restore it, or {fix}")
+
+
+def read_data_marker(layout: Layout, root_id: str | None) -> Marker | None:
+    """The relocated data folder's ``accel-data.json``. Damaged, the fix it names is the
+    marker naming this workspace (``root_id``): one without an id would be any
+    workspace's to claim, the very thing the marker is there to prevent."""
+    fix = None
+    if root_id is not None:
+        text = json.dumps({"layout_version": LAYOUT_VERSION, "workspace_id": root_id})
+        fix = f"write {text} into it if this folder is the data of {layout.root}"
+    return read_marker(layout.data_marker, "workspace_id", fix=fix)
 
 
 def root_state(root: Path) -> str:
@@ -176,7 +186,7 @@ def _plain_dir_of(folder: Path, allowed: Callable[[str], bool]) -> bool:
 def data_state(layout: Layout, root_id: str | None) -> str:
     """The relocated data folder: :data:`ABSENT` (missing or empty), :data:`OURS` (its
     marker names this workspace, or the root has no id yet) or :data:`FOREIGN`."""
-    marker = read_marker(layout.data_marker, "workspace_id")
+    marker = read_data_marker(layout, root_id)
     names: list[str] = []
     if marker is None:
         try:
@@ -186,7 +196,7 @@ def data_state(layout: Layout, root_id: str | None) -> str:
         except OSError:
             return FOREIGN
         if layout.data_marker.name in names:  # written between the two looks
-            marker = read_marker(layout.data_marker, "workspace_id")
+            marker = read_data_marker(layout, root_id)
     if marker is not None:
         return OURS if root_id is None or marker.id in (None, root_id) else FOREIGN
     # a temporary of ours is the marker being written by another process
@@ -292,7 +302,7 @@ def _complete(layout: Layout) -> bool:
 def _write_root_marker(layout: Layout, old: Marker | None) -> Marker:
     ident = None
     if layout.relocated:  # an id-less root adopts the id its data folder already names
-        data = read_marker(layout.data_marker, "workspace_id")
+        data = read_data_marker(layout, None)  # no id to name: the root's is being made
         ident = data.id if data is not None else None
     marker = Marker(old.version if old else LAYOUT_VERSION, ident or secrets.token_hex(8))
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -301,7 +311,7 @@ def _write_root_marker(layout: Layout, old: Marker | None) -> Marker:
 
 
 def _claim_data(layout: Layout, root: Marker) -> None:
-    found = read_marker(layout.data_marker, "workspace_id")
+    found = read_data_marker(layout, root.id)
     if found is not None:
         check_version(found, layout.data)
         if found.id == root.id:
