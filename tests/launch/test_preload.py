@@ -204,29 +204,10 @@ def test_a_restart_is_forked_from_a_template_that_imported_dynamo(
     # An optimizer's first use imports torch._dynamo (1.3 s): the template imports it once
     # the first workers started (not before: their start would wait on it), so that a
     # restart's workers have it. The first attempt's workers do not.
-    scratch = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))  # a short socket path
-    monkeypatch.setenv("TMPDIR", str(scratch))
-    out = project / "out"
-    out.mkdir()
-    (project / "probe.py").write_text(WARM_PROBE)
-    proc = start_accel(
-        "launch", "-n", "2", "--preload", "--max-restarts", "1", "probe.py", str(out)
-    )
-    try:
-        assert _warm(scratch) == "_preload_dynamo"
-        (out / "go").touch()
-        proc.communicate(timeout=60)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    assert proc.returncode == 0
+    warm, code, out = _warm_run(start_accel, project, monkeypatch, "2", "1")
+    assert warm == "_preload_dynamo" and code == 0
     seen = {p.name: p.read_text() for p in out.glob("a*")}
     assert seen == {"a0-r0": "False", "a0-r1": "False", "a1-r0": "True", "a1-r1": "True"}
-
-
-def _warm(scratch: Path) -> str:
-    """What the template did at its first quiet moment (``pids/warm``)."""
-    wait_for(lambda: list(scratch.glob("*/pids/warm")), 60, "the template to be warm")
-    return next(scratch.glob("*/pids/warm")).read_text()
 
 
 @pytest.mark.slow
@@ -236,22 +217,33 @@ def test_a_template_whose_run_cannot_restart_leaves_dynamo_to_its_workers(
 ) -> None:
     # Without restarts the template forks no other worker: importing dynamo (1.2-1.4 CPU-s)
     # would only take a core from the workers' first steps.
-    scratch = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))
+    warm, code, out = _warm_run(start_accel, project, monkeypatch, "1", "0")
+    assert warm == ""
+    assert code != 0  # the probe's first attempt exits 3, and is not restarted
+    assert {p.name for p in out.glob("a*")} == {"a0-r0"}
+
+
+def _warm_run(
+    start_accel: StartAccel, project: Path, monkeypatch: pytest.MonkeyPatch, n: str, restarts: str
+) -> tuple[str, int, Path]:
+    """:data:`WARM_PROBE` launched preloaded: what its template did at its first quiet
+    moment (``pids/warm``), the launch's exit code, and the folder the probe wrote."""
+    scratch = Path(tempfile.mkdtemp(prefix="w", dir="/tmp"))  # a short socket path
     monkeypatch.setenv("TMPDIR", str(scratch))
     out = project / "out"
     out.mkdir()
     (project / "probe.py").write_text(WARM_PROBE)
     proc = start_accel(
-        "launch", "-n", "1", "--preload", "--max-restarts", "0", "probe.py", str(out)
+        "launch", "-n", n, "--preload", "--max-restarts", restarts, "probe.py", str(out)
     )
     try:
-        assert _warm(scratch) == ""
+        wait_for(lambda: list(scratch.glob("*/pids/warm")), 60, "the template to be warm")
+        warm = next(scratch.glob("*/pids/warm")).read_text()
         (out / "go").touch()
         proc.communicate(timeout=60)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    assert proc.returncode != 0  # the probe's first attempt exits 3, and is not restarted
-    assert {p.name for p in out.glob("a*")} == {"a0-r0"}
+    return warm, proc.returncode, out
 
 
 def test_shim_arguments_keep_the_interpreter_flags_and_the_bootstrap_arguments(
