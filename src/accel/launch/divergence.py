@@ -10,13 +10,13 @@ reads the lines the file gained since the last look.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from accel._fs import read_from
-from accel.runs.metrics import MetricPoint, parse_metrics
+from accel._fs import read_chunks
+from accel.runs.metrics import MAX_LINE, MetricPoint, parse_point
 
 WARN = "warn"
 STOP = "stop"
@@ -56,21 +56,49 @@ def first_nonfinite(points: Iterable[MetricPoint], seen: set[str]) -> list[NonFi
 
 
 class MetricsTail:
-    """The whole lines a growing file gained since the last :meth:`read` (never re-read)."""
+    """The whole lines a growing file gained since the last :meth:`read` (never re-read),
+    a chunk at a time: a burst of logging, or a line that never ends (longer than any
+    :mod:`accel.runs.metrics` reads, and skipped as it does), is never held whole."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
         self._partial = b""
+        self._skipping = False  # inside a line too long to be a metric's
 
     def read(self) -> list[MetricPoint]:
+        return list(self.points())
+
+    def points(self) -> Iterator[MetricPoint]:
+        """:meth:`read`'s points as each chunk is read."""
         try:
-            data = read_from(self.path, self._offset)
+            chunks = read_chunks(self.path, self._offset)
         except (OSError, ValueError):  # ValueError: a FIFO or device (never waited on)
-            return []
-        self._offset += len(data)
-        data = self._partial + data
-        complete, _, self._partial = data.rpartition(b"\n")
-        if not complete:
-            return []
-        return parse_metrics(complete.decode("utf-8", errors="replace").splitlines())
+            return
+        try:
+            for chunk in chunks:
+                self._offset += len(chunk)
+                for line in self._lines(chunk):
+                    point = parse_point(line)
+                    if point is not None:
+                        yield point
+        except OSError:  # a read failed half-way: the rest is read at the next look
+            return
+
+    def _lines(self, chunk: bytes) -> list[str]:
+        start = 0
+        if self._skipping:
+            start = chunk.find(b"\n") + 1
+            if not start:
+                return []
+            self._skipping = False
+        complete, newline, rest = chunk[start:].rpartition(b"\n")
+        if newline:
+            complete, self._partial = self._partial + complete, b""
+        else:
+            rest = self._partial + rest
+        if len(rest) > MAX_LINE:
+            rest, self._skipping = b"", True
+        self._partial = rest
+        lines = complete.decode("utf-8", errors="replace").splitlines() if newline else []
+        return [line for line in lines if len(line) <= MAX_LINE]

@@ -166,7 +166,7 @@ class RunObserver:
         if not force and now < self._metrics_due:
             return []
         self._metrics_due = now + METRICS_CHECK_INTERVAL
-        return first_nonfinite(self._metrics.read(), self._metrics_seen)
+        return first_nonfinite(self._metrics.points(), self._metrics_seen)
 
     def _on_nonfinite(
         self, record: Mapping[str, Any], found: Sequence[NonFinite], *, ended: bool = False
