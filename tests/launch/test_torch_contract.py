@@ -285,3 +285,28 @@ def test_waking_on_exit_keeps_the_rest_of_the_agents_time(monkeypatch: pytest.Mo
     assert api.time is not time
     assert api.time.monotonic is time.monotonic and api.time.time is time.time
     api.time.sleep(0)  # nothing to watch: torch's sleep
+
+
+def test_the_rendezvous_errors_accel_explains_by_name_are_torchs() -> None:
+    # accel matches them by name (launch/_ends.launch_error): a rename would bring back
+    # torch's bare text ("RendezvousClosedError: " has none at all).
+    from torch.distributed.elastic import rendezvous
+
+    from accel.launch._ends import launch_error
+
+    log = Path("/runs/r/launcher.log")
+    closed = launch_error(rendezvous.RendezvousClosedError(), log, "10.0.0.5:29400")
+    assert str(closed).startswith("the job's rendezvous is closed: the run ended on another node")
+    assert str(closed).endswith(f"start the job again on every node (torch's messages: {log})")
+    lost = launch_error(
+        rendezvous.RendezvousConnectionError("The connection to the C10d store has failed."),
+        log,
+        "10.0.0.5:29400",
+    )
+    assert str(lost).startswith(
+        "lost the rendezvous at 10.0.0.5:29400: the node that hosts it (node 0) stopped or "
+        "cannot be reached (The connection to the C10d store has failed.)"
+    )
+    timeout = launch_error(rendezvous.RendezvousTimeoutError("x"), log)
+    assert str(timeout).startswith("the other nodes did not join the rendezvous in time")
+    assert all(getattr(e, "exit_code", None) == 1 for e in (closed, lost, timeout))

@@ -131,11 +131,25 @@ def _type_and_message(said: Any) -> tuple[str | None, str | None]:
     return None, said
 
 
-def launch_error(exc: BaseException, log: Path) -> BaseException:
-    """A torch.distributed error before any worker ran (rendezvous): the user's to fix."""
+def launch_error(exc: BaseException, log: Path, endpoint: str | None = None) -> BaseException:
+    """A torch.distributed error of the launcher itself (the rendezvous, before the
+    workers or between their attempts): what it means for the job, in one line."""
     name = type(exc).__name__
     if not type(exc).__module__.startswith("torch.distributed"):
         return exc
     if name == "RendezvousTimeoutError":
         return JobFailed(f"the other nodes did not join the rendezvous in time ({exc}); see {log}")
+    if name == "RendezvousClosedError":  # torch's has no text of its own
+        return JobFailed(
+            "the job's rendezvous is closed: the run ended on another node before this one "
+            "could join or restart its workers (that node's output and run record say why); "
+            f"start the job again on every node (torch's messages: {log})"
+        )
+    if name == "RendezvousConnectionError":
+        where = f" at {endpoint}" if endpoint else ""
+        return JobFailed(
+            f"lost the rendezvous{where}: the node that hosts it (node 0) stopped or cannot "
+            f"be reached ({exc}); see that node's output, then start the job again on every "
+            f"node (torch's messages: {log})"
+        )
     return JobFailed(f"the launch failed: {name}: {exc} (torch's messages: {log})")

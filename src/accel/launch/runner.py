@@ -249,7 +249,8 @@ class _Run:
         except BaseException as exc:
             sig = signal_of(exc)
             if sig is None:
-                error = launch_error(exc, self.plan.run_dir / LAUNCHER_LOG)
+                log = self.plan.run_dir / LAUNCHER_LOG
+                error = launch_error(exc, log, self.plan.rdzv_endpoint)
                 self._finish(RunStatus.FAILED, getattr(error, "exit_code", 1))
                 if error is exc:
                     raise
