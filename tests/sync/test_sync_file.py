@@ -230,10 +230,14 @@ def test_dry_run_moves_nothing(
     ws: Workspace, remote_dir: Path, remote_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     save_checkpoints(ws, (1,))
+    before = tree(ws.path)
     rc, report = sync(capsys, "push", remote_url, "--dry-run")
     planned = checkpoint_file_count(ws) + 1
     assert rc == 0 and report["dry_run"] and report["planned_files"] == planned
     assert not remote_dir.exists()
+    # nothing written here either, not even a lock file: a dry run works in a workspace
+    # it may only read (a shared or read-only copy)
+    assert tree(ws.path) == before
     assert main(["sync", "push", remote_url]) == 0
     fresh = ws.path.parent / "other" / ".accelerate"
     capsys.readouterr()

@@ -81,10 +81,10 @@ def push(
         raise UsageError(f"no workspace at {ws.path}; nothing to push")
     ws.check_layout()
     _refuse_a_workspace(ws, remote)
-    with (
-        locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout),
-        tempfile.TemporaryDirectory(prefix="accel-") as tmp,
-    ):
+    # A dry run writes nothing, here or there: no lock (it needs a workspace it may
+    # only read), and what it lists is what a push would have found at that moment.
+    lock = contextlib.nullcontext() if dry_run else locked(ws.lock_path(SYNC_LOCK), ws.lock_timeout)
+    with lock, tempfile.TemporaryDirectory(prefix="accel-") as tmp:
         index = _guard(remote, remote.read_index) or {}
         found, skipped = inventory(ws, include_cache)
         copies = [redacted_copy(f, Path(tmp)) for f in found]
