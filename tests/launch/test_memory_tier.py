@@ -123,7 +123,7 @@ def test_a_crash_persists_the_newest_whole_snapshot_and_the_restart_resumes_from
         env=snapshots(1), timeout=150,
     )  # fmt: skip
     assert crashed.returncode == 0, crashed.stdout + crashed.stderr
-    assert "saved the snapshot of step 7 as a checkpoint; the restart loads it from memory" in (
+    assert "saved the snapshot of step 7 as a checkpoint; kept in memory for the restart" in (
         crashed.stderr
     )
     assert "resumed from the checkpoint of step 7" in crashed.stdout

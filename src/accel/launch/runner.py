@@ -426,7 +426,7 @@ class _Run:
             self.notify(f"accel: saved the snapshot of step {step} as a checkpoint{then}")
 
     def _say_restored(self, step: int, from_memory: bool) -> None:
-        self._say_saved(step, "; the restart loads it from memory" if from_memory else "")
+        self._say_saved(step, "; kept in memory for the restart" if from_memory else "")
 
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
         if status != RunStatus.SUCCEEDED:  # stopped (a signal, a preemption) or failed for good
