@@ -233,6 +233,23 @@ def test_plot_writes_a_png_with_the_series_of_every_run(tmp_path: Path) -> None:
     assert drawn[("CPU %", "run-a rank 0")] == 6 and drawn[("RSS (MiB)", "run-b rank 0")] == 3
 
 
+def test_a_long_line_is_drawn_from_few_points_and_keeps_its_spikes() -> None:
+    # A million-line run was a million point objects (1.2 GB) and a million-point line:
+    # each line is drawn from at most MAX_DRAWN points, its highs and lows kept.
+    n = 200_000
+    lines = (
+        json.dumps({"step": i, "rank": 0, "loss": 1000.0 if i == 123_457 else (i % 7) / 7})
+        for i in range(n)
+    )
+    run = plotting.PlotRun("long", map(parse_point, lines))
+    (panel,) = plotting.metric_panels([run], ["loss"])
+    (line,) = panel.series
+    assert line.logged == n and len(line.x) <= plotting.MAX_DRAWN
+    assert max(line.y) == 1000.0 and line.x[line.y.index(1000.0)] == 123_457
+    assert min(line.y) == 0.0 and list(line.x) == sorted(line.x)
+    assert line.x[0] == 0 and line.x[-1] >= n - n // (plotting.MAX_DRAWN // 2)
+
+
 @pytest.mark.slow
 def test_plot_refuses_an_unknown_metric_and_explains_a_missing_matplotlib(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -9,7 +9,8 @@ and tests can check what was drawn without reading pixels.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,48 @@ from typing import Any
 from accel._version import install_extra
 from accel.errors import AccelError, UsageError
 from accel.layout import Layout
-from accel.runs.metrics import METRICS_FILE, MetricPoint, metric_names, read_metrics, series
+from accel.runs.metrics import MAX_METRICS, METRICS_FILE, MetricPoint, iter_metrics
 from accel.runs.record import read_run, resolve_run_id
 from accel.telemetry import RESOURCES_FILE, Sample, read_samples
 
 INSTALL_HINT = f"accel runs plot needs matplotlib: {install_extra('plot')}"
 PNG_KEY = "accel-series"
+MAX_DRAWN = 4000  # points drawn of one line (a panel is 1000 pixels wide)
 
 
-@dataclass(frozen=True)
 class PlotRun:
-    """One run's data to plot; ``label`` names its lines."""
+    """One run's data to plot; ``label`` names its lines.
 
-    label: str
-    points: Sequence[MetricPoint]
-    samples: Sequence[Sample] = ()
+    The metric points are kept as one series per metric and rank, as they stream by (x:
+    the step, else the point's index in its series): a long run's million lines are
+    arrays of floats, not a million objects. At most :data:`MAX_METRICS` names, as
+    ``runs show`` follows.
+    """
+
+    def __init__(
+        self, label: str, points: Iterable[MetricPoint], samples: Sequence[Sample] = ()
+    ) -> None:
+        self.label = label
+        self.samples = samples
+        self.tracks: dict[str, dict[int, tuple[array[float], array[float]]]] = {}
+        for point in points:
+            for name, value in point.values.items():
+                ranks = self.tracks.get(name)
+                if ranks is None:
+                    if len(self.tracks) >= MAX_METRICS:
+                        continue
+                    ranks = self.tracks[name] = {}
+                track = ranks.get(point.rank)
+                if track is None:
+                    track = ranks[point.rank] = (array("d"), array("d"))
+                xs, ys = track
+                xs.append(point.step if point.step is not None else len(xs))
+                ys.append(value)
+
+    @property
+    def names(self) -> list[str]:
+        """Its numeric metrics, in order of first appearance."""
+        return list(self.tracks)
 
 
 @dataclass(frozen=True)
@@ -40,6 +68,7 @@ class Series:
     label: str
     x: tuple[float, ...]
     y: tuple[float, ...]
+    logged: int | None = None  # the points of a line drawn from fewer (:func:`_thin`)
 
 
 @dataclass(frozen=True)
@@ -72,7 +101,7 @@ def plot_runs(
     """
     ids = list(dict.fromkeys(resolve_run_id(layout, ref) for ref in (refs or ["latest"])))
     runs = [load_run(layout, run_id, resources) for run_id in ids]
-    names = list(metrics) or list(dict.fromkeys(n for r in runs for n in metric_names(r.points)))
+    names = list(metrics) or list(dict.fromkeys(n for r in runs for n in r.names))
     panels = metric_panels(runs, names) + (resource_panels(runs) if resources else [])
     out = output or Path(f"accel-{ids[0]}{'-compare' if len(ids) > 1 else ''}.png")
     title = ids[0] if len(ids) == 1 else " vs ".join(ids)
@@ -84,14 +113,14 @@ def load_run(layout: Layout, run_id: str, resources: bool = True) -> PlotRun:
     """A run's metric points (and resource samples) as its folder holds them."""
     folder = read_run(layout, run_id).path
     samples = read_samples(folder / RESOURCES_FILE) if resources else ()
-    return PlotRun(run_id, read_metrics(folder / METRICS_FILE), samples)
+    return PlotRun(run_id, iter_metrics(folder / METRICS_FILE), samples)
 
 
 def metric_panels(runs: Sequence[PlotRun], metrics: Sequence[str]) -> list[Panel]:
     """One panel per metric, one line per run (and per rank when several logged)."""
     for name in metrics:
-        if not any(name in metric_names(r.points) for r in runs):
-            known = sorted({n for r in runs for n in metric_names(r.points)})
+        if not any(name in r.tracks for r in runs):
+            known = sorted({n for r in runs for n in r.names})
             listed = ", ".join(known) if known else "none: the run logged no metrics"
             raise UsageError(f"no metric {name!r} in the run(s); logged metrics: {listed}")
     return [
@@ -101,13 +130,32 @@ def metric_panels(runs: Sequence[PlotRun], metrics: Sequence[str]) -> list[Panel
 
 
 def _metric_series(run: PlotRun, name: str) -> list[Series]:
-    ranks = sorted({p.rank for p in run.points if name in p.values})
+    ranks = run.tracks.get(name, {})
     out = []
-    for rank in ranks:
-        xy = series(run.points, name, rank)
+    for rank, (xs, ys) in sorted(ranks.items()):
         label = run.label if len(ranks) == 1 else f"{run.label} rank {rank}"
-        out.append(Series(name, label, tuple(x for x, _ in xy), tuple(y for _, y in xy)))
+        x, y = _thin(xs, ys)
+        out.append(Series(name, label, x, y, logged=len(xs)))
     return out
+
+
+def _thin(xs: Sequence[float], ys: Sequence[float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """At most :data:`MAX_DRAWN` points of a line, as a 1000-pixel-wide panel shows it:
+    of each of ``MAX_DRAWN / 2`` equal spans, its lowest and highest point in their
+    order (a spike stays drawn), or where it has no number, its first (a gap)."""
+    if len(xs) <= MAX_DRAWN:
+        return tuple(xs), tuple(ys)
+    spans = MAX_DRAWN // 2
+    kept: list[int] = []
+    for k in range(spans):
+        low, high = k * len(ys) // spans, (k + 1) * len(ys) // spans
+        numbers = [i for i in range(low, high) if ys[i] == ys[i]]  # NaN is not
+        if not numbers:
+            kept.append(low)
+            continue
+        ends = {min(numbers, key=ys.__getitem__), max(numbers, key=ys.__getitem__)}
+        kept += sorted(ends)
+    return tuple(xs[i] for i in kept), tuple(ys[i] for i in kept)
 
 
 _RESOURCE_PANELS = (
@@ -205,7 +253,11 @@ def _draw(ax: Any, panel: Panel) -> None:
 
 def _describe(panels: Sequence[Panel]) -> str:
     return json.dumps(
-        [{"panel": s.panel, "label": s.label, "points": len(s.x)} for p in panels for s in p.series]
+        [
+            {"panel": s.panel, "label": s.label, "points": len(s.x), "logged": s.logged or len(s.x)}
+            for p in panels
+            for s in p.series
+        ]
     )
 
 
