@@ -100,6 +100,29 @@ def test_unknown_key_suggests() -> None:
         schema.field("checkpoints.keep_lst")
 
 
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("launch.nproc_per_node", "launch.num_processes"),  # torchrun's flag, as a key
+        ("nproc-per-node", "launch.num_processes"),
+        ("launch.nnodes", "launch.num_machines"),
+        ("launch.node_rank", "launch.machine_rank"),
+        ("launch.master_port", "launch.rdzv_endpoint"),
+        ("checkpoints.save_total_limit", "checkpoints.keep_last"),  # HF Trainer's
+        ("launch.fp16", "launch.mixed_precision"),
+    ],
+)
+def test_an_other_launchers_name_suggests_the_key_it_means(typed: str, meant: str) -> None:
+    with pytest.raises(UsageError, match=f"unknown config key '{typed}'; did you mean '{meant}'"):
+        schema.field(typed)
+
+
+def test_every_alias_names_a_real_key_and_shadows_none() -> None:
+    assert set(schema.ALIASES.values()) <= set(schema.BY_KEY)
+    short = {f.key.split(".", 1)[1] for f in schema.FIELDS}
+    assert not set(schema.ALIASES) & (short | set(schema.SECTIONS))
+
+
 def test_parse_text_reads_env_style_values() -> None:
     assert schema.parse_text(schema.field("launch.env"), "A=1,B=two") == {"A": "1", "B": "two"}
     assert schema.parse_text(schema.field("launch.env"), '{"A": "1"}') == {"A": "1"}

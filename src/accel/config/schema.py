@@ -55,7 +55,37 @@ def field(key: str) -> Field:
         raise UsageError(f"unknown config key {key!r}{suggest(key)}") from None
 
 
+# The names other launchers and trainers give accel's keys (torchrun's flags, the
+# environment torchrun reads, Hugging Face Trainer's arguments): spelled nothing like
+# accel's, they are suggested by meaning rather than by letters.
+ALIASES = {
+    "nproc_per_node": "launch.num_processes",
+    "nproc": "launch.num_processes",
+    "nprocs": "launch.num_processes",
+    "num_gpus": "launch.num_processes",
+    "nnodes": "launch.num_machines",
+    "num_nodes": "launch.num_machines",
+    "node_rank": "launch.machine_rank",
+    "master_addr": "launch.rdzv_endpoint",
+    "master_port": "launch.rdzv_endpoint",
+    "main_process_ip": "launch.rdzv_endpoint",
+    "main_process_port": "launch.rdzv_endpoint",
+    "rdzv_backend": "launch.rdzv_endpoint",
+    "cpu": "launch.use_cpu",
+    "no_cuda": "launch.use_cpu",
+    "use_cpu_only": "launch.use_cpu",
+    "fp16": "launch.mixed_precision",
+    "bf16": "launch.mixed_precision",
+    "precision": "launch.mixed_precision",
+    "save_total_limit": "checkpoints.keep_last",
+    "max_checkpoints": "checkpoints.keep_last",
+}
+
+
 def suggest(key: str) -> str:
+    alias = ALIASES.get(key.rsplit(".", 1)[-1].replace("-", "_").lower())
+    if alias is not None:
+        return f"; did you mean {alias!r}?"
     names = [f.key for f in FIELDS] + [f.key.split(".", 1)[1] for f in FIELDS] + list(SECTIONS)
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     if not close:
