@@ -229,6 +229,48 @@ def test_missing_script(tmp_path: Path) -> None:
         make_plan(tmp_path, script="nope.py")
 
 
+@pytest.mark.parametrize(
+    ("script", "args", "said"),
+    [
+        # `python train.py` typed after `accel launch`, as one starts a script by hand
+        (
+            "python",
+            ("train.py", "--lr", "1"),
+            "no such script: python (run from {cwd}); "
+            "drop 'python', accel starts the script with Python itself (accel launch [OPTIONS] "
+            "train.py)",
+        ),
+        ("python3.11", ("-u", "train.py"), "drop 'python3.11', accel starts the script"),
+        ("train", (), "no such script: train (run from {cwd}); did you mean train.py?"),
+        # an interpreter given by its path exists: python stopped on its null bytes
+        (
+            sys.executable,
+            ("train.py",),
+            f"{sys.executable} is a program, not a Python script; "
+            f"drop '{Path(sys.executable).name}', accel starts the script with Python itself",
+        ),
+    ],
+)
+def test_a_command_line_that_names_no_script_says_what_it_meant(
+    tmp_path: Path, script: str, args: tuple[str, ...], said: str
+) -> None:
+    with pytest.raises(UsageError) as refused:
+        make_plan(tmp_path, script=script, script_args=args)
+    assert said.format(cwd=tmp_path) in str(refused.value), refused.value
+
+
+def test_a_program_is_refused_with_no_python_named(tmp_path: Path) -> None:
+    program = shutil.which("ls") or "/bin/ls"
+    with pytest.raises(UsageError) as refused:
+        make_plan(tmp_path, script=program)
+    assert str(refused.value) == (
+        f"{program} is a program, not a Python script; give the Python script, or "
+        f"--no-python to start {program} itself"
+    )
+    plan = make_plan(tmp_path, script=program, no_python=True)  # as it says
+    assert program in plan.worker_args
+
+
 def test_multi_node(tmp_path: Path) -> None:
     flags = {
         "launch.num_machines": 2,

@@ -227,7 +227,41 @@ def _check_target(
             f"({request.script.rstrip('/')}/train.py), or -m for a package (run from {cwd})"
         )
     if not path.is_file() and not path.is_dir():
-        raise UsageError(f"no such script: {request.script} (run from {cwd})")
+        raise UsageError(f"no such script: {request.script} (run from {cwd}){_meant(request, cwd)}")
+    if path.is_file() and _is_program(path):  # python would stop on its null bytes
+        meant = _meant(request, cwd) or (
+            f"; give the Python script, or --no-python to start {request.script} itself"
+        )
+        raise UsageError(f"{request.script} is a program, not a Python script{meant}")
+
+
+def _is_program(path: Path) -> bool:
+    """An executable in the machine's own format (ELF), not a script or a zipapp."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False  # python says what is wrong with it
+    try:
+        return os.read(fd, 4) == b"\x7fELF"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _meant(request: LaunchRequest, cwd: Path) -> str:
+    """What a command line that names no script most likely meant (a habit from
+    ``python train.py``, or a name typed without its ``.py``)."""
+    script, args = request.script, request.script_args
+    if re.fullmatch(r"python(\d+(\.\d+)?)?", Path(script).name) and args:
+        named = next((a for a in args if not a.startswith("-")), "train.py")
+        return (
+            f"; drop {Path(script).name!r}, accel starts the script with Python itself "
+            f"(accel launch [OPTIONS] {named})"
+        )
+    if not Path(script).suffix and (cwd / f"{script}.py").is_file():
+        return f"; did you mean {script}.py?"
+    return ""
 
 
 def _check_program(request: LaunchRequest, cwd: Path, env: Mapping[str, str]) -> None:
