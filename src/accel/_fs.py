@@ -261,6 +261,33 @@ def _chunks(fd: int, left: int, chunk: int) -> Iterator[bytes]:
         os.close(fd)
 
 
+def tail_offset(
+    path: Path | str, lines: int, *, chunk: int = READ_CHUNK, follow: bool = False
+) -> int:
+    """Where the last ``lines`` lines of the regular file at ``path`` begin, as ``tail -n``
+    counts them (a last line without ``\\n`` is one). Read back from the end a chunk at a
+    time, only as far as those lines go: the tail of a long log costs what it shows.
+    Errors as :func:`read_chunks` raises them."""
+    fd = open_regular(path, follow=follow)
+    try:
+        end = os.fstat(fd).st_size
+        if lines <= 0 or not end:
+            return end
+        pos = end - 1 if os.pread(fd, 1, end - 1) == b"\n" else end  # it ends the last line
+        while pos > 0:
+            start = max(pos - chunk, 0)
+            data = os.pread(fd, pos - start, start)
+            at = len(data)
+            while (at := data.rfind(b"\n", 0, at)) >= 0:
+                lines -= 1
+                if not lines:
+                    return start + at + 1
+            pos = start
+        return 0
+    finally:
+        os.close(fd)
+
+
 def read_lines(
     path: Path | str,
     offset: int = 0,

@@ -5,7 +5,10 @@ terminal, a partial line shows at once and a progress bar redraws in place (cut 
 terminal's width, so redraws never wrap); when another rank writes, the line is left
 as it is and continued below. Piped (a file, CI), output stays line-oriented: each
 redraw shown is a line of its own, at most one a second per stream, and lines of
-different ranks never mix. ``accel launch`` and ``accel logs`` both print through it.
+different ranks never mix. ``accel launch`` and ``accel logs`` both print through it:
+``accel launch`` shows each piece at once; ``accel logs`` (``hold``) writes what it
+holds at each :meth:`WorkerConsole.flush` or a chunk at a time, in the order written
+(a write and a flush per line cost more than the line's bytes).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable
+from itertools import groupby
 from typing import TextIO
 
 from accel.cli import _output
@@ -35,6 +39,7 @@ _ERASE = "\r\x1b[K"
 # Of a longer line, a terminal shows this much and how much more there was: redrawing a
 # line means holding it, and a gigabyte without a newline is no line anyone reads there.
 LINE_LIMIT = 1 << 20
+HOLD_LIMIT = 1 << 18  # characters held before they are written (``hold``)
 
 
 class WorkerConsole:
@@ -47,16 +52,19 @@ class WorkerConsole:
         prefix: bool = True,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
+        hold: bool = False,
     ) -> None:
         files = {STDOUT: stdout or sys.stdout, STDERR: stderr or sys.stderr}
         self._width = len(str(max(world_size - 1, 0)))
         self._prefix = prefix
+        self._out = _Out(hold)
         live = {s: _isatty(f) for s, f in files.items()}
         colour = not os.environ.get("NO_COLOR")
-        terminal = _Terminal(files, self._label, colour) if any(live.values()) else None
+        terminal = _Terminal(files, self._label, colour, self._out) if any(live.values()) else None
         self._lock = threading.Lock()  # the pump thread and the launcher's notices
         self._writers: dict[str, _Terminal | _Pipe] = {
-            s: terminal if live[s] and terminal else _Pipe(f, self._label) for s, f in files.items()
+            s: terminal if live[s] and terminal else _Pipe(f, self._label, self._out)
+            for s, f in files.items()
         }
 
     def redraw_every(self, stream: str) -> float:
@@ -69,10 +77,16 @@ class WorkerConsole:
             self._writers[stream].write(rank, stream, piece)
 
     def end_line(self) -> None:
-        """Before other output: end a line a worker left open."""
+        """Before other output: end a line a worker left open, write what is held."""
         with self._lock:
             for writer in dict.fromkeys(self._writers.values()):
                 writer.end_line()
+            self._out.flush()
+
+    def flush(self) -> None:
+        """Write what is held (before a wait for more output)."""
+        with self._lock:
+            self._out.flush()
 
     def _label(self, rank: int) -> str:
         return f"[rank{rank:<{self._width}}] " if self._prefix else ""
@@ -81,8 +95,9 @@ class WorkerConsole:
 class _Pipe:
     """A piped stream: as written, a redraw per line, ranks' lines never mixed."""
 
-    def __init__(self, file: TextIO, label: Callable[[int], str]) -> None:
+    def __init__(self, file: TextIO, label: Callable[[int], str], out: _Out) -> None:
         self._file = file
+        self._out = out
         self._mix = Interleaver(lambda rank: label(rank).encode(), cr=NL)
 
     def write(self, rank: int, stream: str, piece: Piece) -> None:
@@ -93,21 +108,27 @@ class _Pipe:
 
     def _emit(self, data: bytes) -> None:
         if data:
-            self._file.write(_text(data))
-            self._file.flush()
+            self._out.write(self._file, _text(data))
 
 
 class _Terminal:
     """One terminal (stdout, stderr or both): lines redrawn in place as they grow."""
 
-    def __init__(self, files: dict[str, TextIO], label: Callable[[int], str], colour: bool) -> None:
+    def __init__(
+        self, files: dict[str, TextIO], label: Callable[[int], str], colour: bool, out: _Out
+    ) -> None:
         self._files = files
+        self._out = out
         self._label = label
         self._colour = colour
         self._lines: dict[tuple[int, str], Lines] = {}
         self._open: tuple[int, str] | None = None  # the source whose line the cursor is on
 
     def write(self, rank: int, stream: str, piece: Piece) -> None:
+        if len(piece.data) > LINE_LIMIT and piece.start and piece.end == NL and NL in piece.data:
+            for line in piece.data.split(NL):  # whole lines: each is held to the limit
+                self.write(rank, stream, Piece(line, NL, True, piece.redraw))
+            return
         source = (rank, stream)
         lines = self._lines.setdefault(source, Lines(LINE_LIMIT))
         full = lines.full and not piece.start
@@ -144,9 +165,33 @@ class _Terminal:
         return shutil.get_terminal_size().columns - len(self._label(rank)) - 1
 
     def _emit(self, stream: str, text: str) -> None:
-        file = self._files[stream]
-        file.write(text)
-        file.flush()
+        self._out.write(self._files[stream], text)
+
+
+class _Out:
+    """The text of both streams, in order: written at once, or held (``hold``) until
+    :meth:`flush` or until :data:`HOLD_LIMIT` characters are held."""
+
+    def __init__(self, hold: bool) -> None:
+        self._hold = hold
+        self._held: list[tuple[TextIO, str]] = []
+        self._size = 0
+
+    def write(self, file: TextIO, text: str) -> None:
+        if not self._hold:
+            file.write(text)
+            file.flush()
+            return
+        self._held.append((file, text))
+        self._size += len(text)
+        if self._size >= HOLD_LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        held, self._held, self._size = self._held, [], 0
+        for file, texts in groupby(held, key=lambda item: item[0]):
+            file.write("".join(text for _, text in texts))
+            file.flush()
 
 
 def _text(data: bytes) -> str:

@@ -93,6 +93,9 @@ def logs(
         metavar="DURATION",
         help="Only output of the last DURATION (10m) or since a time (ISO).",
     ),
+    tail: int | None = typer.Option(
+        None, "--tail", "-n", min=0, metavar="N", help="Only the last N lines of each rank log."
+    ),
 ) -> None:
     """Show a run's per-rank logs; --follow until the run ends."""
     from accel import runs as runs_mod
@@ -114,12 +117,21 @@ def logs(
             return
     else:
         _check_world(record, wanted)
-    console = WorkerConsole(max(files, default=0) + 1, prefix=prefix)
-    for rank_, stream, piece in follow_logs(
-        ws.layout, record, wanted, live=follow, keep=keep, cutoff=cutoff
-    ):
-        console(rank_, stream, piece)
-    console.end_line()
+    console = WorkerConsole(max(files, default=0) + 1, prefix=prefix, hold=True)
+    try:
+        for rank_, stream, piece in follow_logs(
+            ws.layout,
+            record,
+            wanted,
+            live=follow,
+            keep=keep,
+            cutoff=cutoff,
+            tail=tail,
+            pause=console.flush,
+        ):
+            console(rank_, stream, piece)
+    finally:
+        console.end_line()
     if follow:
         final = runs_mod.read_run(ws.layout, record.id)
         _output.info(

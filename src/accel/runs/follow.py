@@ -2,13 +2,15 @@
 
 :func:`follow` yields what each rank log gained, piece by piece (stdout and stderr
 apart, partial lines and progress bars as they were written), until the logs end or,
-with ``live``, until the run's launcher is gone. Rendering is the caller's.
+with ``live``, until the run's launcher is gone. Rendering is the caller's; it may
+hold what it renders until ``pause`` is called, before each wait for more output.
 
 A log is read a chunk at a time and its pieces go out as they are read: memory stays
 within a few chunks whatever the log's size, and the first lines show at once. Chunks
 are cut after a line (so each shows what one read of the whole log would), and inside
 a line only when it is longer than :data:`CARRY`: after a redraw, else between
-characters.
+characters. Whole lines of one stream in a row go out as one piece. ``tail`` starts
+each log at its last lines, found by reading back from its end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from accel._fs import read_chunks
+from accel._fs import read_chunks, tail_offset
 from accel.layout import Layout
 from accel.runs.live import is_live
 from accel.runs.logindex import start_offset
@@ -44,11 +46,17 @@ class LogReader:
 
     A redraw that a later one replaced is skipped; with ``keep`` (``--grep``), whole
     lines only, those it keeps (of a line longer than :data:`MAX_LINE`, its start and
-    how much more there was). ``cutoff`` (``--since``) starts each log there.
+    how much more there was). ``cutoff`` (``--since``) starts each log there; ``tail``
+    (``--tail``) starts each of ``files`` at its last ``tail`` lines (or at ``cutoff``,
+    whichever is later). Logs added later are new: read from their start (or cutoff).
     """
 
     def __init__(
-        self, files: dict[int, Path], keep: Keep | None = None, cutoff: float | None = None
+        self,
+        files: dict[int, Path],
+        keep: Keep | None = None,
+        cutoff: float | None = None,
+        tail: int | None = None,
     ) -> None:
         self.keep = keep
         self.cutoff = cutoff
@@ -56,14 +64,14 @@ class LogReader:
         self.files: dict[int, Path] = {}
         self.readers: dict[int, RankLogReader] = {}
         self.lines: dict[tuple[int, str], Lines] = {}
-        self.add(files)
+        self.add(files, tail)
 
-    def add(self, files: dict[int, Path]) -> None:
+    def add(self, files: dict[int, Path], tail: int | None = None) -> None:
         for r, p in files.items():
             if r not in self.files:
                 self.files[r] = p
-                self.offsets[r] = start_offset(p, self.cutoff)
-                self.readers[r] = RankLogReader()
+                self.offsets[r] = max(start_offset(p, self.cutoff), _tail_start(p, tail))
+                self.readers[r] = RankLogReader(blocks=self.keep is None)
 
     def read(self, final: bool = False) -> Iterator[Event]:
         for r, path in sorted(self.files.items()):
@@ -100,6 +108,15 @@ class LogReader:
             yield rank, stream, Piece(line + cut_note(lines.dropped), NL, True, False)
 
 
+def _tail_start(path: Path, lines: int | None) -> int:
+    if lines is None:
+        return 0
+    try:
+        return tail_offset(path, lines)
+    except (OSError, ValueError):  # a FIFO, a device, a link: read() skips it too
+        return 0
+
+
 def _cut(data: bytes) -> int:
     """How much of ``data`` goes out now: up to its last line end, unless what follows is
     longer than :data:`CARRY`; then up to its last redraw, or its last whole character."""
@@ -127,11 +144,16 @@ def follow(
     live: bool = False,
     keep: Keep | None = None,
     cutoff: float | None = None,
+    tail: int | None = None,
+    pause: Callable[[], None] | None = None,
 ) -> Iterator[Event]:
-    """Every piece of the logs; with ``live``, new ones too while the run is live."""
-    reader = LogReader(select_logs(record, wanted), keep, cutoff)
+    """Every piece of the logs; with ``live``, new ones too while the run is live.
+    ``pause()`` is called before each wait (a console shows what it holds)."""
+    reader = LogReader(select_logs(record, wanted), keep, cutoff, tail)
     yield from reader.read(final=not live)
     while live and is_live(layout, record.id):
+        if pause is not None:
+            pause()
         time.sleep(POLL)
         reader.add(select_logs(record, wanted))
         yield from reader.read()

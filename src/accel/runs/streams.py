@@ -287,12 +287,13 @@ class RankLogReader:
     """A rank log's bytes -> ``(stream, piece)`` in order, markers removed.
 
     Within one :meth:`feed`, a redraw that a later piece replaced is skipped: what was
-    not watched live shows its final state only.
+    not watched live shows its final state only. A piece per line, or with ``blocks``,
+    whole lines of one stream in a row as one piece (a piece per line costs more than
+    the line's bytes, where the line is a plain one).
     """
 
-    def __init__(self) -> None:
-        # line by line: each line of a log says on its own which stream it is from
-        self._splitter = Splitter(redraw_every=0.0, idle=0.0, blocks=False)
+    def __init__(self, blocks: bool = False) -> None:
+        self._splitter = Splitter(redraw_every=0.0, idle=0.0, blocks=blocks)
         self._stream = STDOUT
         self._held: list[tuple[str, Piece]] = []  # a redraw the next feed may replace
 
@@ -308,6 +309,9 @@ class RankLogReader:
             pieces += self._splitter.flush(0.0)
         out, self._held = self._held, []
         for piece in pieces:
+            if piece.start and piece.end == NL and not piece.redraw:
+                out += self._lines(piece.data)
+                continue
             if piece.start:
                 marked = piece.data.startswith(STDERR_MARK)
                 self._stream = STDERR if marked else STDOUT
@@ -322,6 +326,46 @@ class RankLogReader:
         if more and out and _replaced(out[-1][1]):
             self._held = [out.pop()]
         return out
+
+    def _lines(self, data: bytes) -> list[tuple[str, Piece]]:
+        """Whole lines (``data``: one or more, ``\\n`` between them): a piece for each run
+        of lines of one stream, each line's mark removed. Each line says on its own which
+        stream it is from; stdout lines cost nothing each (only stderr lines are looked at)."""
+        out: list[tuple[str, Piece]] = []
+        pos = 0  # where the next line starts
+        while True:
+            marked = _next_marked(data, pos)
+            if marked < 0:
+                out.append((STDOUT, Piece(data[pos:], NL, True, False)))
+                break
+            if marked > pos:
+                out.append((STDOUT, Piece(data[pos : marked - 1], NL, True, False)))
+            end = _end_of_marked(data, marked)
+            lines = data[marked + len(STDERR_MARK) : end].replace(_NL_MARK, NL)
+            out.append((STDERR, Piece(lines, NL, True, False)))
+            if end == len(data):
+                break
+            pos = end + 1
+        self._stream = out[-1][0]
+        return out
+
+
+_NL_MARK = NL + STDERR_MARK
+
+
+def _next_marked(data: bytes, pos: int) -> int:
+    """Where the first stderr line at or after the line start ``pos`` starts (-1: none)."""
+    if data.startswith(STDERR_MARK, pos):
+        return pos
+    found = data.find(_NL_MARK, pos)
+    return found + 1 if found >= 0 else -1
+
+
+def _end_of_marked(data: bytes, pos: int) -> int:
+    """Where the run of stderr lines starting at ``pos`` ends (its last line's end)."""
+    while (end := data.find(NL, pos)) >= 0 and data.startswith(STDERR_MARK, end + 1):
+        pos = end + 1
+    return len(data) if end < 0 else end
 
 
 def _replaced(piece: Piece) -> bool:
