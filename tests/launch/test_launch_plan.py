@@ -404,6 +404,17 @@ def test_slurm_is_described_as_dry_run_shows_it(tmp_path: Path) -> None:
     assert make_plan(tmp_path).scheduler is None
 
 
+def test_a_given_rendezvous_is_described_not_the_head_the_scheduler_names(
+    tmp_path: Path,
+) -> None:
+    # The line named the scheduler's head while the nodes met at --rdzv-endpoint: the
+    # user checking a hang looked at the wrong host.
+    plan = make_plan(tmp_path, {"launch.rdzv_endpoint": "10.0.0.9:29500"}, env=SLURM)
+    assert plan.rdzv_endpoint == "10.0.0.9:29500"
+    said = "slurm: node 2 of 3, rendezvous 10.0.0.9:29500 (given; not its head gpu07:29400)"
+    assert plan.scheduler == said and said in plan.notes
+
+
 @pytest.mark.parametrize(
     ("nodelist", "host"),
     [

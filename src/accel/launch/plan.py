@@ -165,8 +165,8 @@ def plan_launch(
         settings=config.settings,
         preload=config.settings.launch.preload,
         preload_modules=tuple(config.settings.launch.preload_modules),
-        notes=request.notes + _notes(env, workers_env, nproc, nodes.scheduler),
-        scheduler=nodes.scheduler.describe() if nodes.scheduler is not None else None,
+        notes=request.notes + _notes(env, workers_env, nproc, nodes.scheduler, endpoint),
+        scheduler=nodes.scheduler.describe(endpoint) if nodes.scheduler is not None else None,
     )
 
 
@@ -175,8 +175,9 @@ def _notes(
     workers_env: Mapping[str, str],
     nproc: int,
     scheduler: Scheduler | None,
+    endpoint: str,
 ) -> tuple[str, ...]:
-    notes = [scheduler.describe()] if scheduler is not None else []
+    notes = [scheduler.describe(endpoint)] if scheduler is not None else []
     if "OMP_NUM_THREADS" not in env and workers_env.get("OMP_NUM_THREADS") == OMP_DEFAULT:
         notes.append(
             f"OMP_NUM_THREADS={OMP_DEFAULT} for each of the {nproc} workers on this node "

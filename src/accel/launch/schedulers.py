@@ -182,13 +182,18 @@ class Scheduler:
     name: str  # skypilot | slurm | world
     says: Mapping[str, Any]  # nnodes, node_rank, endpoint, rdzv_id, nproc: what it set
 
-    def describe(self) -> str:
-        """``slurm: node 1 of 4, head node-a:29400``, as --dry-run shows it."""
+    def describe(self, endpoint: str | None = None) -> str:
+        """``slurm: node 1 of 4, head node-a:29400``, as --dry-run shows it; with the
+        rendezvous ``endpoint`` the launch uses when another than the head it names
+        (``--rdzv-endpoint``, the config) was given."""
         says = self.says
         unit = says.get("unit", "node")
         parts = [f"{unit} {says.get('node_rank', 0)} of {says.get('nnodes', 1)}"]
-        if says.get("endpoint"):
-            parts.append(f"head {says['endpoint']}")
+        head = says.get("endpoint")
+        if endpoint and head and endpoint != head:
+            parts.append(f"rendezvous {endpoint} (given; not its head {head})")
+        elif head:
+            parts.append(f"head {head}")
         if says.get("nproc"):
             parts.append(f"{says['nproc']} worker(s) per {unit}")
         return f"{self.name}: " + ", ".join(parts)
