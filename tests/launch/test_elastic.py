@@ -141,3 +141,35 @@ def test_torchruns_elastic_line_without_node_ranks_makes_one_job(
     assert [proc.returncode for proc in nodes] == [0, 0], outputs
     grown = sorted((s["rank"], s["world"], s["all_reduce"]) for s in starts(out) if s["world"] == 2)
     assert grown == [(0, 2, 3.0), (1, 2, 3.0)]
+
+
+WHO = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], f"start-{os.getpid()}.json"), "w") as fh:
+    json.dump({"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
+               "node": int(os.environ["GROUP_RANK"])}, fh)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_the_record_keeps_the_node_rank_the_rendezvous_gave(
+    node: Start, project: Path, out: Path, endpoint: str
+) -> None:
+    # --node-rank picks the node that hosts the store; c10d numbers the nodes itself (by
+    # host name, then pid: on one host the first started is node 0). The record said
+    # node_rank 0 of the node whose workers were ranks 1.
+    (project / "who.py").write_text(WHO)
+    static = ("--nnodes", "2", "--rdzv-endpoint", endpoint, "-n", "1", "who.py", str(out))
+    asked_one = node("--node-rank", "1", *static)  # started first: the lower pid
+    asked_zero = node("--node-rank", "0", *static)
+    outputs = [proc.communicate(timeout=120) for proc in (asked_one, asked_zero)]
+    assert [asked_one.returncode, asked_zero.returncode] == [0, 0], outputs
+    assert sorted((s["node"], s["rank"]) for s in starts(out)) == [(0, 0), (1, 1)]
+    by_node = records(project)
+    assert [a["node_rank"] for a in by_node[0]["attempts"]] == [0]
+    assert [a["node_rank"] for a in by_node[1]["attempts"]] == [1]
+    said = "accel: the rendezvous made this node 0 of 2 (--node-rank 1 asked; c10d numbers"
+    assert said in outputs[0][1] and "global rank(s) 0 run here" in outputs[0][1]
+    assert "the rendezvous made this node 1 of 2 (--node-rank 0 asked" in outputs[1][1]
+    assert all(r["world_size"] == 2 and r["nnodes"] == 2 for r in by_node.values())

@@ -40,11 +40,12 @@ class RunHooks(Protocol):
     """What the runner learns from the agent (all calls on the launcher's main thread)."""
 
     def attempt_started(
-        self, attempt: int, pids: Mapping[int, int], nnodes: int, world_size: int
+        self, attempt: int, pids: Mapping[int, int], nnodes: int, world_size: int, node: int
     ) -> None:
         """Workers of ``attempt`` are running: ``global rank -> pid``, in a job of
-        ``nnodes`` nodes and ``world_size`` workers (of an elastic job, what this
-        rendezvous gave; a change of membership starts the same attempt again)."""
+        ``nnodes`` nodes and ``world_size`` workers, this one the rendezvous' node
+        ``node`` (of an elastic job, what this rendezvous gave; a change of membership
+        starts the same attempt again)."""
 
     def attempt_failed(self, attempt: int, failures: Mapping[int, Any]) -> None:
         """``global rank -> torch ProcessFailure`` of the ranks that failed."""
@@ -167,7 +168,8 @@ class AccelAgent(CompatAgent):
         self._global_ranks = {w.local_rank: w.global_rank for w in worker_group.workers}
         world = worker_group.workers[0].world_size if worker_group.workers else 0
         nnodes = int(worker_group.group_world_size or 1)
-        self._hooks.attempt_started(self.restart_count, by_rank, nnodes, int(world))
+        node = int(worker_group.group_rank or 0)
+        self._hooks.attempt_started(self.restart_count, by_rank, nnodes, int(world), node)
 
     def workers_monitored(self, result: Any) -> None:
         if result.state == WorkerState.FAILED:

@@ -325,7 +325,7 @@ class _Run:
             self.reporter = None
 
     def attempt_started(
-        self, attempt: int, pids: Mapping[int, int], nnodes: int, world_size: int
+        self, attempt: int, pids: Mapping[int, int], nnodes: int, world_size: int, node: int
     ) -> None:
         if self.world is not None and attempt == self.attempt:
             # torch restarted the workers for a node that joined (elastic): not a
@@ -337,13 +337,23 @@ class _Run:
             )
         elif self.plan.elastic:
             self.notify(f"accel: {nnodes} node(s) joined: {world_size} worker(s) in all")
+        if self.plan.rdzv_is_host is not None and node != self.record.get("node_rank"):
+            # --node-rank decides who hosts the store; c10d numbers the nodes itself, in
+            # the order of their host names and then process ids (as under torchrun),
+            # and the global ranks follow its numbers.
+            ranks = f"{min(pids)}-{max(pids)}" if len(pids) > 1 else f"{min(pids, default=0)}"
+            self.notify(
+                f"accel: the rendezvous made this node {node} of {nnodes} (--node-rank "
+                f"{self.plan.node_rank} asked; c10d numbers the nodes by host name and "
+                f"process, as under torchrun): global rank(s) {ranks} run here"
+            )
         self.world = (nnodes, world_size)
         self.attempt = attempt
         self.started = time.time()
         self.pids = dict(pids)
         self.finished = {}
         self.exits.watch(pids)
-        self.record = report.with_attempt(self.record, attempt, _now(), nnodes, world_size)
+        self.record = report.with_attempt(self.record, attempt, _now(), nnodes, world_size, node)
         self._save()
         self.observer.attempt_started(attempt, pids)
 

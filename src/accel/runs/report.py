@@ -118,15 +118,19 @@ def with_attempt(
     started_at: str,
     nnodes: int | None = None,
     world_size: int | None = None,
+    node_rank: int | None = None,
 ) -> dict[str, Any]:
     """A new start of the workers. torch's restart count does not grow when an elastic
     job restarts for a node that joined: that start repeats the attempt number, and the
-    record's ``nnodes`` and ``world_size`` follow the latest start."""
+    record's ``nnodes``, ``world_size`` and ``node_rank`` (the rendezvous' number for
+    this node, whatever ``--node-rank`` asked) follow the latest start."""
     entry: dict[str, Any] = {"attempt": attempt, "started_at": started_at}
     sizes: dict[str, Any] = {}
     if nnodes is not None and world_size is not None:
         sizes = {"nnodes": nnodes, "world_size": world_size}
-        entry.update(sizes)
+    if node_rank is not None:
+        sizes["node_rank"] = node_rank
+    entry.update(sizes)
     attempts = [*record.get("attempts", []), entry]
     return {**record, **sizes, "restarts": attempt, "attempts": attempts}
 
