@@ -6,6 +6,7 @@
       layout.json                       {"layout_version": 1, "id": ...}: makes the folder accel's
       config/accelerate_config.yaml     the project configuration
       locks/<name>.lock                 one lock file per resource, never deleted
+      locks/runs-settled.json           runs whose record is final (noted by launches)
       state.bin  cache/  checkpoints/  logs/  tmp/     the data, unless relocated:
     <workspace.path>/                   a relocated data folder
       accel-data.json                   {"layout_version": 1, "workspace_id": ...}: whose data it is
@@ -80,6 +81,10 @@ CLEAN_LOCK = "clean"  # one clean at a time
 SYNC_LOCK = "sync"  # one push or pull at a time
 SYNC_COMMIT_LOCK = "sync-commit"  # a pulled checkpoint or run moving into place
 LOG_LOCK = "training-log"  # logs/training.log and its rotation
+# Beside the locks, not a lock: the run folders whose run.json no longer says "running" and
+# never will again, noted by each launch at its end (accel.runs.record), so the heal of
+# crashed runs reads only the others.
+SETTLED_RUNS = "runs-settled.json"
 # -- the data folder ---------------------------------------------------------------------
 STATE_FILE = "state.bin"
 CACHE_DIR = "cache"
@@ -213,6 +218,10 @@ class Layout:
 
     def lock(self, name: str) -> Path:
         return lock_file(self.root, name)
+
+    @property
+    def settled_runs_file(self) -> Path:
+        return self.locks_dir / SETTLED_RUNS
 
     @property
     def state_file(self) -> Path:

@@ -33,9 +33,7 @@ def runs(
 
     ws = _app.read_workspace(ctx)
     _app.heal_runs(ws)
-    found = list_runs(ws.layout)
-    if limit:
-        found = found[:limit]
+    found = list_runs(ws.layout, limit)  # reads only the records it shows
     for r in found:
         if r.problem:  # listed (never hidden), and why its record is not shown
             _output.warn(f"run {r.id}: {r.problem}")

@@ -119,6 +119,7 @@ def launch(
     finally:
         guard.stop()
     _retention_owed(ws)
+    runs.note_settled(ws.layout)  # its record is final: the heals to come skip it
     return outcome
 
 

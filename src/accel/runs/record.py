@@ -13,12 +13,13 @@ error. Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from accel._redact import redact_mapping
 from accel.errors import UsageError
@@ -33,6 +34,7 @@ __all__ = [
     "list_runs",
     "mark_crashed",
     "new_run_id",
+    "note_settled",
     "read_record",
     "read_run",
     "records_this_run",
@@ -192,9 +194,14 @@ def read_run(layout: Layout, run_id: str) -> RunRecord:
     return replace(record, problem=problem, status=record.status if live else UNREADABLE)
 
 
-def list_runs(layout: Layout) -> list[RunRecord]:
-    """Every run folder's record, newest first."""
-    return [read_run(layout, run_id) for run_id in _run_ids(layout)]
+def list_runs(layout: Layout, limit: int | None = None) -> list[RunRecord]:
+    """The run folders' records, newest first: the newest ``limit`` (None or 0: all).
+
+    Only those records are read: the order is the ids' (a listing), so ``accel runs``
+    costs the rows it shows, however many runs the workspace keeps.
+    """
+    ids = _run_ids(layout)
+    return [read_run(layout, run_id) for run_id in (ids[:limit] if limit else ids)]
 
 
 MIN_PART = 4  # characters of a run id's inner part that name a run (a shorter one is a guess)
@@ -229,11 +236,31 @@ def resolve_run_id(layout: Layout, ref: str | None) -> str:
 
 
 def _run_ids(layout: Layout) -> list[str]:
+    return [run_id for run_id, _ in _run_folders(layout) or ()]
+
+
+def _run_folders(layout: Layout) -> list[tuple[str, int]] | None:
+    """``(id, inode)`` of every run folder, newest first; None when the folder of runs
+    cannot be listed. One directory listing: no record is read, and no folder is
+    stat'ed (a link to one is, to follow it).
+
+    Newest first is by name: an id begins with its start time (UTC, to the second, the
+    same instant as the record's ``started_at``), so the order is the records' own
+    whatever the clock did; runs started within one second order by their random suffix.
+    """
     try:
-        names = [e.name for e in layout.runs_dir.iterdir() if e.is_dir()]
+        with os.scandir(layout.runs_dir) as it:
+            found = [(e.name, e.inode()) for e in it if e.name[:1] != "." and _is_dir(e)]
     except OSError:
-        return []
-    return sorted((n for n in names if not n.startswith(".")), reverse=True)
+        return None
+    return sorted(found, reverse=True)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # a link to a folder counts, as it always has
+    except OSError:
+        return False
 
 
 def _opt(data: Mapping[str, Any], key: str, kind: type) -> Any:
@@ -244,6 +271,38 @@ def _opt(data: Mapping[str, Any], key: str, kind: type) -> Any:
 
 
 # -- self-healing ------------------------------------------------------------------------
+#
+# A record can say "running" only until its launcher's last write, or a heal's. So the
+# heal skips the records a launcher noted final in one index, ``locks/runs-settled.json``
+# (``{"version", "runs": [device, inode] of logs/runs, "settled": {run id: inode of its
+# folder}}``), and reads the others: a command pays a listing of the runs and the reads
+# of the live and the new ones, not a read of every run ever kept.
+#
+# Why the index never hides a record that can still say "running":
+# - an id goes in only once its record was read final: ``succeeded``, ``failed``,
+#   ``interrupted`` (a launcher's last write) or ``crashed`` (a heal's), or any other
+#   status, or an unreadable record, read after its launcher was seen gone (probed
+#   *before* the read: nothing but a heal, which rewrites only "running", writes a record
+#   after its launcher). A folder without a record is read again: a pull may bring one;
+# - an entry counts only for the very folder it was read from (the folder's inode, in a
+#   ``logs/runs`` of that device and inode): a run folder pulled, restored or copied in
+#   under a name the index knows is another folder, and is read;
+# - the index is a shortcut, never the truth: written atomically (temp file + rename),
+#   and when it is missing, damaged, unreadable or of another folder, it is ignored:
+#   every record is read, as before it existed. Two launchers ending at once: the last
+#   write wins, and what the other noted is read until the next one notes it again.
+# Only a launcher writes it, at the end of its run (:func:`note_settled`): the commands
+# that heal read the workspace and write nothing but the records they heal, so
+# ``clean --dry-run`` and a refused command leave it as it was. So a SIGKILLed launcher
+# (which never gets to note), an older accel's launcher and a pulled run all leave a
+# record the next heal reads; a workspace of an older accel is read whole by each command
+# until the first launch of this accel notes its runs.
+
+SETTLED_VERSION = 1
+_FINAL = frozenset(
+    s.value
+    for s in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.INTERRUPTED, RunStatus.CRASHED)
+)
 
 
 def mark_crashed(layout: Layout) -> list[str]:
@@ -252,15 +311,99 @@ def mark_crashed(layout: Layout) -> list[str]:
     Called by the commands that look at runs (``runs``, ``status``, ``env``, ``clean``):
     the first to notice heals the record, so run.json stops contradicting the lock.
     Holds the run's lock while rewriting, so a launcher can never be live meanwhile.
-    Best effort: an unwritable workspace is left as it is. Returns the ids marked.
+    Reads only the records no launcher noted final (see above). Best effort: an
+    unwritable workspace is left as it is. Returns the ids marked, newest first.
     """
+    return _sweep(layout, heal=True).marked
+
+
+def note_settled(layout: Layout) -> None:
+    """Note in ``locks/runs-settled.json`` every run whose record is final now, so the
+    heals to come skip them: what ``accel launch`` does at the end of its run (it heals
+    nothing). Best effort: a read-only, full or odd ``locks/`` leaves the index as it
+    was, and the heals read those records. Never makes a folder."""
+    _, here, known, settled = _sweep(layout, heal=False)
+    if here is None or settled == known or not layout.locks_dir.is_dir():
+        return
+    import json
+
+    from accel._fs import atomic_write
+
+    doc = {"version": SETTLED_VERSION, "runs": here, "settled": settled}
+    with contextlib.suppress(OSError):
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        atomic_write(layout.settled_runs_file, text, durable=False)
+
+
+class _Swept(NamedTuple):
+    marked: list[str]  # the runs healed
+    here: list[int] | None  # the folder of runs' key
+    known: dict[str, int]  # the index as read
+    settled: dict[str, int]  # the settled runs now
+
+
+def _sweep(layout: Layout, *, heal: bool) -> _Swept:
+    """One look at every run folder the index does not hold as settled; ``heal``: mark
+    the crashed ones (the commands), else leave them to those (the launcher's note)."""
+    here = _runs_folder_key(layout)
+    folders = _run_folders(layout)
+    known = _read_settled(layout, here)
+    if folders is None:
+        return _Swept([], None, known, known)
+    settled: dict[str, int] = {}
     marked = []
-    for run_id in _run_ids(layout):
-        stored = (read_record(run_dir(layout, run_id)) or {}).get("status")
-        with contextlib.suppress(OSError):
-            if stored == RunStatus.RUNNING and _heal(layout, run_id):
+    for run_id, inode in folders:
+        if known.get(run_id) != inode:  # new, still open, or another folder of that name
+            final, healed = _look(layout, run_id, heal)
+            if healed:
                 marked.append(run_id)
-    return marked
+            if not final:
+                continue
+        settled[run_id] = inode
+    return _Swept(marked, here, known, settled)
+
+
+def _look(layout: Layout, run_id: str, heal: bool) -> tuple[bool, bool]:
+    """(whether the run's record is final now, whether this call healed it)."""
+    gone = not is_live(layout, run_id)  # before the read: see above
+    data, problem = _load_record(run_dir(layout, run_id))
+    if data is None and problem is None:
+        return False, False  # no record yet: one may still come (a launch, a pull)
+    stored = (data or {}).get("status")
+    if stored == RunStatus.RUNNING:
+        with contextlib.suppress(OSError):
+            if heal and _heal(layout, run_id):
+                return True, True
+        return False, False
+    # Else what it says (or that it is unreadable) is its last word once the launcher is gone.
+    return (isinstance(stored, str) and stored in _FINAL) or gone, False
+
+
+def _runs_folder_key(layout: Layout) -> list[int] | None:
+    try:
+        st = os.stat(layout.runs_dir)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def _read_settled(layout: Layout, here: list[int] | None) -> dict[str, int]:
+    """``{run id: folder inode}`` of the settled runs of the folder ``here``; {} when there
+    is no index, it cannot be read, or it describes another folder."""
+    from accel._fs import read_json
+
+    if here is None:
+        return {}
+    try:
+        data = read_json(layout.settled_runs_file)
+    except (OSError, ValueError):  # DamagedFile is a ValueError
+        return {}
+    if not isinstance(data, dict) or data.get("version") != SETTLED_VERSION:
+        return {}
+    settled = data.get("settled")
+    if data.get("runs") != here or not isinstance(settled, dict):
+        return {}
+    return {run_id: inode for run_id, inode in settled.items() if type(inode) is int}
 
 
 def _heal(layout: Layout, run_id: str) -> bool:
