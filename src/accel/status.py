@@ -5,15 +5,19 @@ Reads only, never imports torch. Sizes are raw bytes; formatting is the CLI's jo
 
 from __future__ import annotations
 
+import heapq
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from accel._fs import tree_size
 from accel.errors import AccelError
-from accel.frameworks import FrameworkCache, scan_framework_caches
+from accel.frameworks import DEFAULT, FRAMEWORKS, FrameworkCache, framework_dir
 from accel.layout import CACHE_DIR, CHECKPOINTS_DIR, CONFIG_DIR, LOGS_DIR, RUNS_DIR, STATE_FILE
 from accel.workspace import Workspace
+
+if TYPE_CHECKING:
+    from accel.clean import Item, Tree, WorkspaceScan
 
 TOP = 5
 
@@ -54,16 +58,28 @@ class WorkspaceStatus:
     # a folder accel did not make, or whose layout.json it refuses: nothing was read
     workspace_error: str | None = None
     left_alone: tuple[StatusItem, ...] = ()  # found, but not accel's (or unreadable)
+    # what the clean scan found, read in the same walk as the sizes (``accel env`` judges
+    # its debris); None when it did not run
+    scan: WorkspaceScan | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_size(self) -> int:
         return sum(p.size for p in self.parts)
 
 
-def collect(ws: Workspace, *, details: bool = True, now: float | None = None) -> WorkspaceStatus:
+def collect(
+    ws: Workspace, *, details: bool = True, now: float | None = None, scan: bool | None = None
+) -> WorkspaceStatus:
     """Measure ``ws``; ``details`` adds live runs, the largest and oldest items, and what
     is left alone. A folder accel did not make, or whose ``layout.json`` this accel
-    refuses (damaged, a version none writes, a newer one), is reported, not measured."""
+    refuses (damaged, a version none writes, a newer one), is reported, not measured.
+
+    ``scan`` (default: ``details``) keeps the clean scan in ``WorkspaceStatus.scan``. The
+    scan and the sizes come from one walk: each folder is listed once (a checkpoint
+    series' folder also by its reader, and ``locks/`` by the live-run probes)."""
+    from accel.clean import Tree
+    from accel.clean import scan as scan_workspace
+
     now = time.time() if now is None else now
     try:
         ws.check_layout()
@@ -75,13 +91,16 @@ def collect(ws: Workspace, *, details: bool = True, now: float | None = None) ->
     if refusal is not None:
         return _refused(ws, refusal, now)
     config_error = str(salvaged.error) if salvaged is not None else None
-    parts = _parts(ws.path, ws.data_path)
+    tree = Tree(sizes=True)
+    wanted = details if scan is None else scan
+    found = scan_workspace(ws, now, tree=tree) if wanted and ws.exists else None
+    parts = _parts(ws.path, ws.data_path, tree)
     status = WorkspaceStatus(
-        ws.path, ws.exists, layout, ws.config_file, config_error, parts, now=now
+        ws.path, ws.exists, layout, ws.config_file, config_error, parts, now=now, scan=found
     )
-    if not details or not ws.exists:
+    if not details or found is None:
         return status
-    return _with_details(ws, status)
+    return _with_details(ws, status, found, tree)
 
 
 def _refused(ws: Workspace, why: str, now: float) -> WorkspaceStatus:
@@ -90,9 +109,9 @@ def _refused(ws: Workspace, why: str, now: float) -> WorkspaceStatus:
     )
 
 
-def _parts(path: Path, base: Path) -> tuple[PartSize, ...]:
+def _parts(path: Path, base: Path, tree: Tree) -> tuple[PartSize, ...]:
     runs = base / LOGS_DIR / RUNS_DIR
-    runs_size = _size(runs)
+    runs_size = _size(runs, tree)  # first: the logs are measured through it
     named = (
         ("config", path / CONFIG_DIR, None),
         ("cache", base / CACHE_DIR, None),
@@ -101,36 +120,58 @@ def _parts(path: Path, base: Path) -> tuple[PartSize, ...]:
         ("runs", runs, None),
         ("state", base / STATE_FILE, None),
     )
-    return tuple(PartSize(n, p, _size(p) - (minus or 0)) for n, p, minus in named)
+    return tuple(PartSize(n, p, _size(p, tree) - (minus or 0)) for n, p, minus in named)
 
 
-def _with_details(ws: Workspace, status: WorkspaceStatus) -> WorkspaceStatus:
-    from accel.clean import LEFT_ALONE, scan
+def _with_details(
+    ws: Workspace, status: WorkspaceStatus, found: WorkspaceScan, tree: Tree
+) -> WorkspaceStatus:
+    from accel.clean import LEFT_ALONE
 
-    found = scan(ws, status.now)
-    items = [
-        StatusItem(i.category, i.kind, i.name, i.path, i.size, i.last_used, i.detail)
-        for i in found.items
-    ]
-    ours = [i for i in items if i.kind not in LEFT_ALONE]
-    largest = sorted(ours, key=lambda i: (-i.size, str(i.path)))[:TOP]
-    oldest = sorted(ours, key=lambda i: (i.last_used, str(i.path)))[:TOP]
+    ours = [i for i in found.items if i.kind not in LEFT_ALONE]
+    # The first few only become StatusItems: a Path each costs more than the sort.
+    largest = heapq.nsmallest(TOP, ours, key=lambda i: (-i.size, _path_key(i)))
+    oldest = heapq.nsmallest(TOP, ours, key=lambda i: (i.last_used, _path_key(i)))
+    left_alone = sorted((i for i in found.items if i.kind in LEFT_ALONE), key=_path_key)
     return replace(
         status,
         live_runs=tuple(sorted(found.live_runs)),
-        largest=tuple(largest),
-        oldest=tuple(oldest),
-        frameworks=tuple(scan_framework_caches(ws.cache_dir, ws.reading_settings().cache)),
-        left_alone=tuple(sorted((i for i in items if i.kind in LEFT_ALONE), key=_by_path)),
+        largest=tuple(_status_item(i) for i in largest),
+        oldest=tuple(_status_item(i) for i in oldest),
+        frameworks=_frameworks(ws, tree),
+        left_alone=tuple(_status_item(i) for i in left_alone),
     )
 
 
-def _by_path(item: StatusItem) -> str:
-    return str(item.path)
+def _status_item(item: Item) -> StatusItem:
+    return StatusItem(
+        item.category, item.kind, item.name, item.path, item.size, item.last_used, item.detail
+    )
 
 
-def _size(path: Path) -> int:
+def _path_key(item: Item) -> str:
+    """``str(item.path)``, without building a Path: a scan's locations are already in
+    that form, but under a data folder ``.`` (``./cache/...``)."""
+    location = item.location
+    return str(item.path) if location.startswith("./") else location
+
+
+def _frameworks(ws: Workspace, tree: Tree) -> tuple[FrameworkCache, ...]:
+    """As :func:`accel.frameworks.scan_framework_caches`, measured from the scan's walk:
+    the enabled ones and those present on disk."""
+    settings = ws.reading_settings().cache
+    enabled = set(DEFAULT if settings is None else settings.framework_caches)
+    found = []
+    for name, variable in FRAMEWORKS.items():
+        path = framework_dir(ws.cache_dir, name)
+        size, files, newest = tree.usage(path)
+        if name in enabled or files:
+            found.append(FrameworkCache(name, variable, path, name in enabled, size, files, newest))
+    return tuple(found)
+
+
+def _size(path: Path, tree: Tree) -> int:
     try:
-        return path.stat().st_size if path.is_file() else tree_size(path)
+        return path.stat().st_size if path.is_file() else tree.usage(path).size
     except OSError:
         return 0

@@ -31,6 +31,7 @@ from accel.clean._plan import (
 )
 from accel.clean._proof import Bounds
 from accel.clean._scan import checkpoint_item, scan
+from accel.clean._walk import Tree
 from accel.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "PlanItem",
     "Policy",
     "Skipped",
+    "Tree",
     "WorkspaceScan",
     "checkpoint_item",
     "clean",

@@ -33,10 +33,9 @@ from accel.clean._items import (
 )
 from accel.clean._proof import Bounds
 from accel.clean._proof import accel_log as _accel_log
-from accel.clean._proof import debris as _debris
 from accel.clean._proof import in_flight as _in_flight
 from accel.clean._proof import provably_debris as _provably_debris
-from accel.clean._walk import children as _children
+from accel.clean._walk import Tree
 from accel.clean._walk import read_json as _read_json
 from accel.clean._walk import walk as _walk
 from accel.errors import IntegrityError, MetaMissing
@@ -61,29 +60,38 @@ _PARALLEL_MIN_CPUS = 4
 @dataclass
 class _Acc:
     root: str = ""
+    tree: Tree = field(default_factory=Tree)
     items: list[Item] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     other: int = 0
 
     def unknown(self, category: str, path: str, detail: str | None = None) -> None:
-        size, mtime = _walk(path)
+        size, mtime = self.tree.walk(path)
         kind = UNKNOWN if detail is None else UNREADABLE
         name = os.path.relpath(path, self.root)
         self.items.append(Item(category, kind, path, size, mtime, name=name, detail=detail))
 
-    def leftover(self, category: str, entry: os.DirEntry[str], **facts: Any) -> None:
+    def leftover(self, category: str, entry: os.DirEntry[str], name: str | None = None) -> None:
         """Debris when accel's marker proves it (or it is an empty folder), else unknown."""
         if _provably_debris(entry):
-            self.items.append(_debris(category, entry, **facts))
+            self.debris(category, entry, name)
         else:
             self.unknown(category, entry.path)
 
+    def debris(self, category: str, entry: os.DirEntry[str], name: str | None = None) -> None:
+        size, mtime = self.tree.walk(entry.path)
+        name = name or entry.name
+        self.items.append(Item(category, "debris", entry.path, size, mtime, name=name))
 
-def scan(ws: Workspace, now: float) -> WorkspaceScan:
+
+def scan(ws: Workspace, now: float, *, tree: Tree | None = None) -> WorkspaceScan:
     """Scan ``ws`` (its data folder) as of ``now``; WorkspaceError for a folder accel did
-    not make. A workspace not created yet scans empty."""
+    not make. A workspace not created yet scans empty.
+
+    ``tree``: the reading of the folders to share with the caller (``accel status`` and
+    ``accel env`` measure the parts from what the scan listed, instead of listing it again)."""
     root = ws.data_path
-    acc = _Acc(root=str(root))
+    acc = _Acc(root=str(root), tree=Tree() if tree is None else tree)
     if ws.identify():
         lay = ws.layout
         _scan_data_root(lay, acc)
@@ -92,7 +100,7 @@ def scan(ws: Workspace, now: float) -> WorkspaceScan:
         _scan_runs(lay.runs_dir, acc)
         _scan_logs(lay.logs_dir, acc)
         _scan_tmp(lay.tmp_dir, acc)
-        acc.other += _walk(lay.root / layout.CONFIG_DIR)[0]
+        acc.other += acc.tree.walk(lay.root / layout.CONFIG_DIR)[0]
         acc.items = _in_bounds(acc.items, Bounds.of(root))
     return WorkspaceScan(
         root=root,
@@ -123,7 +131,7 @@ def _in_bounds(items: list[Item], bounds: Bounds) -> list[Item]:
 def _scan_data_root(lay: layout.Layout, acc: _Acc) -> None:
     root_files = {layout.LAYOUT_FILE, layout.LOCKS_DIR, layout.GITIGNORE}
     own = {layout.DATA_MARKER} if lay.relocated else root_files
-    for entry in _children(lay.data):
+    for entry in acc.tree.children(lay.data):
         name = entry.name
         if name in layout.DATA_NAMES - {layout.STATE_FILE} or name == layout.CONFIG_DIR:
             continue  # scanned below (config: counted once, from the root)
@@ -131,9 +139,9 @@ def _scan_data_root(lay: layout.Layout, acc: _Acc) -> None:
             acc.warnings.append(f"skipped {entry.path}: {problem}")
             acc.unknown("workspace", entry.path, problem)
         elif name == layout.STATE_FILE or name in own:
-            acc.other += _walk(entry.path)[0]
+            acc.other += acc.tree.walk(entry.path)[0]
         elif is_atomic_temp(name) and not entry.is_dir(follow_symlinks=False):
-            acc.items.append(_debris("cache", entry))
+            acc.debris("cache", entry)
         else:
             acc.unknown("workspace", entry.path)
 
@@ -153,13 +161,13 @@ def _state_problem(path: Path) -> str | None:
 
 
 def _scan_cache(lay: layout.Layout, acc: _Acc) -> None:
-    for entry in _children(lay.cache_dir):
+    for entry in acc.tree.children(lay.cache_dir):
         if entry.name == layout.ENTRIES_DIR and entry.is_dir(follow_symlinks=False):
             _scan_entries(entry.path, acc)
         elif entry.name == layout.FRAMEWORKS_DIR and entry.is_dir(follow_symlinks=False):
             _scan_frameworks(entry.path, acc)
         elif is_atomic_temp(entry.name):
-            acc.items.append(_debris("cache", entry))
+            acc.debris("cache", entry)
         else:
             acc.unknown("cache", entry.path)
 
@@ -170,7 +178,7 @@ def _scan_entries(folder: str, acc: _Acc) -> None:
     stack = [(folder, "")]
     while stack:
         path, prefix = stack.pop()
-        for entry in _children(path):
+        for entry in acc.tree.children(path):
             name = entry.name
             is_dir = entry.is_dir(follow_symlinks=False)
             if is_dir and name.endswith(ENTRY_SUFFIX) and not name.startswith("."):
@@ -181,21 +189,21 @@ def _scan_entries(folder: str, acc: _Acc) -> None:
                 acc.leftover("cache", entry)
             else:
                 acc.unknown("cache", entry.path)
-    for part in _in_parallel(_cache_entries, found, acc.root):
+    for part in _in_parallel(_cache_entries, found, acc):
         acc.items += part.items
         acc.warnings += part.warnings
         acc.other += part.other
 
 
-def _cache_entries(entries: list[tuple[os.DirEntry[str], str]], root: str) -> _Acc:
-    acc = _Acc(root=root)
+def _cache_entries(entries: list[tuple[os.DirEntry[str], str]], parent: _Acc) -> _Acc:
+    acc = _Acc(root=parent.root, tree=parent.tree)
     for entry, key in entries:
         _cache_entry(entry, key, acc)
     return acc
 
 
 def _in_parallel(
-    work: Callable[[list[Any], str], _Acc], entries: list[Any], root: str
+    work: Callable[[list[Any], _Acc], _Acc], entries: list[Any], parent: _Acc
 ) -> list[_Acc]:
     """``work`` over contiguous chunks, on threads when there are many entries.
 
@@ -203,13 +211,13 @@ def _in_parallel(
     """
     workers = min(_MAX_THREADS, os.cpu_count() or 1)
     if workers < _PARALLEL_MIN_CPUS or len(entries) < _PARALLEL_FROM:
-        return [work(entries, root)]
+        return [work(entries, parent)]
     from concurrent.futures import ThreadPoolExecutor
 
     size = -(-len(entries) // (workers * 4))
     chunks = [entries[i : i + size] for i in range(0, len(entries), size)]
     with ThreadPoolExecutor(workers, thread_name_prefix="accel-scan") as pool:
-        return list(pool.map(work, chunks, [root] * len(chunks)))
+        return list(pool.map(work, chunks, [parent] * len(chunks)))
 
 
 def _cache_entry(entry: os.DirEntry[str], key: str, acc: _Acc) -> None:
@@ -242,11 +250,11 @@ def _cache_entry(entry: os.DirEntry[str], key: str, acc: _Acc) -> None:
 
 def _scan_frameworks(folder: str, acc: _Acc) -> None:
     """One item per framework cache accel set up; its age is its newest file."""
-    for entry in _children(folder):
+    for entry in acc.tree.children(folder):
         name = entry.name
         is_dir = entry.is_dir(follow_symlinks=False)
         if is_dir and name in _FRAMEWORK_NAMES:
-            size, newest = _walk(entry.path)
+            size, newest = acc.tree.walk(entry.path)
             acc.items.append(Item(FRAMEWORKS, "framework", entry.path, size, newest, name=name))
         elif _in_flight(name, is_dir):
             acc.leftover(FRAMEWORKS, entry)
@@ -258,7 +266,7 @@ def _scan_frameworks(folder: str, acc: _Acc) -> None:
 
 
 def _scan_checkpoints(folder: Path, acc: _Acc) -> None:
-    for entry in _children(folder):
+    for entry in acc.tree.children(folder):
         is_dir = entry.is_dir(follow_symlinks=False)
         if is_dir and layout.SERIES_RE.fullmatch(entry.name):
             _series(entry.name, series_mod.view(Path(entry.path)), acc)
@@ -269,9 +277,9 @@ def _scan_checkpoints(folder: Path, acc: _Acc) -> None:
 
 
 def _series(name: str, view: series_mod.SeriesView, acc: _Acc) -> None:
-    acc.items += [checkpoint_item(name, found) for found in view.checkpoints]
+    acc.items += [checkpoint_item(name, found, acc.tree) for found in view.checkpoints]
     for path in view.debris:
-        size, mtime = _walk(path)
+        size, mtime = acc.tree.walk(path)
         acc.items.append(
             Item("checkpoints", "debris", str(path), size, mtime, name=path.name, series=name)
         )
@@ -282,7 +290,7 @@ def _series(name: str, view: series_mod.SeriesView, acc: _Acc) -> None:
         acc.unknown("checkpoints", str(path))
 
 
-def checkpoint_item(series: str, found: series_mod.Found) -> Item:
+def checkpoint_item(series: str, found: series_mod.Found, tree: Tree | None = None) -> Item:
     """The item a committed checkpoint of ``series`` is (also for ``accel checkpoints rm``):
     its age is its recorded creation, which execution checks again (a re-save is kept)."""
     m = found.manifest
@@ -290,7 +298,7 @@ def checkpoint_item(series: str, found: series_mod.Found) -> Item:
         "checkpoints",
         "checkpoint",
         str(found.path),
-        _walk(found.path)[0],
+        (_walk if tree is None else tree.walk)(found.path)[0],
         m.created,
         marker=MANIFEST,
         name=f"{series}/{series_mod.step_dir_name(m.step)}",
@@ -304,19 +312,19 @@ def checkpoint_item(series: str, found: series_mod.Found) -> Item:
 
 
 def _scan_runs(folder: Path, acc: _Acc) -> None:
-    for entry in _children(folder):
+    for entry in acc.tree.children(folder):
         is_dir = entry.is_dir(follow_symlinks=False)
         record = read_record(Path(entry.path)) if is_dir else None
         if records_this_run(record, Path(entry.path)):
-            acc.items.append(_run(entry, record or {}))
+            acc.items.append(_run(entry, record or {}, acc.tree))
         elif _in_flight(entry.name, is_dir) or (is_dir and layout.is_empty_dir(Path(entry.path))):
             acc.leftover("runs", entry)
         else:
             acc.unknown("runs", entry.path)
 
 
-def _run(entry: os.DirEntry[str], record: dict[str, Any]) -> Item:
-    size, newest = _walk(entry.path)
+def _run(entry: os.DirEntry[str], record: dict[str, Any], tree: Tree) -> Item:
+    size, newest = tree.walk(entry.path)
     times = [newest] + [_time(record.get(k)) for k in ("started_at", "ended_at")]
     status = record.get("status")
     return Item(
@@ -333,16 +341,16 @@ def _run(entry: os.DirEntry[str], record: dict[str, Any]) -> Item:
 
 
 def _scan_logs(folder: Path, acc: _Acc) -> None:
-    for entry in _children(folder):
+    for entry in acc.tree.children(folder):
         name, path = entry.name, Path(entry.path)
         if name in (layout.RUNS_DIR, layout.TRAINING_LOG):
             if name == layout.TRAINING_LOG:
-                acc.other += _walk(entry.path)[0]
+                acc.other += acc.tree.walk(entry.path)[0]
             continue
         if entry.is_dir(follow_symlinks=False) or entry.is_symlink():
             acc.unknown("logs", entry.path)
         elif is_atomic_temp(name):
-            acc.items.append(_debris("logs", entry))
+            acc.debris("logs", entry)
         elif _accel_log(name, path):
             st = entry.stat(follow_symlinks=False)
             acc.items.append(Item("logs", "log", entry.path, st.st_size, st.st_mtime, name=name))
@@ -352,8 +360,8 @@ def _scan_logs(folder: Path, acc: _Acc) -> None:
 
 def _scan_tmp(folder: Path, acc: _Acc) -> None:
     """Staging: what carries accel's marker (any name) or is an atomic-write temp file."""
-    for entry in _children(folder):
+    for entry in acc.tree.children(folder):
         if _provably_debris(entry):
-            acc.items.append(_debris("cache", entry))
+            acc.debris("cache", entry)
         else:
             acc.unknown("cache", entry.path)

@@ -16,7 +16,7 @@ from accel.env.probe import (
     torch_info,
 )
 from accel.env.report import EnvReport
-from accel.env.state import config_info, workspace_info
+from accel.env.state import config_info, workspace_state
 from accel.workspace import Workspace
 
 
@@ -29,7 +29,8 @@ def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = Non
     torch = torch_info()
     config = config_info(ws)
     found = devices_of(torch, env, devices)
-    workspace = workspace_info(ws)
+    # the debris rule reads the clean scan only of a valid config: then from the same walk
+    workspace, scanned = workspace_state(ws, scan=config.valid)
     report = EnvReport(
         accel_version=__version__,
         python=python_info(),
@@ -41,4 +42,4 @@ def collect(ws: Workspace, env: Mapping[str, str], *, devices: bool | None = Non
         config=config,
         workspace=workspace,
     )
-    return replace(report, problems=tuple(problems(ws, report, env)))
+    return replace(report, problems=tuple(problems(ws, report, env, scan=scanned)))

@@ -8,6 +8,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accel._version import UPGRADE_HINT
 from accel.devices import gpu_mismatch, workers_for
@@ -15,14 +16,22 @@ from accel.env.report import EnvReport, Problem, WorkspaceInfo
 from accel.errors import AccelError
 from accel.workspace import LAYOUT_VERSION, Workspace
 
+if TYPE_CHECKING:
+    from accel.clean import WorkspaceScan
+
 
 def problems(
-    ws: Workspace, report: EnvReport, env: Mapping[str, str] | None = None
+    ws: Workspace,
+    report: EnvReport,
+    env: Mapping[str, str] | None = None,
+    *,
+    scan: WorkspaceScan | None = None,
 ) -> list[Problem]:
     """Everything that makes the environment or the workspace unhealthy, one per line.
 
     ``env``: the environment ``accel launch`` would read (SLURM's variables); the
-    process's own when not given.
+    process's own when not given. ``scan``: the clean scan of ``ws`` when the report's
+    walk already read it (else it is read here, when the debris rule needs it).
     """
     found: list[Problem] = []
     workspace = _workspace_problems(ws, report.workspace)
@@ -44,7 +53,7 @@ def problems(
     found += _gpu_problems(report)
     foreign = any(p.kind == "not_a_workspace" for p in found)
     if report.workspace.exists and report.config.valid and not _newer(report.workspace):
-        found += [] if foreign else _debris(ws)  # a dead launcher's run is healed
+        found += [] if foreign else _debris(ws, scan)  # a dead launcher's run is healed
     return found
 
 
@@ -198,12 +207,12 @@ def _gpu_fix(origins: Mapping[str, str], gpu_ids: list[int] | None, problem: str
     return f"accel config set {key} {value}"
 
 
-def _debris(ws: Workspace) -> list[Problem]:
+def _debris(ws: Workspace, found: WorkspaceScan | None) -> list[Problem]:
     import time
 
     from accel.clean import Policy, protection, scan
 
-    found = scan(ws, time.time())
+    found = scan(ws, time.time()) if found is None else found
     policy = Policy()
     return [
         Problem(

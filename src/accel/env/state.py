@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accel._redact import redact_mapping, redact_text
 from accel.env.report import ConfigInfo, WorkspaceInfo
 from accel.errors import AccelError, ConfigError
 from accel.workspace import LAYOUT_VERSION, Workspace
+
+if TYPE_CHECKING:
+    from accel.clean import WorkspaceScan
+    from accel.status import WorkspaceStatus
 
 
 def config_info(ws: Workspace) -> ConfigInfo:
@@ -39,9 +44,12 @@ def config_fix(ws: Workspace, exc: ConfigError) -> str | None:
     return None  # a YAML error, or the user file: an edit by hand, at the line named
 
 
-def workspace_info(ws: Workspace) -> WorkspaceInfo:
+def workspace_state(
+    ws: Workspace, *, scan: bool = False
+) -> tuple[WorkspaceInfo, WorkspaceScan | None]:
+    """The workspace's report and, with ``scan``, the clean scan read in the same walk as
+    its sizes (the debris rule of ``--check`` judges it); None when it was not read."""
     from accel.runs import live_run_ids
-    from accel.status import collect as status
 
     exists = ws.exists
     layout: int | None = None
@@ -51,14 +59,31 @@ def workspace_info(ws: Workspace) -> WorkspaceInfo:
         layout = None
     sizes: dict[str, int] = {}
     live: tuple[str, ...] = ()
+    found: WorkspaceScan | None = None
     if exists and (layout is None or layout <= LAYOUT_VERSION):
-        try:
-            st = status(ws, details=False)
+        st = _measured(ws, scan)
+        if st is not None:
+            found = st.scan
             sizes = {p.name: p.size for p in st.parts}
-            live = tuple(sorted(live_run_ids(ws.layout)))
-        except Exception:  # noqa: BLE001 - e.g. an unreadable folder: report without sizes
-            pass
-    return WorkspaceInfo(str(ws.path), exists, writable(ws.path), layout, sizes, live)
+            try:
+                live = tuple(sorted(live_run_ids(ws.layout) if found is None else found.live_runs))
+            except Exception:  # noqa: BLE001 - as before: the sizes, no live runs
+                pass
+    info = WorkspaceInfo(str(ws.path), exists, writable(ws.path), layout, sizes, live)
+    return info, found
+
+
+def _measured(ws: Workspace, scan: bool) -> WorkspaceStatus | None:
+    """The sizes (and the scan); without the scan when that is what fails, as it did
+    when the debris rule read it on its own."""
+    from accel.status import collect as status
+
+    for with_scan in (True, False) if scan else (False,):
+        try:
+            return status(ws, details=False, scan=with_scan)
+        except Exception:  # noqa: BLE001 - e.g. an unreadable folder: no sizes
+            continue
+    return None
 
 
 def writable(path: Path) -> bool:
