@@ -364,11 +364,12 @@ def remove_own(folder: Path, own: Callable[[str], bool], first: Sequence[str]) -
 
 def _tree(folder: Path) -> Iterator[tuple[str, bool]]:
     """(relative path, is a folder) of everything under ``folder``, links not followed."""
+    top = os.fspath(folder)
     stack = [""]
     while stack:
         rel = stack.pop()
         try:
-            with os.scandir(folder / rel if rel else folder) as it:
+            with os.scandir(os.path.join(top, rel) if rel else top) as it:
                 entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except OSError:
             continue

@@ -13,6 +13,7 @@ the rest; with ``force`` the folder goes whole.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,10 +38,12 @@ def foreign_of(item: Item) -> tuple[str, ...]:
             return ()
         return tuple(series_mod.foreign_in(found))
     if item.kind == "entry":
-        try:
-            payload: str | None = entry_mod.read_cache_meta(path, item.name).payload
-        except (OSError, IntegrityError):
-            payload = None
+        payload = item.payload  # what the scan read in its meta.json: not read again
+        if payload is None:
+            try:
+                payload = entry_mod.read_cache_meta(path, item.name).payload
+            except (OSError, IntegrityError):
+                payload = None
         return tuple(entry_mod.foreign_in_entry(path, payload))
     if item.kind == "run":
         return tuple(layout.foreign_files(path, layout.run_file))
@@ -51,8 +54,9 @@ def annotate(plan: CleanPlan) -> CleanPlan:
     """``plan`` with each planned item's foreign files named (``Item.foreign``)."""
     items = []
     for planned in plan.items:
-        foreign = foreign_of(planned.item) if not planned.item.path.is_symlink() else ()
-        items.append(PlanItem(planned.item._replace(foreign=foreign), planned.reason))
+        item = planned.item
+        foreign = foreign_of(item) if not os.path.islink(item.location) else ()
+        items.append(PlanItem(item._replace(foreign=foreign) if foreign else item, planned.reason))
     return dataclasses.replace(plan, items=tuple(items))
 
 

@@ -52,6 +52,7 @@ class Item(NamedTuple):
     status: str | None = None
     detail: str | None = None
     foreign: tuple[str, ...] = ()  # files inside it that accel did not make (named by a plan)
+    payload: str | None = None  # of a cache entry: the payload its meta.json named at the scan
 
     @property
     def path(self) -> Path:

@@ -244,6 +244,10 @@ def _cache_entry(entry: os.DirEntry[str], key: str, acc: _Acc) -> None:
             None,
             None,
             meta.run_id,
+            None,
+            None,
+            (),
+            meta.payload,
         )
     )
 

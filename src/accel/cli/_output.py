@@ -41,7 +41,9 @@ def text(value: object) -> str:
 
 
 def _clean(text: str) -> str:
-    return _CONTROLS.sub("", text)
+    # isprintable() is False for every character _CONTROL matches (Cc, and the bidi
+    # controls are Cf): most text has none, and the check is a C loop, not a regex
+    return text if text.isprintable() else _CONTROLS.sub("", text)
 
 
 _SGR = re.compile("(\x1b\\[[0-9;:]*m)")  # colours and styles: they cannot move or clear
@@ -70,7 +72,12 @@ def _sequences_out(text: str) -> str:
 
 
 def _cell(value: object) -> str:
-    return "" if value is None else _clean(str(value)).replace("\n", " ").replace("\t", " ")
+    if value is None:
+        return ""
+    text = str(value)
+    if text.isprintable():  # no control, no newline, no tab: the table's many cells
+        return text
+    return _clean(text).replace("\n", " ").replace("\t", " ")
 
 
 @cache
