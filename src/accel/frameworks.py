@@ -21,11 +21,11 @@ torch_hub     ``TORCH_HOME``               opt-in (usually shared across project
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel._fs import tree_usage
+from accel._fs import TreeUsage, tree_usage
 from accel.config.fields import BY_KEY
 from accel.config.views import CacheSettings
 from accel.layout import FRAMEWORKS_DIR
@@ -94,14 +94,19 @@ class FrameworkCache:
         }
 
 
-def scan_framework_caches(cache_dir: Path, settings: CacheSettings | None) -> list[FrameworkCache]:
+def scan_framework_caches(
+    cache_dir: Path,
+    settings: CacheSettings | None,
+    usage: Callable[[Path], TreeUsage] = tree_usage,
+) -> list[FrameworkCache]:
     """Every framework cache enabled in ``settings`` (None, for an invalid config: the
-    default ones) or present on disk under ``cache_dir``."""
+    default ones) or present on disk under ``cache_dir``; ``usage`` measures each (a
+    command that walked the workspace already measures from its walk)."""
     enabled = set(DEFAULT if settings is None else settings.framework_caches)
     found = []
     for name, var in FRAMEWORKS.items():
         path = framework_dir(cache_dir, name)
-        size, files, newest = tree_usage(path)
+        size, files, newest = usage(path)
         if name in enabled or files:
             found.append(FrameworkCache(name, var, path, name in enabled, size, files, newest))
     return found

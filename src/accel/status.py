@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accel.errors import AccelError
-from accel.frameworks import DEFAULT, FRAMEWORKS, FrameworkCache, framework_dir
+from accel.frameworks import FrameworkCache, scan_framework_caches
 from accel.layout import CACHE_DIR, CHECKPOINTS_DIR, CONFIG_DIR, LOGS_DIR, RUNS_DIR, STATE_FILE
 from accel.workspace import Workspace
 
@@ -157,17 +157,9 @@ def _path_key(item: Item) -> str:
 
 
 def _frameworks(ws: Workspace, tree: Tree) -> tuple[FrameworkCache, ...]:
-    """As :func:`accel.frameworks.scan_framework_caches`, measured from the scan's walk:
-    the enabled ones and those present on disk."""
+    """The enabled framework caches and those on disk, measured from the scan's walk."""
     settings = ws.reading_settings().cache
-    enabled = set(DEFAULT if settings is None else settings.framework_caches)
-    found = []
-    for name, variable in FRAMEWORKS.items():
-        path = framework_dir(ws.cache_dir, name)
-        size, files, newest = tree.usage(path)
-        if name in enabled or files:
-            found.append(FrameworkCache(name, variable, path, name in enabled, size, files, newest))
-    return tuple(found)
+    return tuple(scan_framework_caches(ws.cache_dir, settings, tree.usage))
 
 
 def _size(path: Path, tree: Tree) -> int:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from accel import layout
 from accel.clean._items import Item
-from accel.clean._walk import walk
 from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
 from accel.layout import is_atomic_temp
 from accel.runs import read_record, records_this_run
@@ -22,7 +21,6 @@ from accel.training_log import is_crash_log, is_log_file
 __all__ = [
     "Bounds",
     "accel_log",
-    "debris",
     "in_flight",
     "provably_debris",
     "proves_debris",
@@ -72,17 +70,6 @@ def provably_debris(entry: os.DirEntry[str]) -> bool:
         return not entry.is_symlink() and is_atomic_temp(entry.name)
     path = Path(entry.path)
     return layout.is_owned(path) or layout.is_empty_dir(path)
-
-
-def debris(
-    category: str,
-    entry: os.DirEntry[str],
-    *,
-    series: str | None = None,
-    name: str | None = None,
-) -> Item:
-    size, mtime = walk(entry.path)
-    return Item(category, "debris", entry.path, size, mtime, name=name or entry.name, series=series)
 
 
 def proves_debris(path: Path) -> bool:
