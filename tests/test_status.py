@@ -119,6 +119,11 @@ def test_an_invalid_config_is_a_warning_and_the_workspace_is_still_shown(
     data = json.loads(out)
     assert code == 0 and data["config_valid"] is False and "10QB" in data["config_error"]
     assert data["sizes"]["cache"] > 0 and data["largest"]
+    # the command that repairs it, as `accel env --check` names it
+    assert data["config_fix"] == "accel config unset cache.max_size"
+    assert main(["status"]) == 0
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if "10QB" in line]
+    assert warning.endswith("(fix: `accel config unset cache.max_size`)"), warning
 
 
 @pytest.mark.slow

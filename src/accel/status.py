@@ -58,6 +58,7 @@ class WorkspaceStatus:
     # a folder accel did not make, or whose layout.json it refuses: nothing was read
     workspace_error: str | None = None
     left_alone: tuple[StatusItem, ...] = ()  # found, but not accel's (or unreadable)
+    config_fix: str | None = None  # the command that repairs config_error, where one does
     # what the clean scan found, read in the same walk as the sizes (``accel env`` judges
     # its debris); None when it did not run
     scan: WorkspaceScan | None = field(default=None, repr=False, compare=False)
@@ -79,6 +80,7 @@ def collect(
     series' folder also by its reader, and ``locks/`` by the live-run probes)."""
     from accel.clean import Tree
     from accel.clean import scan as scan_workspace
+    from accel.config.resolve import config_fix
 
     now = time.time() if now is None else now
     try:
@@ -91,12 +93,21 @@ def collect(
     if refusal is not None:
         return _refused(ws, refusal, now)
     config_error = str(salvaged.error) if salvaged is not None else None
+    fix = config_fix(ws.config_file, salvaged.error) if salvaged is not None else None
     tree = Tree(sizes=True)
     wanted = details if scan is None else scan
     found = scan_workspace(ws, now, tree=tree) if wanted and ws.exists else None
     parts = _parts(ws.path, ws.data_path, tree)
     status = WorkspaceStatus(
-        ws.path, ws.exists, layout, ws.config_file, config_error, parts, now=now, scan=found
+        ws.path,
+        ws.exists,
+        layout,
+        ws.config_file,
+        config_error,
+        parts,
+        now=now,
+        scan=found,
+        config_fix=fix,
     )
     if not details or found is None:
         return status

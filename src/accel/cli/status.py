@@ -26,7 +26,7 @@ def status(
     if as_json:
         _output.print_json(status_json(st))
         if st.config_error:
-            _output.warn(st.config_error)
+            _output.warn(_config_warning(st))
     elif st.workspace_error is not None:
         from accel.errors import WorkspaceError
 
@@ -38,6 +38,12 @@ def status(
     return 0 if st.workspace_error is None else 2
 
 
+def _config_warning(st: WorkspaceStatus) -> str:
+    """The config's error as validation words it, and the command that repairs it."""
+    fix = f" (fix: `{st.config_fix}`)" if st.config_fix else ""
+    return f"{st.config_error}{fix}"
+
+
 def status_json(st: WorkspaceStatus) -> dict[str, Any]:
     return {
         "workspace": str(st.path),
@@ -46,6 +52,7 @@ def status_json(st: WorkspaceStatus) -> dict[str, Any]:
         "config_file": str(st.config_file),
         "config_valid": None if st.workspace_error else st.config_error is None,
         "config_error": st.config_error,
+        "config_fix": st.config_fix,
         "sizes": {p.name: p.size for p in st.parts},
         "total_size": st.total_size,
         "live_runs": list(st.live_runs),
@@ -118,7 +125,7 @@ def _print_tree(st: WorkspaceStatus) -> None:
             branch.add(text(_left_alone_text(item)), highlight=False)
     _output.console().print(root)
     if st.config_error:
-        _output.warn(st.config_error)
+        _output.warn(_config_warning(st))
 
 
 def _print_plain(st: WorkspaceStatus) -> None:
@@ -127,7 +134,7 @@ def _print_plain(st: WorkspaceStatus) -> None:
     _output.out(f"workspace  {st.path}" + ("" if st.exists else "  (not created yet)"))
     _output.out("config     " + ("valid" if st.config_error is None else "INVALID"))
     if st.config_error:
-        _output.warn(st.config_error)
+        _output.warn(_config_warning(st))
     _output.table(
         None,
         ["part", "size"],

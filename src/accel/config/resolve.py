@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -278,6 +279,19 @@ def flag_value(key: str, value: Any, *, named: str | None = None) -> Any:
     except ValueError as exc:
         name = named or "--" + key.split(".", 1)[1].replace("_", "-")
         raise UsageError(f"invalid value for {name}: {exc}") from None
+
+
+def config_fix(config_file: Path, exc: ConfigError) -> str | None:
+    """The command that repairs a config error: unset the bad key of the project file
+    ``config_file``, or the bad variable; None for a YAML error or the user file (an
+    edit by hand, at the line named)."""
+    text = str(exc)
+    variable = re.match(r"environment variable ([A-Z0-9_]+):", text)
+    if variable:
+        return f"unset {variable.group(1)}"
+    if exc.key and text.startswith(f"{config_file}:"):
+        return f"accel config unset {exc.key}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accel._redact import redact_mapping, redact_text
+from accel.config.resolve import config_fix
 from accel.env.report import ConfigInfo, WorkspaceInfo
 from accel.errors import AccelError, ConfigError
 from accel.workspace import LAYOUT_VERSION, Workspace
@@ -23,7 +23,9 @@ def config_info(ws: Workspace) -> ConfigInfo:
     try:
         config = ws.config
     except ConfigError as exc:
-        return ConfigInfo(file, exists, False, redact_text(str(exc)), {}, {}, config_fix(ws, exc))
+        return ConfigInfo(
+            file, exists, False, redact_text(str(exc)), {}, {}, config_fix(ws.config_file, exc)
+        )
     except AccelError as exc:
         return ConfigInfo(file, exists, False, redact_text(str(exc)), {}, {})
     except Exception as exc:  # noqa: BLE001 - e.g. an unreadable user file
@@ -31,17 +33,6 @@ def config_info(ws: Workspace) -> ConfigInfo:
     values = redact_mapping(config.nested())
     origins = {k: str(o) for k, o in config.origins.items()}
     return ConfigInfo(file, exists, True, None, values, origins)
-
-
-def config_fix(ws: Workspace, exc: ConfigError) -> str | None:
-    """The command that repairs a config error: unset the bad key, or the bad variable."""
-    text = str(exc)
-    variable = re.match(r"environment variable ([A-Z0-9_]+):", text)
-    if variable:
-        return f"unset {variable.group(1)}"
-    if exc.key and text.startswith(f"{ws.config_file}:"):
-        return f"accel config unset {exc.key}"
-    return None  # a YAML error, or the user file: an edit by hand, at the line named
 
 
 def workspace_state(
