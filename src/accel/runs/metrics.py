@@ -124,37 +124,12 @@ def _iter_fields(path: Path) -> Iterator[tuple[int | None, float | None, int, di
         return
 
 
-def read_metrics(path: Path) -> list[MetricPoint]:
-    return list(iter_metrics(path))
-
-
 def read_metric_views(path: Path) -> list[MetricView]:
     """:func:`metric_views` of the file at ``path``, in memory bounded whatever its size."""
     summary = MetricSummary()
     for step, _time, rank, values in _iter_fields(path):
         summary.add_values(rank, step, values)
     return summary.views()
-
-
-def metric_names(points: Iterable[MetricPoint]) -> list[str]:
-    """Numeric metric names in order of first appearance."""
-    return list(dict.fromkeys(name for p in points for name in p.values))
-
-
-def main_rank(points: Sequence[MetricPoint]) -> int | None:
-    return min((p.rank for p in points), default=None)
-
-
-def series(
-    points: Sequence[MetricPoint], name: str, rank: int | None = None
-) -> list[tuple[float, float]]:
-    """``(x, value)`` of ``name`` for ``rank`` (default: the main rank); x is the step,
-    else the point's index."""
-    rank = main_rank(points) if rank is None else rank
-    picked = [p for p in points if p.rank == rank and name in p.values]
-    return [
-        (float(p.step if p.step is not None else i), p.values[name]) for i, p in enumerate(picked)
-    ]
 
 
 def direction(name: str) -> str | None:
