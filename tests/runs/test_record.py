@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +26,19 @@ def test_new_run_id_sorts_by_time() -> None:
     a = runs.new_run_id(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "aaaaaa")
     b = runs.new_run_id(datetime(2026, 1, 2, 3, 4, 6, tzinfo=timezone.utc), "000000")
     assert a == "20260102-030405-aaaaaa" and a < b
+
+
+def test_runs_started_within_one_second_sort_in_the_order_they_started(ws: Workspace) -> None:
+    # A sweep of short runs: `latest` must be the last one started, not a random one of
+    # the second's (the suffix was all random).
+    second = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    starts = [second.replace(microsecond=ms * 1000) for ms in range(0, 1000, 7)]
+    ids = [runs.new_run_id(start) for start in starts]
+    assert sorted(ids) == ids and len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"20260102-030405-[0-9a-f]{6}", run_id) for run_id in ids)
+    for run_id in ids[:3]:
+        _write(ws, run_id, status="succeeded", exit_code=0)
+    assert runs.resolve_run_id(ws.layout, "latest") == ids[2]
 
 
 def test_records_newest_first_and_crashed_when_no_launcher(ws: Workspace) -> None:

@@ -49,10 +49,17 @@ RUN_FILE = RUN_RECORD
 UNREADABLE = "unreadable"
 
 
+SUBSECOND_SLOTS = 4096  # the suffix's first three hex digits: 1/4096 s each
+
+
 def new_run_id(now: datetime, token: str | None = None) -> str:
-    """A sortable, unique id such as ``20261129-150240-3fa2c1``."""
-    stamp = now.astimezone(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{token or secrets.token_hex(3)}"
+    """A sortable, unique id such as ``20261129-150240-3fa2c1``: the start time (UTC, to
+    the second), then six hex digits, the first three the instant within that second
+    (in 1/4096 s) and the last three random, so that runs started within one second
+    sort in the order they started, too (``latest`` is the last one started)."""
+    utc = now.astimezone(timezone.utc)
+    slot = utc.microsecond * SUBSECOND_SLOTS // 1_000_000
+    return f"{utc:%Y%m%d-%H%M%S}-{token or f'{slot:03x}{secrets.randbelow(4096):03x}'}"
 
 
 def run_dir(layout: Layout, run_id: str) -> Path:
@@ -246,7 +253,7 @@ def _run_folders(layout: Layout) -> list[tuple[str, int]] | None:
 
     Newest first is by name: an id begins with its start time (UTC, to the second, the
     same instant as the record's ``started_at``), so the order is the records' own
-    whatever the clock did; runs started within one second order by their random suffix.
+    whatever the clock did; within one second, by the suffix's fraction of it.
     """
     try:
         with os.scandir(layout.runs_dir) as it:
