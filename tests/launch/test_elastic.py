@@ -173,3 +173,48 @@ def test_the_record_keeps_the_node_rank_the_rendezvous_gave(
     assert said in outputs[0][1] and "global rank(s) 0 run here" in outputs[0][1]
     assert "the rendezvous made this node 1 of 2 (--node-rank 0 asked" in outputs[1][1]
     assert all(r["world_size"] == 2 and r["nnodes"] == 2 for r in by_node.values())
+
+
+HOLD_UNTIL_RELEASED = """
+import os, sys, time
+out = sys.argv[1]
+open(os.path.join(out, f"start-{os.getpid()}.json"), "w").write("{}")
+for _ in range(1200):  # the test releases it; a bound, not a wait for a quiet machine
+    if os.path.exists(os.path.join(out, "release")):
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_spare_node_says_it_waits_and_ends_with_the_job_it_was_never_needed_by(
+    node: Start, project: Path, out: Path, endpoint: str
+) -> None:
+    # torchrun's elastic spares: a node past --nnodes MAX waits in torch's redundancy
+    # list. It was told "starting unless more join soon" while it waited, then, when the
+    # job ended, lost the store with the node that hosted it: "lost the rendezvous",
+    # exit 1 (or, polling in time, a record "succeeded" saying nothing ran).
+    (project / "hold.py").write_text(HOLD_UNTIL_RELEASED)
+    job = [node(*elastic(rank, endpoint, "-n", "1", "hold.py", str(out))) for rank in (0, 1)]
+    while len(list(out.glob("start-*.json"))) < 2:
+        assert all(proc.poll() is None for proc in job), [p.communicate() for p in job]
+        time.sleep(0.1)
+    spare = node(*elastic(1, endpoint, "-n", "1", "hold.py", str(out)))
+    assert spare.stderr is not None
+    said = [spare.stderr.readline()]
+    while not any(w in said[-1] for w in ("as a spare", "join soon")) and said[-1]:
+        said.append(spare.stderr.readline())
+    assert "this node waits as a spare and joins when one leaves" in said[-1], said
+    (out / "release").touch()
+    ends = [proc.communicate(timeout=100) for proc in job]
+    assert [proc.returncode for proc in job] == [0, 0], ends
+    assert all("accel: telling 1 spare node(s) that the job ended" in e for _, e in ends)
+    _, err = spare.communicate(timeout=60)
+    assert spare.returncode == 0, [*said, err]
+    assert "the job ended before this spare node was needed; no worker ran here" in err
+    assert len(list(out.glob("start-*.json"))) == 2  # nothing started on the spare
+    run_id = said[0].split()[2].rstrip(":")
+    record = json.loads((project / ".accelerate/logs/runs" / run_id / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["attempts"] == []

@@ -15,6 +15,7 @@ import json
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,25 @@ def handler(monkeypatch: pytest.MonkeyPatch) -> Any:
     yield make
     for made in handlers:
         made.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_the_spare_state_accel_reads_and_the_key_it_sets_are_torchs(handler: Any) -> None:
+    # A spare node is told it waits as one, and the node hosting the rendezvous waits for
+    # it to see the job end, through the handler's node, state and store.
+    made = handler()
+    assert not compat.rendezvous_is_spare(made) and compat.rendezvous_spares(made) == []
+    state = made._state_holder.state
+    assert isinstance(state.redundancy_list, set), f"{VERSION}: redundancy_list; {FIX}"
+    state.redundancy_list.add(made._this_node)  # as torch's join puts a spare there
+    assert compat.rendezvous_is_spare(made), f"{VERSION}: _this_node / redundancy_list; {FIX}"
+    spares = compat.rendezvous_spares(made)
+    assert spares == [made._this_node]
+    started = time.monotonic()
+    compat.spare_left(made)  # the spare says it saw the end ...
+    compat.wait_for_spares(made, spares, timeout=30)  # ... so the host's wait returns
+    assert time.monotonic() - started < 25, f"{VERSION}: the handler's _store; {FIX}"
+    state.redundancy_list.discard(made._this_node)
 
 
 @pytest.mark.timeout(60)
@@ -264,8 +284,6 @@ def test_agent_environment_switches_store_sharing_off_only_with_restarts() -> No
 def test_the_agents_one_sleep_is_the_wait_between_two_checks_of_its_workers() -> None:
     """wake_on_exit swaps the agent module's ``time`` for one whose ``sleep`` wakes when a
     worker ends: that sleep must be ``_invoke_run``'s, and the module's only one."""
-    import time
-
     from torch.distributed.elastic.agent.server import api
 
     assert compat.TORCH_AGENT_TIME is time, f"{VERSION}: the agent module's `time` changed; {FIX}"
@@ -276,8 +294,6 @@ def test_the_agents_one_sleep_is_the_wait_between_two_checks_of_its_workers() ->
 
 
 def test_waking_on_exit_keeps_the_rest_of_the_agents_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    import time
-
     from torch.distributed.elastic.agent.server import api
 
     monkeypatch.setattr(api, "time", api.time)

@@ -70,6 +70,12 @@ def requeue_after(plan: LaunchPlan, outcome: RunOutcome, argv: tuple[str, ...]) 
 def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     from accel.runs import failures
 
+    if outcome.status == RunStatus.SUCCEEDED and outcome.spare:
+        _output.info(
+            f"accel: run {outcome.run_id}: the job ended before this spare node was needed; "
+            "no worker ran here"
+        )
+        return 0
     if outcome.status == RunStatus.SUCCEEDED:
         restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""
         _output.info(f"accel: run {outcome.run_id} succeeded{restarts}")

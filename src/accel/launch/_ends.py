@@ -131,9 +131,12 @@ def _type_and_message(said: Any) -> tuple[str | None, str | None]:
     return None, said
 
 
-def launch_error(exc: BaseException, log: Path, endpoint: str | None = None) -> BaseException:
+def launch_error(
+    exc: BaseException, log: Path, endpoint: str | None = None, spare: bool = False
+) -> BaseException:
     """A torch.distributed error of the launcher itself (the rendezvous, before the
-    workers or between their attempts): what it means for the job, in one line."""
+    workers or between their attempts): what it means for the job, in one line.
+    ``spare``: this node waited as a spare, no worker having run here."""
     name = type(exc).__name__
     if not type(exc).__module__.startswith("torch.distributed"):
         return exc
@@ -147,6 +150,13 @@ def launch_error(exc: BaseException, log: Path, endpoint: str | None = None) -> 
         )
     if name == "RendezvousConnectionError":
         where = f" at {endpoint}" if endpoint else ""
+        if spare:
+            return JobFailed(
+                f"lost the rendezvous{where} while this node waited as a spare (no worker "
+                "ran here): the node that hosts it (node 0) ended or stopped without telling "
+                f"it; that node's output and run record say how the job ended (torch's "
+                f"messages: {log})"
+            )
         return JobFailed(
             f"lost the rendezvous{where}: the node that hosts it (node 0) stopped or cannot "
             f"be reached ({exc}); see that node's output, then start the job again on every "

@@ -472,6 +472,52 @@ def rendezvous_participants(handler: Any) -> int | None:
         return None
 
 
+# A key a spare node sets in the rendezvous' store once it has seen the job end (below).
+SPARE_LEFT_KEY = "accel.spare-left"
+
+
+def rendezvous_is_spare(handler: Any) -> bool:
+    """Whether this node waits as a spare: it joined an elastic job that had its most
+    nodes already, and torch keeps it in the rendezvous' ``redundancy_list`` until a node
+    leaves (the same in every supported release; read defensively, like the count)."""
+    try:
+        return bool(handler._this_node in handler._state_holder.state.redundancy_list)
+    except Exception:  # noqa: BLE001 - any release, any state
+        return False
+
+
+def spare_left(handler: Any) -> None:
+    """On a spare that torch let go when the job ended (``RendezvousGracefulExitError``):
+    tell the node that hosts the rendezvous, which waits for it before it exits."""
+    with contextlib.suppress(Exception):
+        handler._store.set(_spare_key(handler, handler._this_node), "1")
+
+
+def rendezvous_spares(handler: Any) -> list[Any]:
+    """The spare nodes of the last synced state (none when torch does not say)."""
+    try:
+        return list(handler._state_holder.state.redundancy_list)
+    except Exception:  # noqa: BLE001 - any release, any state
+        return []
+
+
+def wait_for_spares(handler: Any, spares: Sequence[Any], timeout: float) -> None:
+    """On a node whose job ended: wait, at most ``timeout``, until each of ``spares`` has
+    seen it end. torch tells a spare only through the rendezvous' store, which goes with
+    the node that hosts it: a spare that polled after that lost the store and failed,
+    instead of ending with the job."""
+    from datetime import timedelta
+
+    with contextlib.suppress(Exception):  # a spare of another launcher never says
+        handler._store.wait(
+            [_spare_key(handler, node) for node in spares], timedelta(seconds=timeout)
+        )
+
+
+def _spare_key(handler: Any, node: Any) -> str:
+    return f"{SPARE_LEFT_KEY}.{handler._settings.run_id}.{node}"
+
+
 def may_host(endpoint_host: str) -> bool:
     """Whether torch's c10d rendezvous, not told ``is_host``, tries to host the store here:
     when ``endpoint_host`` names this machine (torch's own test, the same 2.6-2.15)."""

@@ -142,11 +142,13 @@ class WaitReporter:
         notify: Notify,
         interval: float,
         most: int | None = None,
+        spare: Callable[[], bool] = lambda: False,
     ) -> None:
         self.endpoint = endpoint
         self.nnodes = nnodes
         self.most = most if most is not None else nnodes
         self._joined = joined
+        self._spare = spare
         self._notify = notify
         self._interval = interval
         self._stop = threading.Event()
@@ -170,9 +172,15 @@ class WaitReporter:
     def _loop(self) -> None:
         start = time.monotonic()
         while not self._stop.wait(self._interval):
-            self._notify(self.message(self._joined(), time.monotonic() - start))
+            waited = time.monotonic() - start
+            self._notify(self.message(self._joined(), waited, spare=self._spare()))
 
-    def message(self, joined: int | None, waited: float) -> str:
+    def message(self, joined: int | None, waited: float, spare: bool = False) -> str:
+        if spare:  # the job runs with its most nodes: this one joins when a node leaves
+            return (
+                f"accel: the job at {self.endpoint} has its {self.most} nodes; this node "
+                f"waits as a spare and joins when one leaves, {waited:.0f} s"
+            )
         if joined is None:
             return f"accel: waiting for the other nodes at {self.endpoint}, {waited:.0f} s"
         if self.most > self.nnodes and joined >= self.nnodes:

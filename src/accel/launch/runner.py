@@ -63,6 +63,11 @@ if TYPE_CHECKING:
 
 Notify = Callable[[str], None]
 
+# How long a node whose job ended waits for its spare nodes to see the end: an accel spare
+# polls torch's rendezvous state every 1 to 2 s and says when it has; a spare of another
+# launcher never says, and costs the whole wait.
+SPARE_WAIT_S = 10.0
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -77,6 +82,7 @@ class RunOutcome:
     verdict: Verdict = field(default_factory=lambda: Verdict(()))
     tails: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     diverged: NonFinite | None = None
+    spare: bool = False  # this node waited as a spare and the job ended without it
 
     @property
     def root(self) -> RankFailure | None:
@@ -216,6 +222,7 @@ class _Run:
         self.world: tuple[int, int] | None = None  # (nodes, workers) of the current start
         self.handler: Any = None
         self.reporter: rendezvous.WaitReporter | None = None
+        self.spare_unused = False  # a spare node let go when the job ended: nothing ran
 
     def _show(self, rank: int) -> bool:
         return self.plan.shows(rank)
@@ -251,7 +258,7 @@ class _Run:
             sig = signal_of(exc)
             if sig is None:
                 log = self.plan.run_dir / LAUNCHER_LOG
-                error = launch_error(exc, log, self.plan.rdzv_endpoint)
+                error = launch_error(exc, log, self.plan.rdzv_endpoint, self._spare())
                 self._finish(RunStatus.FAILED, getattr(error, "exit_code", 1))
                 if error is exc:
                     raise
@@ -298,9 +305,26 @@ class _Run:
             if not interrupted:  # torch keeps the rendezvous open for the other nodes then
                 with contextlib.suppress(Exception):
                     handler.shutdown()
+        self._let_spares_go(result is None and self.world is None)
         if result is not None and result.is_failed():
             return RunStatus.FAILED, 1
         return RunStatus.SUCCEEDED, 0
+
+    def _let_spares_go(self, unused: bool) -> None:
+        """The job ended: a spare node (an elastic job's node past its most) learns it
+        only from the rendezvous' store, which ends with the node that hosts it, so every
+        node waits until the spares it knows of have seen the end (at most
+        :data:`SPARE_WAIT_S`). ``unused``: this node was such a spare, let go unused."""
+        from accel.launch._torch_compat import rendezvous_spares, spare_left, wait_for_spares
+
+        if unused:
+            self.spare_unused = True
+            spare_left(self.handler)
+            return
+        spares = rendezvous_spares(self.handler)
+        if spares:
+            self.notify(f"accel: telling {len(spares)} spare node(s) that the job ended")
+            wait_for_spares(self.handler, spares, SPARE_WAIT_S)
 
     # -- hooks called by the agent ----------------------------------------------------
 
@@ -308,7 +332,7 @@ class _Run:
         if not waiting:
             self._stop_reporting()
             return
-        from accel.launch._torch_compat import rendezvous_participants
+        from accel.launch._torch_compat import rendezvous_is_spare, rendezvous_participants
 
         handler = self.handler
         self.reporter = rendezvous.WaitReporter(
@@ -318,6 +342,7 @@ class _Run:
             self.notify,
             self.timing.report,
             most=self.plan.nnodes,
+            spare=lambda: rendezvous_is_spare(handler),
         ).start()
 
     def _stop_reporting(self) -> None:
@@ -439,6 +464,12 @@ class _Run:
     def _say_restored(self, step: int, from_memory: bool) -> None:
         self._say_saved(step, "; kept in memory for the restart" if from_memory else "")
 
+    def _spare(self) -> bool:
+        """Whether this node waits as a spare, no worker having run here."""
+        from accel.launch._torch_compat import rendezvous_is_spare
+
+        return self.world is None and self.handler is not None and rendezvous_is_spare(self.handler)
+
     def _finish(self, status: RunStatus, code: int) -> RunOutcome:
         if status != RunStatus.SUCCEEDED:  # stopped (a signal, a preemption) or failed for good
             stopped = status == RunStatus.INTERRUPTED  # nothing failed: a preemption's
@@ -462,6 +493,7 @@ class _Run:
             verdict=verdict,
             tails={r: tuple(self.router.tail(r)) for r in self.pids},
             diverged=self.observer.diverged,
+            spare=self.spare_unused,
         )
 
     def _save(self) -> None:
