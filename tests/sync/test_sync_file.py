@@ -525,6 +525,18 @@ def test_an_os_error_naming_no_file_is_not_blamed_on_the_disk(
     assert "None" not in err and "disk" not in err, err
 
 
+def test_refused_credentials_say_so_and_a_local_folder_is_not_blamed_on_them() -> None:
+    from accel.sync._remote import backend_error
+
+    refused = backend_error("s3://b/p", PermissionError("Access Denied"))
+    assert str(refused) == (
+        "s3://b/p: PermissionError: Access Denied; the credentials in use are refused "
+        "there: check which are used and what they may do"
+    )
+    local = backend_error("file:///srv/p", PermissionError(13, "Permission denied"))
+    assert "credentials" not in str(local)
+
+
 BAD_URLS = {  # issue 22: the first four uploaded into the current folder
     "": "is empty",
     "file://": "names no folder",

@@ -71,3 +71,34 @@ def test_the_installed_command_with_credentials_from_the_environment(
     )
     assert pull.returncode == 1 and "refused" in pull.stderr
     assert Workspace(fresh).checkpoints.list() == []
+
+
+def test_missing_credentials_are_one_line_saying_what_to_give(
+    ws: Workspace,
+    s3_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # botocore's bare "NoCredentialsError: Unable to locate credentials" named no source.
+    save_checkpoints(ws, (1,))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance to ask
+    capsys.readouterr()
+    assert main(["sync", "push", f"s3://{s3_env}/p"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "NoCredentialsError: Unable to locate credentials; give S3 credentials: " in err
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE" in err
+    import s3fs
+
+    listed = s3fs.S3FileSystem(
+        endpoint_url=os.environ["ACCEL_SYNC_ENDPOINT_URL"],
+        key="testing-key-id",
+        secret="testing-secret",
+        skip_instance_cache=True,
+    ).ls(s3_env)
+    assert listed == []  # nothing pushed

@@ -473,9 +473,30 @@ def _raised_in_accel(exc: BaseException) -> bool:
     return newest.startswith(accel_dir)
 
 
+# A backend's errors about credentials (by name: the backends are optional packages),
+# and what to give it instead.
+_S3_CREDENTIALS = (
+    "give S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE "
+    "(a public bucket: -o anon=true)"
+)
+CREDENTIALS_FIX = {
+    "NoCredentialsError": _S3_CREDENTIALS,  # botocore
+    "PartialCredentialsError": _S3_CREDENTIALS,
+    "DefaultCredentialsError": (  # google.auth
+        "give GCS credentials: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth "
+        "application-default login` (a public bucket: -o token=anon)"
+    ),
+}
+
+
 def backend_error(remote_url: str, exc: BaseException) -> JobFailed:
     """A transfer error as one line (the URL already redacted); a host the backend could
-    not reach (http://, s3:// connect at the first request) as :func:`open_remote` says it."""
+    not reach (http://, s3:// connect at the first request) as :func:`open_remote` says it;
+    missing or refused credentials with what to give."""
     if isinstance(exc, OSError) and unreachable(exc):
         return _cannot_reach(remote_url, exc)
-    return JobFailed(f"{remote_url}: {type(exc).__name__}: {_first_line(exc)}")
+    said = f"{remote_url}: {type(exc).__name__}: {_first_line(exc)}"
+    fix = CREDENTIALS_FIX.get(type(exc).__name__)
+    if fix is None and isinstance(exc, PermissionError) and not remote_url.startswith("file:"):
+        fix = "the credentials in use are refused there: check which are used and what they may do"
+    return JobFailed(f"{said}; {fix}" if fix else said)
