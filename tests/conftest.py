@@ -17,6 +17,29 @@ from accel.workspace import Workspace
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def scratch_for_children() -> Iterator[None]:
+    """The processes the suite starts make their temporary files in one folder, removed
+    at the end of the session: torchrun (the baseline of many tests) leaves a
+    ``torchelastic_*`` log folder in the temporary folder at every launch, and a
+    SIGKILLed process leaves what it had made. Short (``/tmp/accel-tests-*``), for the
+    socket paths made in it."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="accel-tests-")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--launch-preload",
