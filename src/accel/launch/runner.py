@@ -272,6 +272,7 @@ class _Run:
         return self._finish(status, code)
 
     def _run_agent(self) -> tuple[RunStatus, int]:
+        from accel.launch._torch_compat import spare_left
         from accel.launch.agent import (
             AccelAgent,
             AttemptStore,
@@ -305,6 +306,8 @@ class _Run:
             if not interrupted:  # torch keeps the rendezvous open for the other nodes then
                 with contextlib.suppress(Exception):
                     handler.shutdown()
+            if self._spare():  # leaving, for whatever reason: the job need not wait for it
+                spare_left(handler)
         self._let_spares_go(result is None and self.world is None)
         if result is not None and result.is_failed():
             return RunStatus.FAILED, 1
@@ -313,13 +316,12 @@ class _Run:
     def _let_spares_go(self, unused: bool) -> None:
         """The job ended: a spare node (an elastic job's node past its most) learns it
         only from the rendezvous' store, which ends with the node that hosts it, so every
-        node waits until the spares it knows of have seen the end (at most
+        node waits until the spares it knows of have seen the end or left (at most
         :data:`SPARE_WAIT_S`). ``unused``: this node was such a spare, let go unused."""
-        from accel.launch._torch_compat import rendezvous_spares, spare_left, wait_for_spares
+        from accel.launch._torch_compat import rendezvous_spares, wait_for_spares
 
         if unused:
             self.spare_unused = True
-            spare_left(self.handler)
             return
         spares = rendezvous_spares(self.handler)
         if spares:
