@@ -71,9 +71,13 @@ def test_endpoints_split_and_the_wait_message_counts_the_missing_nodes() -> None
     assert elastic.message(3, 30) == (
         "accel: 3 of at most 4 nodes have joined at h:1; starting unless more join soon, 30 s"
     )
-    assert elastic.message(4, 7, spare=True) == (  # past the most: torch's redundancy list
+    assert elastic.message(4, 7, role="spare") == (  # past the most: the redundancy list
         "accel: the job at h:1 has its 4 nodes; this node waits as a spare and joins when "
         "one leaves, 7 s"
+    )
+    assert elastic.message(1, 3, role="next round") == (  # a running job: the wait list
+        "accel: the job at h:1 is running with 1 node(s); this node joins when its nodes "
+        "restart their workers for it, 3 s"
     )
 
 

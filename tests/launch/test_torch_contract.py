@@ -134,6 +134,9 @@ def test_the_spare_state_accel_reads_and_the_key_it_sets_are_torchs(handler: Any
     compat.wait_for_spares(made, spares, timeout=30)  # ... so the host's wait returns
     assert time.monotonic() - started < 25, f"{VERSION}: the handler's _store; {FIX}"
     state.redundancy_list.discard(made._this_node)
+    state.wait_list.add(made._this_node)  # as torch's join puts a node for the next round
+    assert compat.rendezvous_role(made) == compat.NEXT_ROUND, f"{VERSION}: wait_list; {FIX}"
+    state.wait_list.discard(made._this_node)
 
 
 @pytest.mark.timeout(60)

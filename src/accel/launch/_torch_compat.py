@@ -476,14 +476,28 @@ def rendezvous_participants(handler: Any) -> int | None:
 SPARE_LEFT_KEY = "accel.spare-left"
 
 
-def rendezvous_is_spare(handler: Any) -> bool:
-    """Whether this node waits as a spare: it joined an elastic job that had its most
-    nodes already, and torch keeps it in the rendezvous' ``redundancy_list`` until a node
-    leaves (the same in every supported release; read defensively, like the count)."""
+SPARE = "spare"  # joined a job at its most nodes: in ``redundancy_list`` until one leaves
+NEXT_ROUND = "next round"  # joined a running job below its most: in ``wait_list`` until the
+# job's nodes restart their workers for it (or, when they have ended, never)
+
+
+def rendezvous_role(handler: Any) -> str | None:
+    """How this node waits in the rendezvous of a job that runs without it:
+    :data:`SPARE`, :data:`NEXT_ROUND`, or None (it is one of the round's nodes, or torch
+    does not say). The dynamic handler's node and last synced state, the same in every
+    supported release; read defensively, like the count."""
     try:
-        return bool(handler._this_node in handler._state_holder.state.redundancy_list)
+        node, state = handler._this_node, handler._state_holder.state
+        if node in state.redundancy_list:
+            return SPARE
+        return NEXT_ROUND if node in state.wait_list else None
     except Exception:  # noqa: BLE001 - any release, any state
-        return False
+        return None
+
+
+def rendezvous_is_spare(handler: Any) -> bool:
+    """Whether this node waits as a spare (:func:`rendezvous_role`)."""
+    return rendezvous_role(handler) == SPARE
 
 
 def spare_left(handler: Any) -> None:

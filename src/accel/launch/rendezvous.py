@@ -142,13 +142,13 @@ class WaitReporter:
         notify: Notify,
         interval: float,
         most: int | None = None,
-        spare: Callable[[], bool] = lambda: False,
+        role: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.endpoint = endpoint
         self.nnodes = nnodes
         self.most = most if most is not None else nnodes
         self._joined = joined
-        self._spare = spare
+        self._role = role
         self._notify = notify
         self._interval = interval
         self._stop = threading.Event()
@@ -173,13 +173,21 @@ class WaitReporter:
         start = time.monotonic()
         while not self._stop.wait(self._interval):
             waited = time.monotonic() - start
-            self._notify(self.message(self._joined(), waited, spare=self._spare()))
+            self._notify(self.message(self._joined(), waited, role=self._role()))
 
-    def message(self, joined: int | None, waited: float, spare: bool = False) -> str:
-        if spare:  # the job runs with its most nodes: this one joins when a node leaves
+    def message(self, joined: int | None, waited: float, role: str | None = None) -> str:
+        """``role``: how this node waits on a job that runs without it (``spare``: the job
+        has its most nodes; ``next round``: torch restarts the job's workers for it)."""
+        if role == "spare":
             return (
                 f"accel: the job at {self.endpoint} has its {self.most} nodes; this node "
                 f"waits as a spare and joins when one leaves, {waited:.0f} s"
+            )
+        if role == "next round":
+            running = f" with {joined} node(s)" if joined else ""
+            return (
+                f"accel: the job at {self.endpoint} is running{running}; this node joins "
+                f"when its nodes restart their workers for it, {waited:.0f} s"
             )
         if joined is None:
             return f"accel: waiting for the other nodes at {self.endpoint}, {waited:.0f} s"

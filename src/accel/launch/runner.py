@@ -334,7 +334,7 @@ class _Run:
         if not waiting:
             self._stop_reporting()
             return
-        from accel.launch._torch_compat import rendezvous_is_spare, rendezvous_participants
+        from accel.launch._torch_compat import rendezvous_participants, rendezvous_role
 
         handler = self.handler
         self.reporter = rendezvous.WaitReporter(
@@ -344,7 +344,7 @@ class _Run:
             self.notify,
             self.timing.report,
             most=self.plan.nnodes,
-            spare=lambda: rendezvous_is_spare(handler),
+            role=lambda: rendezvous_role(handler),
         ).start()
 
     def _stop_reporting(self) -> None:
