@@ -218,3 +218,38 @@ def test_a_plan_names_foreign_files_without_reading_meta_json_again(
     assert len(plan.items) == 20
     assert [i.item.foreign for i in plan.items if i.item.foreign] == [("README.md",)]
     assert not [p for p in opened if p.endswith("meta.json")], opened
+
+
+def test_an_entry_that_is_a_link_is_never_listed_through_it(tmp_path: Path) -> None:
+    # The plan's fast path lists each planned entry: never the folder a link points to.
+    from accel.store.entry import holds_only_own
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "meta.json").write_text("{}")
+    (outside / "value.bin").write_bytes(b"v")
+    link = tmp_path / "k.entry"
+    link.symlink_to(outside)
+    assert holds_only_own(str(outside), "value.bin")  # the same folder, not through a link
+    assert not holds_only_own(str(link), "value.bin")
+    version = outside / "v0123456789abcdef"
+    version.symlink_to(outside)  # a version folder that is a link: not accel's
+    assert not holds_only_own(str(outside), "value.bin")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "empty"])
+def test_a_meta_json_that_is_no_record_is_named_and_its_entry_left_alone(
+    project: Path, kind: str
+) -> None:
+    # The scan reads each meta.json with one short read and checks the file's type only
+    # when the read is not a record's: a FIFO or a folder in its place says what it is.
+    ws = workspace(project)
+    entry = ws.cache.put("k", b"v").path
+    meta = entry / "meta.json"
+    meta.unlink()
+    {"fifo": os.mkfifo, "folder": os.mkdir, "empty": Path.touch}[kind](meta)
+    plan = clean(ws, only=["cache"], older_than=0, dry_run=True).plan
+    assert not plan.items
+    said = " ".join(plan.scan.warnings)
+    expected = {"fifo": "is a FIFO", "folder": "is a folder", "empty": "Expecting value"}[kind]
+    assert f"skipped {entry}: unreadable meta.json" in said and expected in said, said

@@ -55,7 +55,10 @@ def annotate(plan: CleanPlan) -> CleanPlan:
     items = []
     for planned in plan.items:
         item = planned.item
-        foreign = foreign_of(item) if not os.path.islink(item.location) else ()
+        if item.kind == "entry" and entry_mod.holds_only_own(item.location, item.payload):
+            foreign: tuple[str, ...] = ()  # most entries: a listing, no link followed
+        else:
+            foreign = foreign_of(item) if not os.path.islink(item.location) else ()
         items.append(PlanItem(item._replace(foreign=foreign) if foreign else item, planned.reason))
     return dataclasses.replace(plan, items=tuple(items))
 

@@ -189,9 +189,14 @@ def read_json(path: str) -> Any:
     except OSError:
         fd = open_regular(path)  # raises what is wrong, in the one reader's words
     try:
-        if not S_ISREG(os.fstat(fd).st_mode):
-            open_regular(path)  # raises: a FIFO, a device, a folder
-        data = os.read(fd, _CHUNK)
+        try:
+            data = os.read(fd, _CHUNK)
+        except OSError:
+            data = b""  # a folder (EISDIR), a FIFO or device that would block: below
+        # A record is one short read; only what is not (nothing, or a chunk's worth)
+        # needs the check that it is a regular file: a FIFO, a device, a folder.
+        if (not data or len(data) == _CHUNK) and not S_ISREG(os.fstat(fd).st_mode):
+            open_regular(path)  # raises what is wrong, in the one reader's words
         while len(data) % _CHUNK == 0 and data:
             if len(data) > META_MAX_BYTES:
                 raise DamagedFile(path, f"is larger than any record ({META_MAX_BYTES} bytes)")

@@ -65,6 +65,7 @@ __all__ = [
     "entry_file",
     "entry_folders",
     "foreign_in_entry",
+    "holds_only_own",
     "is_utf8",
     "key_of",
     "key_problem",
@@ -378,20 +379,29 @@ def entry_file(payload: str | None) -> Callable[[str], bool]:
     return own
 
 
-def foreign_in_entry(entry: Path, payload: str | None) -> list[str]:
-    """Files in ``entry`` that accel did not make (a user's README): never deleted with it."""
-    if _only_own(os.fspath(entry), payload):  # the common case: one or two listings
+def foreign_in_entry(entry: str | Path, payload: str | None) -> list[str]:
+    """Files in ``entry`` that accel did not make (a user's README): never deleted with it.
+    A plan asks it of 10,000s of entries: the path may stay the scan's text."""
+    if holds_only_own(os.fspath(entry), payload):  # the common case: one or two listings
         return []
-    return foreign_files(entry, entry_file(payload))
+    return foreign_files(Path(entry), entry_file(payload))
 
 
-def _only_own(entry: str, payload: str | None) -> bool:
-    """True when ``entry``'s listing and its version folders' show accel's files only
-    (what :func:`entry_file` accepts): a clean plan asks it of 10,000s of entries. False
-    for anything else (a folder in a version folder, another folder, a file of the
-    user's, a listing that fails): the full walk of :func:`foreign_files` decides."""
+_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def holds_only_own(entry: str, payload: str | None) -> bool:
+    """True when ``entry`` is a folder (not a link to one) whose listing and whose version
+    folders' show accel's files only (what :func:`entry_file` accepts): a clean plan asks
+    it of 10,000s of entries. False for anything else (a link, a folder in a version
+    folder, another folder, a file of the user's, a listing that fails): the full walk of
+    :func:`foreign_files` decides, behind its caller's own check for links."""
     try:
-        with os.scandir(entry) as it:
+        fd = os.open(entry, _LIST_FLAGS)
+    except OSError:
+        return False
+    try:
+        with os.scandir(fd) as it:
             listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         for name, is_dir in listed:
             if not is_dir:
@@ -400,11 +410,17 @@ def _only_own(entry: str, payload: str | None) -> bool:
             elif VERSION_RE.fullmatch(name) is None:
                 return False
             else:
-                with os.scandir(os.path.join(entry, name)) as it:
-                    if any(e.is_dir(follow_symlinks=False) for e in it):
-                        return False
+                sub = os.open(name, _LIST_FLAGS, dir_fd=fd)
+                try:
+                    with os.scandir(sub) as it:
+                        if any(e.is_dir(follow_symlinks=False) for e in it):
+                            return False
+                finally:
+                    os.close(sub)
     except OSError:
         return False
+    finally:
+        os.close(fd)
     return True
 
 
