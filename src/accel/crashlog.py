@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 import tempfile
 import time
@@ -90,7 +89,7 @@ def _private_dir(path: Path) -> Path:
 
 def _write_new(folder: Path, text: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = folder / f"{CRASH_LOG_PREFIX}{stamp}-{os.getpid()}-{secrets.token_hex(4)}{LOG_SUFFIX}"
+    path = folder / f"{CRASH_LOG_PREFIX}{stamp}-{os.getpid()}-{os.urandom(4).hex()}{LOG_SUFFIX}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     try:

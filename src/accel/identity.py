@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,7 +303,7 @@ def _write_root_marker(layout: Layout, old: Marker | None) -> Marker:
     if layout.relocated:  # an id-less root adopts the id its data folder already names
         data = read_data_marker(layout, None)  # no id to name: the root's is being made
         ident = data.id if data is not None else None
-    marker = Marker(old.version if old else LAYOUT_VERSION, ident or secrets.token_hex(8))
+    marker = Marker(old.version if old else LAYOUT_VERSION, ident or os.urandom(8).hex())
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(layout.layout_file, {"layout_version": marker.version, "id": marker.id})
     return marker

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,7 +307,7 @@ def detach(path: Path, *, durable: bool = True) -> Path:
     A rename never follows a link: a link is moved, never its target.
     """
     mark(path)
-    doomed = path.parent / f"{DELETED_PREFIX}{secrets.token_hex(6)}"
+    doomed = path.parent / f"{DELETED_PREFIX}{os.urandom(6).hex()}"
     os.rename(path, doomed)
     if durable:
         fsync_dir(path.parent)

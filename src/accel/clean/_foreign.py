@@ -22,8 +22,6 @@ from accel.clean._items import Item
 from accel.clean._plan import CleanPlan, PlanItem
 from accel.errors import IntegrityError
 from accel.store import entry as entry_mod
-from accel.store import series as series_mod
-from accel.store.manifest import read_manifest
 
 __all__ = ["annotate", "describe_foreign", "foreign_of", "kept_reason", "strip"]
 
@@ -32,6 +30,11 @@ def foreign_of(item: Item) -> tuple[str, ...]:
     """What accel did not make inside ``item``'s folder (reads only)."""
     path = item.path
     if item.kind == "checkpoint":
+        # Here: the checkpoint format's modules are a tenth of a clean's start-up, and a
+        # plan of cache entries and runs never needs them.
+        from accel.store import series as series_mod
+        from accel.store.manifest import read_manifest
+
         try:
             found = series_mod.Found(path, read_manifest(path))
         except (OSError, IntegrityError):  # gone or damaged since the scan: execution re-checks

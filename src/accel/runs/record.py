@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -58,8 +57,10 @@ def new_run_id(now: datetime, token: str | None = None) -> str:
     (in 1/4096 s) and the last three random, so that runs started within one second
     sort in the order they started, too (``latest`` is the last one started)."""
     utc = now.astimezone(timezone.utc)
-    slot = utc.microsecond * SUBSECOND_SLOTS // 1_000_000
-    return f"{utc:%Y%m%d-%H%M%S}-{token or f'{slot:03x}{secrets.randbelow(4096):03x}'}"
+    if token is None:
+        slot = utc.microsecond * SUBSECOND_SLOTS // 1_000_000
+        token = f"{slot:03x}{int.from_bytes(os.urandom(2), 'big') % 4096:03x}"
+    return f"{utc:%Y%m%d-%H%M%S}-{token}"
 
 
 def run_dir(layout: Layout, run_id: str) -> Path:

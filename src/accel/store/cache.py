@@ -24,12 +24,10 @@ timestamps are coarse, and a write within the same tick could keep them).
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import os
 import re
-import secrets
 import shutil
 import stat
 import sys
@@ -261,7 +259,7 @@ class Cache:
         entry = self.entry_dir(key)
         kind = _kind_of(obj)
         ensure(self.layout)
-        version = secrets.token_hex(16)
+        version = os.urandom(16).hex()
         stage = self.layout.tmp_dir / f"cache-{version}"
         try:
             make_owned_dir(stage, parents=True)
@@ -477,6 +475,8 @@ def safe_segment(text: str) -> str:
 
 
 def args_digest(arguments: dict[str, Any]) -> str:
+    import hashlib  # here: OpenSSL's, 4 ms of every command's start-up
+
     text = json.dumps(arguments, sort_keys=True, default=_canonical)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 

@@ -7,7 +7,6 @@ large buffers, so hashing overlaps with I/O in another thread.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Callable, Collection
@@ -111,6 +110,8 @@ def new_hasher(algorithm: str = ALGORITHM) -> Any:
     if algorithm in _XXH:
         return getattr(xxhash, algorithm)()
     if algorithm in DIGEST_HEX:
+        import hashlib  # OpenSSL's: 4 ms of every command's start-up, for a rare algorithm
+
         return hashlib.new(algorithm)
     raise IntegrityError(f"unknown checksum algorithm {algorithm!r}; upgrade accel")
 

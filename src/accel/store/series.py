@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import reprlib
-import secrets
 import threading
 import time
 import warnings
@@ -101,7 +100,7 @@ def step_dir_name(step: int) -> str:
 
 def stage_dir_name(step: int) -> str:
     """A new folder for step ``step`` to be written in, renamed to its step at the commit."""
-    return f"{STAGE_PREFIX}{step:012d}-{secrets.token_hex(6)}"
+    return f"{STAGE_PREFIX}{step:012d}-{os.urandom(6).hex()}"
 
 
 def check_step(step: Any) -> int:
@@ -332,7 +331,7 @@ def _set_aside(target: Path) -> None:
     """The folder at a step being saved that a re-save may not delete (a damaged or
     newer checkpoint, a folder of someone else's, one holding their files) is kept, whole,
     under a name accel never deletes (``unknown``), and said: the save goes on."""
-    kept = target.with_name(f"{target.name}.kept-{secrets.token_hex(4)}")
+    kept = target.with_name(f"{target.name}.kept-{os.urandom(4).hex()}")
     os.rename(target, kept)
     fsync_dir(target.parent)
     line = (
