@@ -418,3 +418,24 @@ def test_the_plan_names_the_limit_that_applies(
     assert main(["clean", "--dry-run", *args]) == 0
     out = capsys.readouterr().out
     assert out.count(why) == 2 and "--keep-last" not in out.replace(why, "")
+
+
+def test_a_removed_run_takes_its_lock_and_a_live_runs_lock_stays(project: Path) -> None:
+    # locks/ kept one run-<id>.lock for every run ever made, and every command that
+    # asks which runs are live probes each of them.
+    from accel.runs import run_lock, run_lock_path
+
+    ws = workspace(project)
+    for run_id in ("20260101-000000-aaaaaa", "20260102-000000-bbbbbb"):
+        folder = run(
+            ws, run_id, started="2026-01-01T00:00:00+00:00", ended="2026-01-01T01:00:00+00:00"
+        )
+        with run_lock(ws.layout, run_id):  # as its launcher held it
+            pass
+        age_tree(folder, time.time() - 30 * DAY)
+    old, live = "20260101-000000-aaaaaa", "20260102-000000-bbbbbb"
+    with run_lock(ws.layout, live):  # a launcher still holds this one: never removed
+        result = clean(ws, only=["runs"], older_than=DAY).result
+    assert result is not None and [p.item.run_id for p in result.removed] == [old]
+    assert not run_lock_path(ws.layout, old).exists()
+    assert run_lock_path(ws.layout, live).exists() and (ws.runs_dir / live).is_dir()

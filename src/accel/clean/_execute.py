@@ -104,6 +104,11 @@ def _remove(ws: Workspace, item: Item, bounds: Bounds, force: bool) -> str | Non
             detached = _detach(item.path)
         except OSError as exc:
             return f"could not remove: {exc.strerror or exc}"
+        if item.kind == "run" and item.run_id is not None:
+            # Its lock goes with it, held here (no launcher takes a run id twice):
+            # locks/ kept one file per run ever made, each probed by every command.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(layout.run_lock(ws.path, item.run_id))
     if detached is None:
         return None
     _faults.point("clean.detached")
