@@ -217,4 +217,4 @@ def test_a_spare_node_says_it_waits_and_ends_with_the_job_it_was_never_needed_by
     assert len(list(out.glob("start-*.json"))) == 2  # nothing started on the spare
     run_id = said[0].split()[2].rstrip(":")
     record = json.loads((project / ".accelerate/logs/runs" / run_id / "run.json").read_text())
-    assert record["status"] == "succeeded" and record["attempts"] == []
+    assert record["status"] == "succeeded" and record["attempts"] == [] and record["spare"]

@@ -287,3 +287,25 @@ def test_deeply_nested_lines_and_records_are_skipped_not_a_crash(
     for argv in (["runs", "show", "bbbbbb"], ["runs"], ["runs", "--json"]):
         assert main(argv) == 0, argv
         assert "unexpected" not in capsys.readouterr().err
+
+
+def test_a_spare_nodes_run_says_no_worker_ran_there(
+    ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A spare node's run ends "succeeded" with no attempt and no log: it said nothing of
+    # why ("has no rank logs"). The launcher notes "spare": true.
+    from accel.cli.main import main
+
+    spare = {"status": "succeeded", "exit_code": 0, "failed_rank": None, "attempts": []}
+    write_run(ws, "20261129-100000-aaa111", {**spare, "spare": True})
+    write_run(ws, "20261129-100000-bbb222", {**spare, "spare": "yes"})  # by hand: not it
+    capsys.readouterr()
+    assert main(["runs", "show", "aaa111"]) == 0
+    said = "  spare     the job ended before this spare node was needed; no worker ran here"
+    assert said in capsys.readouterr().out.splitlines()
+    assert main(["runs", "show", "aaa111", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spare"] is True
+    assert main(["logs", "aaa111"]) == 0
+    assert "it waited as a spare node and no worker ran here" in capsys.readouterr().err
+    assert main(["runs", "show", "bbb222", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spare"] is False

@@ -111,7 +111,8 @@ def logs(
     if not follow or record.status != runs_mod.RunStatus.RUNNING:  # no log is still to come
         _check_ranks(record, wanted, set(files))
         if not files and not follow:
-            _output.warn(f"run {record.id} has no rank logs")
+            spare = ": it waited as a spare node and no worker ran here" if record.spare else ""
+            _output.warn(f"run {record.id} has no rank logs{spare}")
             return
     else:
         _check_world(record, wanted)

@@ -63,6 +63,10 @@ def summary_lines(view: RunView) -> list[str]:
         f"  started   {text(_time(r.started_at))}"
         + (f"   ended {text(_time(r.ended_at))}" if r.ended_at else ""),
     ]
+    if r.spare:
+        lines.append(
+            "  spare     the job ended before this spare node was needed; no worker ran here"
+        )
     summary = view.error_summary
     if summary:
         who = "" if summary.startswith("rank ") else f"rank {r.failed_rank}: "

@@ -485,6 +485,8 @@ class _Run:
         self.record = report.finished_record(
             self.record, status=status, exit_code=code, ended_at=_now(), verdict=verdict
         )
+        if self.spare_unused:  # what `runs show` and `logs` say of a run with no attempt
+            self.record["spare"] = True
         self._save()
         return RunOutcome(
             run_id=self.plan.run_id,

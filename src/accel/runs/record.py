@@ -93,6 +93,13 @@ class RunRecord:
     problem: str | None = None  # why its run.json is unreadable (a FIFO, a deep nest, ...)
 
     @property
+    def spare(self) -> bool:
+        """The run of a spare node of an elastic job that ended before it was needed:
+        no worker ran (``accel launch`` notes it; a hand-edited value other than true
+        is not it)."""
+        return self.raw.get("spare") is True
+
+    @property
     def duration(self) -> float | None:
         """Seconds from start to end (to now while live); None when unknown."""
         start = parse_time(self.started_at)

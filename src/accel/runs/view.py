@@ -78,6 +78,7 @@ class RunView:
             "duration": r.duration,
             "exit_code": r.exit_code,
             "restarts": r.restarts,
+            "spare": r.spare,
             "failed_rank": r.failed_rank,
             "error": dict(r.error) if r.error else None,
             "config_diff": None
