@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from log_tokens import LOG_TOKENS
 
 from accel import runs
 from accel.cli._worker_console import WorkerConsole
@@ -136,22 +137,7 @@ def test_a_terminal_holds_at_most_the_start_of_a_line() -> None:
     assert held < BOUND, f"held {held / MiB:.1f} MiB for a 48 MiB line"
 
 
-_TOKENS = [
-    b"step 1 loss=0.5\n",
-    b"\n",
-    b"[stderr] Traceback (most recent call last):\n",
-    b"[stderr]  10%|#  |\r",
-    b"[stderr]  50%|## |\r",
-    b"[stderr] 100%|###|\n",
-    b"epoch 2:  0%\r",
-    b"epoch 2: 99%\r",
-    b"\r\n",
-    b"caf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 \xff bad\n",
-    b"[stderr] partial",
-    b"[stdout is no mark\n",
-    b"[stde",
-    b"a line of forty bytes, or a little more\n",
-]
+_TOKENS = LOG_TOKENS
 
 
 @pytest.mark.parametrize("seed", range(6))

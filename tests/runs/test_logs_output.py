@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from log_tokens import LOG_TOKENS
 
 from accel.cli import _worker_console
 from accel.cli._worker_console import WorkerConsole
@@ -87,22 +88,10 @@ def test_a_long_log_reaches_a_terminal_a_chunk_at_a_time(
 
 
 _TOKENS = [
-    b"step 1 loss=0.5\n",
-    b"\n",
-    b"[stderr] Traceback (most recent call last):\n",
-    b"[stderr]  10%|#  |\r",
-    b"[stderr]  50%|## |\r",
-    b"[stderr] 100%|###|\n",
-    b"epoch 2:  0%\r",
-    b"epoch 2: 99%\r",
-    b"\r\n",
-    b"caf\xc3\xa9 \xe6\xbc\xa2\xe5\xad\x97 \xff bad\n",
-    b"[stderr] partial",
-    b"[stdout is no mark\n",
-    b"[stde",
+    *LOG_TOKENS[:-1],
     b"\x1b[31mred\x1b[0m and \x1b[2J cleared\n",
     b"[stderr] w1\n[stderr] w2\nout [stderr] \n",
-    b"a line of forty bytes, or a little more\n",
+    LOG_TOKENS[-1],
 ]
 
 
