@@ -87,14 +87,17 @@ def test_missing_credentials_are_one_line_saying_what_to_give(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance to ask
+    import s3fs
+
+    # fsspec keeps one filesystem per arguments in a process: an earlier test's holds the
+    # credentials it read then (a command line is a process of its own)
+    s3fs.S3FileSystem.clear_instance_cache()
     capsys.readouterr()
     assert main(["sync", "push", f"s3://{s3_env}/p"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "NoCredentialsError: Unable to locate credentials; give S3 credentials: " in err
     assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE" in err
-    import s3fs
-
     listed = s3fs.S3FileSystem(
         endpoint_url=os.environ["ACCEL_SYNC_ENDPOINT_URL"],
         key="testing-key-id",
