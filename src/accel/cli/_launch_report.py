@@ -69,12 +69,10 @@ def requeue_after(plan: LaunchPlan, outcome: RunOutcome, argv: tuple[str, ...]) 
 
 def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     from accel.runs import failures
+    from accel.runs.record import SPARE_UNUSED
 
     if outcome.status == RunStatus.SUCCEEDED and outcome.spare:
-        _output.info(
-            f"accel: run {outcome.run_id}: the job ended before this spare node was needed; "
-            "no worker ran here"
-        )
+        _output.info(f"accel: run {outcome.run_id}: {SPARE_UNUSED}")
         return 0
     if outcome.status == RunStatus.SUCCEEDED:
         restarts = f" after {outcome.restarts} restart(s)" if outcome.restarts else ""

@@ -64,9 +64,9 @@ def summary_lines(view: RunView) -> list[str]:
         + (f"   ended {text(_time(r.ended_at))}" if r.ended_at else ""),
     ]
     if r.spare:
-        lines.append(
-            "  spare     the job ended before this spare node was needed; no worker ran here"
-        )
+        from accel.runs.record import SPARE_UNUSED
+
+        lines.append(f"  spare     {SPARE_UNUSED}")
     summary = view.error_summary
     if summary:
         who = "" if summary.startswith("rank ") else f"rank {r.failed_rank}: "

@@ -63,6 +63,7 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
 from accel.launch._host import Signalled, signal_of, signals_while_stopping
+from accel.launch.rendezvous import NEXT_ROUND, SPARE
 from accel.launch.teardown import Returned, Teardown, TeardownJudge
 
 # The releases this module knows; pyproject.toml declares the same range.
@@ -474,11 +475,6 @@ def rendezvous_participants(handler: Any) -> int | None:
 
 # A key a spare node sets in the rendezvous' store once it has seen the job end (below).
 SPARE_LEFT_KEY = "accel.spare-left"
-
-
-SPARE = "spare"  # joined a job at its most nodes: in ``redundancy_list`` until one leaves
-NEXT_ROUND = "next round"  # joined a running job below its most: in ``wait_list`` until the
-# job's nodes restart their workers for it (or, when they have ended, never)
 
 
 def rendezvous_role(handler: Any) -> str | None:

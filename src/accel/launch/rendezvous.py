@@ -126,6 +126,11 @@ def _try_connect(host: str, port: int, timeout: float) -> str | None:
         return exc.strerror or type(exc).__name__
 
 
+SPARE = "spare"  # joined a job at its most nodes: in ``redundancy_list`` until one leaves
+NEXT_ROUND = "next round"  # joined a running job below its most: in ``wait_list`` until the
+# job's nodes restart their workers for it (or, when they have ended, never)
+
+
 class WaitReporter:
     """While the nodes rendezvous, say every ``interval`` how many are still missing.
 
@@ -178,12 +183,12 @@ class WaitReporter:
     def message(self, joined: int | None, waited: float, role: str | None = None) -> str:
         """``role``: how this node waits on a job that runs without it (``spare``: the job
         has its most nodes; ``next round``: torch restarts the job's workers for it)."""
-        if role == "spare":
+        if role == SPARE:
             return (
                 f"accel: the job at {self.endpoint} has its {self.most} nodes; this node "
                 f"waits as a spare and joins when one leaves, {waited:.0f} s"
             )
-        if role == "next round":
+        if role == NEXT_ROUND:
             running = f" with {joined} node(s)" if joined else ""
             return (
                 f"accel: the job at {self.endpoint} is running{running}; this node joins "

@@ -48,6 +48,9 @@ RUN_FILE = RUN_RECORD
 UNREADABLE = "unreadable"
 
 
+# What a spare node's run means (``"spare": true``), as every command says it.
+SPARE_UNUSED = "the job ended before this spare node was needed; no worker ran here"
+
 SUBSECOND_SLOTS = 4096  # the suffix's first three hex digits: 1/4096 s each
 
 
