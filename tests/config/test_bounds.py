@@ -48,6 +48,16 @@ HOSTILE_FILES = [
     ),
     ("a: " + "[" * 2000 + "]" * 2000 + "\n", f"nested more than {MAX_DEPTH} levels deep"),
     ("a:" + "".join(f"\n{'  ' * i}k{i}:" for i in range(1, 200)) + " 1\n", "levels deep"),
+    # an alias inside its own anchor: the walk followed it until Python's recursion limit
+    ("a: &x [*x]\n", "an alias refers to its own anchor"),
+    ("a: &x {b: *x}\n", "an alias refers to its own anchor"),
+    ("a: &x\n  b:\n    - c: *x\n", "an alias refers to its own anchor"),
+    ("? &k [*k]\n: 1\n", "keys must be plain strings"),
+    # aliases nest without brackets: each adds a level the parser's events never show
+    (
+        "".join(f"a{i}: &a{i} [{f'*a{i - 1}' if i else 1}]\n" for i in range(40)),
+        f"nested more than {MAX_DEPTH} levels deep",
+    ),
 ]
 
 

@@ -5,9 +5,11 @@
   ``2024-01-01`` is not a date;
   the typed schema then catches what was meant.
 - Duplicate keys are an error, not last-wins.
-- Alias expansion is bounded by counting the nodes visited (no billion laughs).
-- Nesting is bounded (``MAX_DEPTH``) before anything is built, and a number has at most
-  ``MAX_DIGITS`` digits: a hostile file is one clear error, never a RecursionError.
+- Alias expansion is bounded by counting the nodes visited (no billion laughs), an alias
+  inside its own anchor (``a: &x [*x]``) is refused, and keys are scalars.
+- Nesting is bounded (``MAX_DEPTH``) before anything is built, and again as aliases
+  expand, and a number has at most ``MAX_DIGITS`` digits: a hostile file is one clear
+  error, never a RecursionError.
 - Every key of the result carries its line number for error messages.
 """
 
@@ -146,31 +148,52 @@ class _Walker:
         self.source = source
         self.lines: dict[str, int] = {}
         self.visited = 0
+        self.open: list[yaml.Node] = []  # the collections being converted, outermost first
 
     def convert(self, node: yaml.Node, prefix: str) -> Any:
         self.visited += 1
+        line = node.start_mark.line + 1
         if self.visited > MAX_NODES:
             raise ConfigError(
-                f"{self.source}:{node.start_mark.line + 1}: document too large or aliases "
+                f"{self.source}:{line}: document too large or aliases "
                 f"expand too far (more than {MAX_NODES} nodes)"
             )
-        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN:
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return self.loader.construct_object(node, deep=True)
+        if any(node is outer for outer in self.open):
+            raise ConfigError(
+                f"{self.source}:{line}: an alias refers to its own anchor, so its value "
+                "never ends; write the value out instead"
+            )
+        if len(self.open) >= MAX_DEPTH:  # the parser's check cannot see aliases nest
+            raise ConfigError(
+                f"{self.source}:{line}: nested more than {MAX_DEPTH} levels deep once its "
+                "aliases are expanded; a config file holds sections of keys"
+            )
+        self.open.append(node)
+        try:
+            return self._collection(node, prefix)
+        finally:
+            self.open.pop()
+
+    def _collection(self, node: yaml.MappingNode | yaml.SequenceNode, prefix: str) -> Any:
+        if node.tag not in _PLAIN:
             raise ConfigError(
                 f"{self.source}:{node.start_mark.line + 1}: unsupported YAML tag {node.tag!r}; "
                 "remove it (config files hold plain values only)"
             )
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, prefix)
-        if isinstance(node, yaml.SequenceNode):
-            return [self.convert(child, prefix) for child in node.value]
-        return self.loader.construct_object(node, deep=True)
+        return [self.convert(child, prefix) for child in node.value]
 
     def _mapping(self, node: yaml.MappingNode, prefix: str) -> dict[Any, Any]:
         self.loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = self.loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError(f"{self.source}:{line}: keys must be plain strings")
+            key = self.loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 raise ConfigError(f"{self.source}:{line}: keys must be plain strings")
             if key in out:
