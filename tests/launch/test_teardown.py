@@ -129,7 +129,9 @@ def test_exit_handlers_get_the_stop_grace_period_first(tmp_path: Path) -> None:
     assert fake.killed == [4242]
 
 
-@pytest.mark.parametrize("text", ["", "{", '{"code": "x"}', "[]", '{"code": 0}'])
+@pytest.mark.parametrize(
+    "text", ["", "{", '{"code": "x"}', "[]", '{"code": 0}', "[" * 100_000 + "]" * 100_000]
+)
 def test_an_unreadable_note_is_no_note(tmp_path: Path, text: str) -> None:
     error_file = str(tmp_path / "error-0.json")
     Path(_bootstrap.returned_path(error_file)).write_text(text)

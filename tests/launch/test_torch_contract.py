@@ -235,8 +235,16 @@ def test_torch_reads_the_error_file_the_worker_bootstrap_writes(
     assert failure.timestamp == int(json.loads(error_file.read_text())["accel"]["time"])
 
 
+@pytest.mark.parametrize(
+    ("text", "raised"),
+    [
+        ('{"message": {"message": "Runt', ValueError),  # a worker stopped while it wrote
+        ('{"message": ' + "[" * 100_000, RecursionError),  # deeper than json can read
+    ],
+    ids=["torn", "deep"],
+)
 def test_a_torn_error_file_is_set_aside_where_torch_keeps_the_workers_files(
-    tmp_path: Path,
+    tmp_path: Path, text: str, raised: type[Exception]
 ) -> None:
     from torch.distributed.elastic.multiprocessing.api import SubprocessContext
 
@@ -245,13 +253,13 @@ def test_a_torn_error_file_is_set_aside_where_torch_keeps_the_workers_files(
     context = SubprocessContext("probe", sys.executable, {0: ("-c", "pass")}, envs, logs)
     path = Path(context.error_files[0])  # the attribute the launcher's guard reads
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('{"message": {"message": "Runt')
-    with pytest.raises(ValueError):  # torch still raises on it: the guard is still needed
+    path.write_text(text)
+    with pytest.raises(raised):  # torch still raises on it: the guard is still needed
         ProcessFailure(local_rank=0, pid=123, exitcode=1, error_file=str(path))
     assert compat.set_aside_torn_error_files(context) is True
     failure = ProcessFailure(local_rank=0, pid=123, exitcode=1, error_file=str(path))
     assert failure.exitcode == 1 and not path.exists()
-    assert Path(f"{path}{compat.TORN}").read_text().startswith('{"message"')
+    assert Path(f"{path}{compat.TORN}").read_text() == text
     assert compat.set_aside_torn_error_files(context) is False  # nothing left to set aside
 
 

@@ -251,7 +251,7 @@ class CompatAgent(LocalElasticAgent):  # type: ignore[misc]
             try:
                 result = super()._monitor_workers(worker_group)
                 break
-            except ValueError:  # json's, from torch parsing a failed worker's error file
+            except (ValueError, RecursionError):  # json's, from torch reading an error file
                 if not set_aside_torn_error_files(self._pcontext):
                     raise
         self.workers_monitored(result)
@@ -274,7 +274,7 @@ def set_aside_torn_error_files(pcontext: Any) -> bool:
                 json.load(fh)
         except FileNotFoundError:
             continue
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # nested deeper than json reads
             with contextlib.suppress(OSError):
                 os.replace(path, f"{path}{TORN}")
                 moved = True

@@ -70,7 +70,7 @@ def read_returned(error_file: str) -> Returned | None:
             saving=os.path.exists(saving_note(error_file)),
             message=message if isinstance(message, str) else None,
         )
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
 
 
