@@ -537,6 +537,17 @@ def test_refused_credentials_say_so_and_a_local_folder_is_not_blamed_on_them() -
     assert "credentials" not in str(local)
 
 
+def test_a_backend_error_that_only_leads_in_on_its_first_line_keeps_its_reason() -> None:
+    from accel.sync._remote import backend_error
+
+    # botocore's ParamValidationError: the first line alone said nothing
+    exc = ValueError('Parameter validation failed:\nInvalid bucket name "a b": must match\n')
+    assert str(backend_error("s3://b/p", exc)) == (
+        's3://b/p: ValueError: Parameter validation failed: Invalid bucket name "a b": must match'
+    )
+    assert str(backend_error("s3://b/p", ValueError("one\ntwo"))) == "s3://b/p: ValueError: one"
+
+
 BAD_URLS = {  # issue 22: the first four uploaded into the current folder
     "": "is empty",
     "file://": "names no folder",
@@ -553,6 +564,10 @@ BAD_URLS = {  # issue 22: the first four uploaded into the current folder
     "nosuchproto://bucket/x": "not a protocol fsspec knows",
     "file:///tmp/x\x1b]0;t\x07": "control characters",
     "file:///tmp/x/\udcff": "not valid UTF-8",  # the byte 0xff, as Python keeps it from argv
+    # credentials in a bucket's URL: s3fs took them for the bucket's name and botocore
+    # said "ParamValidationError: Parameter validation failed:", its reason cut off
+    "s3://AKIAEXAMPLE:s3cr3t@bucket/p": "carry no credentials",
+    "gs://user:s3cr3t@bucket/p": "carry no credentials",
 }
 
 
@@ -578,7 +593,7 @@ def test_an_odd_url_is_refused_in_one_line_and_nothing_is_written(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and BAD_URLS[url] in err, err
     assert "file:///" in err or "bucket" in err  # the right form
-    assert "\x1b" not in err
+    assert "\x1b" not in err and "s3cr3t" not in err
     assert not any(cwd.iterdir()) and not fresh.exists() and tree(ws.path) == before
 
 

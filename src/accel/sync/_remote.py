@@ -433,14 +433,26 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
         return None
     if protocol not in protocols:
         return f"{protocol}:// is not a protocol fsspec knows: write {_FORMS}"
-    if not rest.split("/", 1)[0]:
+    bucket = rest.split("/", 1)[0]
+    if not bucket:
         return f"a {protocol}:// URL names no bucket or host: write {protocol}://bucket/prefix"
+    if "@" in bucket and protocol in _BUCKET_CREDENTIALS:  # no bucket name holds an '@'
+        return (
+            f"{protocol}:// URLs carry no credentials: write {protocol}://bucket/prefix "
+            f"and {_BUCKET_CREDENTIALS[protocol]}"
+        )
     return None
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """An exception's first line, with the next one when it only leads in ("Parameter
+    validation failed:"; the reason follows on the line below)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def from_backend(exc: BaseException) -> bool:
@@ -479,13 +491,22 @@ _S3_CREDENTIALS = (
     "give S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE "
     "(a public bucket: -o anon=true)"
 )
+_GCS_CREDENTIALS = (
+    "give GCS credentials: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth "
+    "application-default login` (a public bucket: -o token=anon)"
+)
 CREDENTIALS_FIX = {
     "NoCredentialsError": _S3_CREDENTIALS,  # botocore
     "PartialCredentialsError": _S3_CREDENTIALS,
-    "DefaultCredentialsError": (  # google.auth
-        "give GCS credentials: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth "
-        "application-default login` (a public bucket: -o token=anon)"
-    ),
+    "DefaultCredentialsError": _GCS_CREDENTIALS,  # google.auth
+}
+# The object stores whose URL names a bucket, where 'user:secret@' is never a form
+# (azure's abfs://container@account is one: not here).
+_BUCKET_CREDENTIALS = {
+    "s3": _S3_CREDENTIALS,
+    "s3a": _S3_CREDENTIALS,
+    "gs": _GCS_CREDENTIALS,
+    "gcs": _GCS_CREDENTIALS,
 }
 
 
