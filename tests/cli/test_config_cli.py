@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from accel_runner import cli
 from typer.testing import CliRunner
 
 from accel.cli.main import app, main
@@ -67,6 +68,28 @@ def test_get_schema_unset_validate(project: Path) -> None:
     assert runner.invoke(app, ["config", "unset", "launch.mixed_precision"]).exit_code == 0
     assert runner.invoke(app, ["config", "get", "launch.mixed_precision"]).stdout == "no\n"
     assert runner.invoke(app, ["config", "validate"]).exit_code == 0
+
+
+def test_one_variable_of_launch_env_is_read_and_shown_as_a_secret_when_it_is_one(
+    project: Path,
+) -> None:
+    def accel(*args: str) -> tuple[int, str]:
+        result = cli(*args)
+        return result.exit_code, result.stdout + result.stderr
+
+    assert accel("config", "--default")[0] == 0
+    assert accel("config", "set", "launch.env.NCCL_DEBUG", "WARN") == (
+        0,
+        "launch.env.NCCL_DEBUG = WARN\n",
+    )
+    token = "hf_" + "a" * 34
+    assert accel("config", "set", "launch.env.HUB", token) == (0, "launch.env.HUB = ***\n")
+    assert accel("config", "get", "launch.env.NCCL_DEBUG") == (0, "WARN\n")
+    assert accel("config", "get", "launch.env.HUB") == (0, "***\n")
+    code, said = accel("config", "get", "launch.env.NOPE")
+    assert code == 1 and "launch.env has no variable 'NOPE'" in said
+    assert accel("config", "unset", "launch.env.HUB") == (0, "launch.env.HUB unset\n")
+    assert accel("config", "get", "launch.env") == (0, '{"NCCL_DEBUG": "WARN"}\n')
 
 
 def test_config_without_terminal_asks_for_default(project: Path) -> None:

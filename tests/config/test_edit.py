@@ -143,6 +143,8 @@ def test_concurrent_sets_lose_no_update(ws: Workspace) -> None:
         "launch.machine_rank",
         "logs.backup_count",
         "launch.num_machines",
+        "launch.env.A",  # two variables of one mapping: each keeps the other
+        "launch.env.B",
     ]
     procs = [
         subprocess.Popen(
@@ -159,7 +161,25 @@ def test_concurrent_sets_lose_no_update(ws: Workspace) -> None:
     ]
     assert [p.wait(timeout=50) for p in procs] == [0] * len(keys)
     cfg = Workspace.discover().config
-    assert [cfg[k] for k in keys] == [15] * len(keys)
+    assert [cfg[k] for k in keys[:4]] == [15] * 4
+    assert cfg["launch.env"] == {"A": "15", "B": "15"}
+
+
+def test_one_variable_of_launch_env_is_set_and_unset_alone(ws: Workspace) -> None:
+    # `config set launch.env C=3` replaces the mapping: a user adding one variable that
+    # way lost the others, and `launch.env.NAME` was an unknown key
+    config_project.set_value(ws, "launch.env", "A=1,B=2")
+    assert config_project.set_value(ws, "launch.env.C", "x,y=z") == "x,y=z"  # one value
+    assert config_project.set_value(ws, "launch.env.A", "10") == "10"
+    assert Workspace.discover().config["launch.env"] == {"A": "10", "B": "2", "C": "x,y=z"}
+    with pytest.raises(UsageError, match="launch.env.1X: invalid environment variable name"):
+        config_project.set_value(ws, "launch.env.1X", "1")
+    assert config_project.unset_value(ws, "launch.env.B") is True
+    assert config_project.unset_value(ws, "launch.env.B") is False
+    assert Workspace.discover().config["launch.env"] == {"A": "10", "C": "x,y=z"}
+    config_project.unset_value(ws, "launch.env.A")
+    config_project.unset_value(ws, "launch.env.C")
+    assert "env" not in ws.config_file.read_text()  # the key goes with its last variable
 
 
 def _mode(path: os.PathLike[str]) -> int:

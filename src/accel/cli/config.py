@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from accel.cli import _app, _help, _output
-from accel.errors import UsageError
+from accel.errors import JobFailed, UsageError
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -108,9 +108,15 @@ def _origin_json(origin: Any) -> dict[str, Any]:
 
 
 def _shown(key: str, value: Any) -> str:
-    """One value for people: secrets (``launch.env`` tokens, URL passwords) as ***."""
+    """One value for people: secrets (``launch.env`` tokens, URL passwords) as ***; for
+    ``launch.env.NAME``, that variable's value."""
     from accel._redact import redact_mapping
+    from accel.config import schema
 
+    found = schema.entry(key)
+    if found is not None:
+        f, name = found
+        return str(redact_mapping({f.key: {name: value}})[f.key][name])
     return _show_value(redact_mapping({key: value})[key], key)
 
 
@@ -135,6 +141,14 @@ def get(
     if key in schema.SECTIONS:
         rows = [[f.key, _shown(f.key, config[f.key])] for f in schema.FIELDS if f.section == key]
         _output.table(None, ["key", "value"], rows)
+        return
+    found = schema.entry(key)
+    if found is not None:  # launch.env.NAME: one variable
+        f, name = found
+        variables = config[f.key]
+        if name not in variables:
+            raise JobFailed(f"{f.key} has no variable {name!r} (`accel config get {f.key}`)")
+        _output.raw(_shown(key, variables[name]))
         return
     f = schema.field(key)
     _output.raw(_shown(f.key, config[f.key]))

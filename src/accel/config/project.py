@@ -109,6 +109,11 @@ def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
 
 
 def set_value(ws: ProjectFiles, key: str, text: str) -> Any:
+    """Set ``key`` to ``text`` (read as the file reads a value); ``launch.env.NAME`` sets
+    one variable and keeps the others. Returns the value set."""
+    found = schema.entry(key)
+    if found is not None:
+        return _set_entry(ws, key, *found, text)
     f = schema.field(key)
     value = flag_value(f.key, text, named=f.key)
     if f.key == "workspace.path":  # a folder of someone else's would lock every command out
@@ -120,12 +125,25 @@ def set_value(ws: ProjectFiles, key: str, text: str) -> Any:
     return value
 
 
+def _set_entry(ws: ProjectFiles, key: str, f: schema.Field, name: str, text: str) -> str:
+    with _editing(ws) as (current, values):
+        merged = flag_value(f.key, {**values.get(f.key, {}), name: text}, named=key)
+        values[f.key] = merged
+        edited = set_in_text(current, f.key, render_value(f, merged))
+        rewrite(ws.config_file, current, edited, values)
+    return str(merged[name])
+
+
 def unset_value(ws: ProjectFiles, key: str) -> bool:
     """Remove ``key`` from the project file; False when it was not set there.
+    ``launch.env.NAME`` removes that one variable (the key goes with its last one).
 
     A file that is invalid because of that very key (an unknown key, a bad value) is
     repaired this way: the one line goes, nothing else is touched.
     """
+    found = schema.entry(key)
+    if found is not None:
+        return _unset_entry(ws, *found)
     if not exists(ws):  # nothing to remove: no workspace is made to say so
         schema.field(key)  # an unknown key is still refused as one
         return False
@@ -141,6 +159,23 @@ def unset_value(ws: ProjectFiles, key: str) -> bool:
         if exc.key != key:
             raise
         return _remove_broken_key(ws, key)
+
+
+def _unset_entry(ws: ProjectFiles, f: schema.Field, name: str) -> bool:
+    if not exists(ws):
+        return False
+    with _editing(ws) as (current, values):
+        left = dict(values.get(f.key, {}))
+        if left.pop(name, None) is None:
+            return False
+        if left:
+            values[f.key] = left
+            edited = set_in_text(current, f.key, render_value(f, left))
+        else:
+            del values[f.key]
+            edited = unset_in_text(current, f.key)
+        rewrite(ws.config_file, current, edited, values)
+    return True
 
 
 def _remove_broken_key(ws: ProjectFiles, key: str) -> bool:

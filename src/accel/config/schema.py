@@ -32,6 +32,7 @@ __all__ = [
     "coerce",
     "defaults",
     "display",
+    "entry",
     "field",
     "imported",
     "json_schema",
@@ -53,6 +54,16 @@ def field(key: str) -> Field:
                 "(`accel config show` lists them)"
             ) from None
         raise UsageError(f"unknown config key {key!r}{suggest(key)}") from None
+
+
+def entry(key: str) -> tuple[Field, str] | None:
+    """``launch.env.NAME``: the mapping's field and ``NAME``, one variable of it that
+    ``config get/set/unset`` take alone (the name is checked where the mapping is); None
+    for any other key."""
+    for f in FIELDS:
+        if f.kind == "env" and key.startswith(f.key + "."):
+            return f, key[len(f.key) + 1 :]
+    return None
 
 
 # The names other launchers and trainers give accel's keys (torchrun's flags, the
