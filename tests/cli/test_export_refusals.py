@@ -165,3 +165,36 @@ def test_an_output_inside_the_workspace_is_refused_and_nothing_is_written(
     assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr
     assert _tree(project) == before
     assert cli("checkpoints", "verify").exit_code == 0
+
+
+def test_the_file_to_write_is_taken_where_users_put_it(saved: Workspace, tmp_path: Path) -> None:
+    # `export 1 model.safetensors` (as `accelerate merge-weights` and `cp` take a
+    # destination) said "Missing option '--output'"; -o stays the documented form
+    ws = saved
+    torch.manual_seed(1)
+    ws.checkpoints.save({"model": torch.nn.Linear(64, 64).state_dict()}, 2)
+    for args, step in [
+        (("1", "a.safetensors"), 1),
+        (("b.safetensors",), 2),  # the file alone: the latest step
+        (("latest", "-o", "c.safetensors"), 2),
+        (("-o", "d.pt"), 2),
+    ]:
+        out = tmp_path / args[-1]
+        result = cli("checkpoints", "export", *args[:-1], str(out), "--json")
+        assert result.exit_code == 0, result.stderr
+        assert out.is_file() and f'"step": {step}' in result.stdout
+    for args, said in [
+        (("1",), "name the file to write: accel checkpoints export [STEP] PATH"),
+        ((), "name the file to write"),
+        (("1", "e.pt", "-o", "f.pt"), "the file to write is given twice (e.pt and -o f.pt)"),
+        (("nostep",), "invalid checkpoint step 'nostep'"),
+    ]:
+        result = cli("checkpoints", "export", *args)
+        assert result.exit_code == 2 and said in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".pt", ".safetensors")) == [
+        "a.safetensors",
+        "b.safetensors",
+        "c.safetensors",
+        "d.pt",
+    ]

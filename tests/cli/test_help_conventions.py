@@ -56,7 +56,7 @@ ARGUMENTS = {
     ("config", "validate"): ["[PATH]"],
     ("cache", "rm"): ["[KEY]"],
     ("checkpoints", "show"): ["STEP"],
-    ("checkpoints", "export"): ["[STEP]"],
+    ("checkpoints", "export"): ["[STEP]", "[PATH]"],
 }
 
 

@@ -38,6 +38,33 @@ def _step(text: str | None) -> int | None:
     return None if text is None else parse_step_or_latest(text)
 
 
+def _export_target(
+    step: str | None, path: Path | None, output: Path | None
+) -> tuple[str | None, Path]:
+    """export's STEP and the file to write: ``export 12 model.safetensors`` as
+    ``accelerate merge-weights`` and ``cp`` take a destination, ``-o PATH``, or the file
+    alone (``export model.safetensors``: the latest step)."""
+    from accel.admin.catalog import parse_step_or_latest
+    from accel.errors import UsageError
+
+    if path is not None and output is not None:
+        raise UsageError(f"the file to write is given twice ({path} and -o {output}): give it once")
+    target = output or path
+    if target is None and step is not None:
+        try:
+            parse_step_or_latest(step)
+        except UsageError:
+            if "." in step or "/" in step:  # a file's name, not a step
+                return None, Path(step)
+            raise
+    if target is None:
+        raise UsageError(
+            "name the file to write: accel checkpoints export [STEP] PATH "
+            "(e.g. model.safetensors; -o PATH works too)"
+        )
+    return step, target
+
+
 def _removed_step(text: str) -> int:
     """``rm``'s STEP: a number, never ``latest`` (what it removes is named, not implied)."""
     from accel.admin.catalog import parse_step
@@ -203,7 +230,12 @@ def export(
     step: str | None = typer.Argument(
         None, metavar="STEP", help="The step; the latest when omitted (or latest)."
     ),
-    output: Path = typer.Option(..., "--output", "-o", metavar="PATH", help="The file to write."),
+    path: Path | None = typer.Argument(
+        None, metavar="PATH", help="The file to write (or -o PATH).", show_default=False
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", metavar="PATH", help="The file to write."
+    ),
     fmt: str | None = typer.Option(
         None,
         "--format",
@@ -226,6 +258,7 @@ def export(
     from accel.admin.export import ExportRequest, export
     from accel.units import format_size
 
+    step, output = _export_target(step, path, output)
     request = ExportRequest(output, fmt, _step(step), series, model, force)
     with _output.progress() as bar:
         result = export(_app.workspace(ctx), request, bar)
