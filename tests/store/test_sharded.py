@@ -200,6 +200,29 @@ def test_metadata_that_names_other_files_or_bytes_is_refused_as_damaged(
     assert not (tmp_path / "model.safetensors").exists()
 
 
+@pytest.mark.parametrize("module", ["pathlib", "pathlib._local"])
+def test_metadata_holding_a_path_loads_whichever_python_pickled_it(
+    ws: Workspace, module: str
+) -> None:
+    # DCP's metadata holds the checkpoint's path; Python 3.13 pickles it as
+    # pathlib._local.PosixPath, which the allowlist refused: every sharded checkpoint
+    # saved on 3.13 was "not plain DCP metadata" (and older Pythons have no such module)
+    import re
+
+    info = ws.checkpoints.save({"step": 1}, 1, sharded={"w": torch.arange(4.0)})
+    assert info is not None
+    path = info.path / "sharded" / ".metadata"
+    as_text = pickle.dumps(pickle.loads(path.read_bytes()), protocol=2)  # c<module>\n<name>
+    named = re.subn(
+        rb"cpathlib(?:\._local)?\nPosixPath\n", f"c{module}\nPosixPath\n".encode(), as_text
+    )
+    assert named[1] >= 1  # DCP keeps a path in it: the case is real
+    _forge(info.path, "sharded/.metadata", named[0])
+    target = {"w": torch.zeros(4)}
+    ws.checkpoints.load_sharded(target, 1)
+    assert torch.equal(target["w"], torch.arange(4.0))
+
+
 @pytest.mark.timeout(30)
 def test_a_fifo_in_place_of_the_metadata_is_refused_without_blocking(ws: Workspace) -> None:
     from accel.store import sharded as sharded_mod

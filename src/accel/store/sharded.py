@@ -282,22 +282,29 @@ _ALSO_ALLOWED = {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("torch.serialization", "_get_layout"),
     ("torch", "Size"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("pathlib", "PureWindowsPath"),
     ("collections", "OrderedDict"),
     ("builtins", "set"),
     ("builtins", "frozenset"),
 }
 
 
+# Python 3.13 pickles pathlib's classes as pathlib._local's, a module older Pythons lack
+# (every sharded checkpoint saved there was refused as "not plain DCP metadata"): either
+# name is the public class of this Python's pathlib, so a checkpoint moves between them.
+_PATH_MODULES = ("pathlib", "pathlib._local")
+_PATH_CLASSES = ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        import pathlib
+
         import torch
 
         if (module, name) in _ALSO_ALLOWED:
             return super().find_class(module, name)
+        if module in _PATH_MODULES and name in _PATH_CLASSES:
+            return getattr(pathlib, name)
         if module == "torch" and isinstance(
             getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format)
         ):
