@@ -151,6 +151,11 @@ def test_recorded_times_are_read_once_for_everyone() -> None:
     assert parse_time("2026-12-01T12:00:00+00:00") == utc
     assert parse_time("2026-12-01T12:00:00") == utc  # no zone: UTC, as accel writes them
     assert parse_time("2026-12-01T13:00:00.5+01:00") == utc.replace(microsecond=500000)
+    # what Python 3.10's fromisoformat refused: a Z, a fraction of other than 3 or 6 digits
+    assert parse_time("2026-12-01T12:00:00Z") == parse_time("2026-12-01T12:00:00z") == utc
+    assert parse_time("2026-12-01T12:00:00.25Z") == utc.replace(microsecond=250000)
+    assert parse_time("2026-12-01T12:00:00.1234567+00:00") == utc.replace(microsecond=123456)
+    assert parse_time("2026-13-01T12:00:00Z") is None
     for bad in ("", "yesterday", None, 17, ["2026"]):
         assert parse_time(bad) is None
     assert recorded_time("2026-12-01T12:00:00Z") == utc.timestamp()

@@ -172,13 +172,31 @@ def parse_time(text: Any) -> datetime | None:
     None when it is missing or not a time."""
     if not isinstance(text, str) or not text:
         return None
-    from datetime import datetime, timezone  # not at import: the CLI starts without it
+    from datetime import timezone  # not at import: the CLI starts without it
 
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
+    parsed = from_iso(text)
+    if parsed is None:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def from_iso(text: str) -> datetime | None:
+    """An ISO 8601 time as Python 3.11's ``datetime.fromisoformat`` reads it, on 3.10 too
+    (whose refuses a ``Z`` for UTC and a fraction of other than 3 or 6 digits: a run
+    record's ``...T12:00:00Z`` was no time at all there, no age for ``accel clean``);
+    None when it is not one. A time without a zone stays naive."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    text = text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text
+    text = re.sub(r"(:\d\d)\.(\d+)", lambda m: f"{m[1]}.{m[2][:6]:0<6}", text, count=1)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def recorded_time(value: Any) -> float:

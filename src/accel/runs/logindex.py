@@ -15,13 +15,13 @@ import os
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import timezone
 from pathlib import Path
 
 from accel._fs import open_regular, read_lines
 from accel.errors import UsageError
 from accel.layout import LOG_INDEX_SUFFIX
-from accel.units import DURATION_HELP, parse_duration
+from accel.units import DURATION_HELP, from_iso, parse_duration
 
 INDEX_SUFFIX = LOG_INDEX_SUFFIX
 INDEX_EVERY = 1.0  # seconds between index entries of one log
@@ -93,9 +93,8 @@ def parse_since(text: str, now: float | None = None) -> float:
         return now - parse_duration(text)
     except UsageError:
         pass
-    try:
-        stamp = datetime.fromisoformat(text.strip())
-    except ValueError:
+    stamp = from_iso(text.strip())
+    if stamp is None:
         raise UsageError(
             f"invalid --since {text!r}: expected {DURATION_HELP}, or a time like 2026-11-29T10:00"
         ) from None
