@@ -97,7 +97,13 @@ def test_a_node_that_joins_grows_the_job(
     assert "the job now has 2 node(s): restarted the workers with 2 in all" in outputs[0][1]
     node0 = records(project)[0]
     assert node0["status"] == "succeeded" and node0["restarts"] == 0
-    assert [(a["attempt"], a["world_size"]) for a in node0["attempts"]] == [(0, 1), (0, 2)]
+    # Each start of node 0's workers: alone, then with node 1. Beside other work a round
+    # can close with node 0 alone once more (node 1 joined torch's wait list, then came
+    # later than the round's last call; the 2.15 block of a local CI run): a start of
+    # world 1 again, still attempt 0, before the grown one.
+    started = [(a["attempt"], a["world_size"]) for a in node0["attempts"]]
+    assert started[0] == (0, 1) and started[-1] == (0, 2), (started, outputs)
+    assert set(started) == {(0, 1), (0, 2)}, (started, outputs)
     assert node0["world_size"] == 2 and node0["nnodes"] == 2 and node0["failed_rank"] is None
     assert not any(a.get("failures") for a in node0["attempts"])
 
