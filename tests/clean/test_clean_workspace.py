@@ -439,3 +439,41 @@ def test_a_removed_run_takes_its_lock_and_a_live_runs_lock_stays(project: Path) 
     assert result is not None and [p.item.run_id for p in result.removed] == [old]
     assert not run_lock_path(ws.layout, old).exists()
     assert run_lock_path(ws.layout, live).exists() and (ws.runs_dir / live).is_dir()
+
+
+def test_a_clean_drops_the_locks_older_accels_left_of_removed_runs(project: Path) -> None:
+    # Runs removed before a run's lock went with it left run-<id>.lock behind for good.
+    # A clean that removes something drops such a lock only when it is a day old, a plain
+    # file, held by nobody and its run folder is gone: a missing lock and a free one both
+    # read as "not live".
+    from accel.runs import run_lock, run_lock_path
+
+    ws = workspace(project)
+    now = time.time()
+    ws.layout.locks_dir.mkdir(parents=True, exist_ok=True)
+
+    def lock(run_id: str, age: float) -> Path:
+        path = run_lock_path(ws.layout, run_id)
+        path.touch()
+        os.utime(path, (now - age, now - age))
+        return path
+
+    orphan = lock("20250101-000000-aaaaaa", 2 * DAY)
+    new = lock("20250101-000000-bbbbbb", 60)  # a launcher may be about to take it
+    held = lock("20250101-000000-cccccc", 2 * DAY)
+    kept_run, old_run = "20250101-000000-dddddd", "20240101-000000-ffffff"
+    recent = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now))
+    run(ws, kept_run, started=recent, ended=recent)
+    has_folder = lock(kept_run, 2 * DAY)
+    linked = run_lock_path(ws.layout, "20250101-000000-eeeeee")
+    linked.symlink_to(orphan.parent / "elsewhere.lock")
+    # something for the clean to remove
+    folder = run(
+        ws, old_run, started="2024-01-01T00:00:00+00:00", ended="2024-01-01T01:00:00+00:00"
+    )
+    age_tree(folder, now - 30 * DAY)
+    with run_lock(ws.layout, "20250101-000000-cccccc"):  # a launcher holds it
+        result = clean(ws, only=["runs"], older_than=DAY).result
+    assert result is not None and [p.item.run_id for p in result.removed] == [old_run]
+    assert not orphan.exists()
+    assert new.exists() and held.exists() and has_folder.exists() and linked.is_symlink()

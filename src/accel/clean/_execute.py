@@ -12,7 +12,9 @@ entered; what is already gone is fine. Unknown and unreadable items are never to
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,7 @@ def execute(ws: Workspace, plan: CleanPlan) -> CleanResult:
             else:
                 skipped.append(Skipped(planned.item.path, why))
         _drop_empty_series(ws, plan)
+        _drop_orphan_run_locks(ws)
     return CleanResult(tuple(removed), tuple(skipped), freed)
 
 
@@ -199,3 +202,47 @@ def _drop_empty_series(ws: Workspace, plan: CleanPlan) -> None:
             if free:
                 with contextlib.suppress(OSError):
                     os.rmdir(ws.checkpoints_dir / name)
+
+
+ORPHAN_LOCK_AGE_S = 86400.0
+
+
+def _drop_orphan_run_locks(ws: Workspace) -> None:
+    """The run locks of runs whose folder is gone, left by accels before a removed run
+    took its lock along: each was probed by every command asking which runs are live.
+
+    One goes only when it is a plain file, made over a day ago (a launcher that is still
+    between creating its lock and taking it is not: nobody removes a new one), held by
+    nobody (taken here without waiting), and still names the file taken. A missing lock
+    and a free one say the same, "not live", to every reader.
+    """
+    import time
+
+    prefix, suffix = layout.RUN_LOCK_PREFIX, layout.LOCK_SUFFIX
+    old = time.time() - ORPHAN_LOCK_AGE_S
+    try:
+        with os.scandir(ws.layout.locks_dir) as it:
+            names = [e.name for e in it if e.name.startswith(prefix) and e.name.endswith(suffix)]
+    except OSError:
+        return
+    for name in names:
+        run_id = name[len(prefix) : -len(suffix)]
+        if not run_id or os.path.lexists(ws.runs_dir / run_id):
+            continue
+        path = ws.layout.locks_dir / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_mtime > old:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            now = os.lstat(path)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(path)
+        except OSError:
+            continue  # held (EWOULDBLOCK), or gone or replaced meanwhile: left as it is
+        finally:
+            os.close(fd)
