@@ -188,6 +188,7 @@ def test_the_file_to_write_is_taken_where_users_put_it(saved: Workspace, tmp_pat
         ((), "name the file to write"),
         (("1", "e.pt", "-o", "f.pt"), "the file to write is given twice (e.pt and -o f.pt)"),
         (("nostep",), "invalid checkpoint step 'nostep'"),
+        (("1.5",), "invalid checkpoint step '1.5'"),  # a typo, not a file to write
     ]:
         result = cli("checkpoints", "export", *args)
         assert result.exit_code == 2 and said in result.stderr, result.stderr

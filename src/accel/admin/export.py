@@ -54,6 +54,7 @@ __all__ = ["FORMATS", "ExportRequest", "ExportResult", "export"]
 
 FORMATS = ("safetensors", "pt")
 _SUFFIXES = {".safetensors": "safetensors", ".pt": "pt", ".pth": "pt", ".bin": "pt"}
+SUFFIXES = tuple(_SUFFIXES)  # the names an export's file may end in without --format
 SHARDED = SHARDED_DIR  # where a sharded (FSDP) checkpoint keeps its tensors
 
 

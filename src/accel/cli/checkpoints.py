@@ -45,6 +45,7 @@ def _export_target(
     ``accelerate merge-weights`` and ``cp`` take a destination, ``-o PATH``, or the file
     alone (``export model.safetensors``: the latest step)."""
     from accel.admin.catalog import parse_step_or_latest
+    from accel.admin.export import SUFFIXES
     from accel.errors import UsageError
 
     if path is not None and output is not None:
@@ -54,7 +55,8 @@ def _export_target(
         try:
             parse_step_or_latest(step)
         except UsageError:
-            if "." in step or "/" in step:  # a file's name, not a step
+            # a file's name, not a step; a mistyped step (1.5) is still refused as one
+            if Path(step).suffix.lower() in SUFFIXES or "/" in step:
                 return None, Path(step)
             raise
     if target is None:
