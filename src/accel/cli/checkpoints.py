@@ -40,31 +40,26 @@ def _step(text: str | None) -> int | None:
 
 def _export_target(
     step: str | None, path: Path | None, output: Path | None
-) -> tuple[str | None, Path]:
-    """export's STEP and the file to write: ``export 12 model.safetensors`` as
-    ``accelerate merge-weights`` and ``cp`` take a destination, ``-o PATH``, or the file
-    alone (``export model.safetensors``: the latest step)."""
-    from accel.admin.catalog import parse_step_or_latest
+) -> tuple[int | None, Path]:
+    """export's step (None: the latest) and the file to write: ``export 12
+    model.safetensors`` as ``accelerate merge-weights`` and ``cp`` take a destination,
+    ``-o PATH``, or the file alone (``export model.safetensors``: the latest step)."""
     from accel.admin.export import SUFFIXES
     from accel.errors import UsageError
 
     if path is not None and output is not None:
         raise UsageError(f"the file to write is given twice ({path} and -o {output}): give it once")
     target = output or path
-    if target is None and step is not None:
-        try:
-            parse_step_or_latest(step)
-        except UsageError:
-            # a file's name, not a step; a mistyped step (1.5) is still refused as one
-            if Path(step).suffix.lower() in SUFFIXES or "/" in step:
-                return None, Path(step)
-            raise
+    # a lone file's name, not a step; a mistyped step (1.5) is still refused as one
+    if target is None and step and (Path(step).suffix.lower() in SUFFIXES or "/" in step):
+        return None, Path(step)
+    parsed = _step(step)  # a bad step is named before a missing file
     if target is None:
         raise UsageError(
             "name the file to write: accel checkpoints export [STEP] PATH "
             "(e.g. model.safetensors; -o PATH works too)"
         )
-    return step, target
+    return parsed, target
 
 
 def _removed_step(text: str) -> int:
@@ -260,8 +255,8 @@ def export(
     from accel.admin.export import ExportRequest, export
     from accel.units import format_size
 
-    step, output = _export_target(step, path, output)
-    request = ExportRequest(output, fmt, _step(step), series, model, force)
+    at, target = _export_target(step, path, output)
+    request = ExportRequest(target, fmt, at, series, model, force)
     with _output.progress() as bar:
         result = export(_app.workspace(ctx), request, bar)
     if as_json:
