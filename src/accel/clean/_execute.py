@@ -12,7 +12,6 @@ entered; what is already gone is fine. Unknown and unreadable items are never to
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
 from collections.abc import Iterator
@@ -211,10 +210,11 @@ def _drop_orphan_run_locks(ws: Workspace) -> None:
     """The run locks of runs whose folder is gone, left by accels before a removed run
     took its lock along: each was probed by every command asking which runs are live.
 
-    One goes only when it is a plain file, made over a day ago (a launcher that is still
-    between creating its lock and taking it is not: nobody removes a new one), held by
-    nobody (taken here without waiting), and still names the file taken. A missing lock
-    and a free one say the same, "not live", to every reader.
+    One goes only when it is a plain file made over a day ago (a launcher that is still
+    between creating its lock and taking it is not: nobody removes a new one) and held by
+    nobody: it is unlinked while held here, as a removed run's own (no launcher takes a
+    run id twice). A missing lock and a free one say the same, "not live", to every
+    reader.
     """
     import time
 
@@ -229,20 +229,13 @@ def _drop_orphan_run_locks(ws: Workspace) -> None:
         run_id = name[len(prefix) : -len(suffix)]
         if not run_id or os.path.lexists(ws.runs_dir / run_id):
             continue
-        path = ws.layout.locks_dir / name
+        path = layout.run_lock(ws.path, run_id)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            st = os.lstat(path)
         except OSError:
             continue
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_mtime > old:
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            now = os.lstat(path)
-            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+        if not stat.S_ISREG(st.st_mode) or st.st_mtime > old:
+            continue
+        with try_hold(path, create=False) as free, contextlib.suppress(OSError):
+            if free:
                 os.unlink(path)
-        except OSError:
-            continue  # held (EWOULDBLOCK), or gone or replaced meanwhile: left as it is
-        finally:
-            os.close(fd)
