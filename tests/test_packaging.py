@@ -8,6 +8,7 @@ Read from the text, no subprocess: the build itself is scripts/wheel-check.sh.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -127,3 +128,52 @@ def test_the_metadata_is_in_the_form_setuptools_builds_without_warnings() -> Non
     (setuptools,) = [r for r in data["build-system"]["requires"] if r.startswith("setuptools")]
     assert setuptools == "setuptools>=77"  # the first to read PEP 639's license fields
     assert project["scripts"] == {"accel": "accel.cli.main:run"}
+
+
+def _dependency_floors() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "_dependency_floors", ROOT / "scripts" / "dependency_floors.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_runtime_dependency_has_a_floor_the_oldest_ci_block_installs() -> None:
+    """pyproject.toml said ``typer>=0.26`` while the CLI needed 0.28 (stop 52): a floor
+    nothing installs is a guess. CI's oldest block pins every one (.ci/run)."""
+    dependencies = pyproject()["project"]["dependencies"]
+    pins = _dependency_floors().floors(ROOT / "pyproject.toml")
+    assert len(pins) == len(dependencies)
+    named = dict(pin.split("==") for pin in pins)
+    assert named["typer"] == "0.28" and named["torch"] == "2.6"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert f"OLDEST_TORCH={named['torch']}.0" in ci
+    assert 'scripts/dependency_floors.py >"$scratch/floors.txt"' in ci
+    assert 'torch_venv "$OLDEST_TORCH" "$(python_for "$OLDEST_PYTHON")" "$scratch/floors.txt"' in ci
+
+
+@pytest.mark.parametrize(
+    ("requirement", "pin"),
+    [
+        ("typer>=0.28,<0.29", "typer==0.28"),
+        ("numpy >= 1.24", "numpy==1.24"),
+        ("pkg[extra]>=2 ; python_version < '3.12'", "pkg==2"),
+        ("typer<0.29", None),
+        ("typer", None),
+        ("typer~=0.28", None),
+    ],
+)
+def test_a_floor_is_read_and_a_dependency_without_one_is_refused(
+    tmp_path: Path, requirement: str, pin: str | None
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        f"[project]\ndependencies = [{requirement!r}]\n", encoding="utf-8"
+    )
+    floors = _dependency_floors().floors
+    if pin is None:
+        with pytest.raises(ValueError, match="has no floor"):
+            floors(tmp_path / "pyproject.toml")
+    else:
+        assert floors(tmp_path / "pyproject.toml") == [pin]
