@@ -183,6 +183,7 @@ def test_a_file_size_limit(project: Path, accel_exe: list[str]) -> None:
 # -- unreadable parts (permissions do not stop root) ---------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(IS_ROOT, reason="root reads and writes whatever the permissions")
 @pytest.mark.parametrize("part", ["config", "locks", "logs/runs"])
 def test_unreadable_parts(project: Path, accel_exe: list[str], part: str) -> None:
