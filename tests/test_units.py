@@ -190,3 +190,33 @@ def test_one_translator_of_storage_errors() -> None:
     assert "disk is full" in str(write_failed("f", RuntimeError("No space left on device")))
     assert "file-size limit" in str(write_failed("f", RuntimeError("file size limit exceeded")))
     assert "healthy" in str(write_failed("f", RuntimeError("unexpected")))
+
+
+@pytest.mark.parametrize("code", [13, 1])  # EACCES, EPERM
+def test_a_permission_error_says_so_once_and_how_to_fix_it(code: int) -> None:
+    """`accel config set` in a workspace another user made printed "...: Permission
+    denied; permission denied: fix the permissions or use another --workspace"."""
+    from accel.errors import storage_error, write_failed
+
+    exc = OSError(code, os.strerror(code), "/ws/.accelerate/locks/config.lock")
+    for shown in (storage_error(exc, "take the lock"), write_failed("/ws/state.bin", exc)):
+        text = str(shown)
+        assert text.lower().count(os.strerror(code).lower()) == 1, text
+        assert text.endswith("; fix the permissions or use another --workspace"), text
+
+
+def test_a_file_this_user_may_not_read_is_not_called_damaged() -> None:
+    """A run record another user made (0640) is not to be moved aside: that is the
+    advice for a file that is not what accel writes, or that the disk cannot read."""
+    import errno
+
+    from accel.errors import DamagedFile, unreadable
+
+    denied = unreadable("/ws/run.json", PermissionError(errno.EACCES, "Permission denied"))
+    assert isinstance(denied, DamagedFile) and denied.why == "cannot be read (Permission denied)"
+    assert str(denied) == (
+        "/ws/run.json cannot be read (Permission denied); "
+        "read it as its owner or its group, or fix its permissions"
+    )
+    broken = unreadable("/ws/run.json", OSError(errno.EIO, "Input/output error"))
+    assert str(broken) == "/ws/run.json cannot be read (Input/output error); move it aside"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, NamedTuple
 
 from accel import _faults
-from accel.errors import DamagedFile, storage_error
+from accel.errors import DamagedFile, storage_error, unreadable
 
 TMP_PREFIX = ".accel-tmp-"
 # Run records and logs may hold user data (commands, messages, what a script printed):
@@ -151,7 +151,7 @@ def open_regular(path: Path | str, *, follow: bool = False, size: int | None = N
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise DamagedFile(path, "is a symbolic link, which accel does not follow") from None
-        raise DamagedFile(path, f"cannot be read ({exc.strerror or exc})") from None
+        raise unreadable(path, exc) from None
     try:
         st = os.fstat(fd)
         require_regular(st, path)
@@ -213,7 +213,7 @@ def read_regular(path: Path | str, limit: int, *, follow: bool = False) -> bytes
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        raise DamagedFile(path, f"cannot be read ({exc.strerror or exc})") from None
+        raise unreadable(path, exc) from None
     finally:
         os.close(fd)
     if left <= 0:  # it grew while being read

@@ -106,8 +106,9 @@ _HINTS = {
     _errno.EDQUOT: "the disk quota is used up: free space (`accel clean`) or raise the quota",
     _errno.EFBIG: "a file-size limit was hit (see `ulimit -f`): raise it and retry",
     _errno.EROFS: "the filesystem is read-only: use a writable workspace (--workspace PATH)",
-    _errno.EACCES: "permission denied: fix the permissions or use another --workspace",
-    _errno.EPERM: "permission denied: fix the permissions or use another --workspace",
+    # after the reason, which says "Permission denied" (or "Operation not permitted")
+    _errno.EACCES: "fix the permissions or use another --workspace",
+    _errno.EPERM: "fix the permissions or use another --workspace",
     _errno.ENOTDIR: "a part of that path is a file where a folder belongs: move it away",
     _errno.EEXIST: "a file is in the way where a folder belongs: move it away",
     _errno.EISDIR: "a folder is in the way where a file belongs: move it away",
@@ -218,11 +219,20 @@ class DamagedFile(IntegrityError, ValueError):
     such file, not the size its record says, not JSON, or nested or numbered beyond any
     record. An :class:`IntegrityError` (one line, exit 1), and a ``ValueError`` for the
     readers that already treat undecodable records as absent. ``why``: the reason alone
-    ("is a FIFO, not a regular file")."""
+    ("is a FIFO, not a regular file"); ``fix``: what to do, moving it aside unless said."""
 
-    def __init__(self, path: object, why: str) -> None:
-        super().__init__(f"{path} {why}; move it aside")
+    def __init__(self, path: object, why: str, fix: str = "move it aside") -> None:
+        super().__init__(f"{path} {why}; {fix}")
         self.why = why
+
+
+def unreadable(path: object, exc: OSError) -> DamagedFile:
+    """``path`` could not be opened or read: a file another user's umask or accel's 0640
+    keeps from this one is not damaged, so only an error of the file is told to move it."""
+    why = f"cannot be read ({exc.strerror or exc})"
+    if exc.errno in (_errno.EACCES, _errno.EPERM):
+        return DamagedFile(path, why, "read it as its owner or its group, or fix its permissions")
+    return DamagedFile(path, why)
 
 
 class PayloadMissing(IntegrityError):

@@ -38,7 +38,7 @@ from accel.clean._proof import provably_debris as _provably_debris
 from accel.clean._walk import Tree
 from accel.clean._walk import read_json as _read_json
 from accel.clean._walk import walk as _walk
-from accel.errors import IntegrityError, MetaMissing
+from accel.errors import IntegrityError, MetaMissing, unreadable
 from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
 from accel.layout import ENTRY_SUFFIX, MANIFEST, RUN_RECORD, is_atomic_temp
 from accel.runs import live_run_ids, read_record, records_this_run
@@ -153,7 +153,7 @@ def _state_problem(path: Path) -> str | None:
     except IntegrityError as exc:
         return str(exc)
     except OSError as exc:
-        return f"{path} cannot be read ({exc.strerror or exc}); move it aside"
+        return str(unreadable(path, exc))
     return None
 
 
