@@ -51,9 +51,9 @@ def runs(
 
 
 def _row(r: RunRecord) -> list[Any]:
-    from accel.units import format_duration
+    from accel.units import format_duration, local_time
 
-    started = (r.started_at or "")[:19].replace("T", " ")
+    started = local_time(r.started_at) if r.started_at else ""
     duration = format_duration(r.duration) if r.duration is not None else ""
     status = r.status + (f" (rank {r.failed_rank})" if r.failed_rank is not None else "")
     if r.raw.get("nonfinite"):

@@ -47,7 +47,7 @@ def show(
 
 def summary_lines(view: RunView) -> list[str]:
     """Lines of rich markup; what comes from the run is in them through ``text``."""
-    from accel.units import format_duration
+    from accel.units import format_duration, local_time
 
     text = _output.text
     r = view.record
@@ -60,8 +60,8 @@ def summary_lines(view: RunView) -> list[str]:
         f"[bold]run {text(r.id)}[/bold]" + (f" ({text(r.name)})" if r.name else ""),
         f"  status    {text(status)}",
         f"  command   {text(' '.join(r.command)) or '?'}",
-        f"  started   {text(_time(r.started_at))}"
-        + (f"   ended {text(_time(r.ended_at))}" if r.ended_at else ""),
+        f"  started   {text(local_time(r.started_at))}"
+        + (f"   ended {text(local_time(r.ended_at))}" if r.ended_at else ""),
     ]
     if r.spare:
         from accel.runs.record import SPARE_UNUSED
@@ -114,10 +114,6 @@ def _value(key: str, value: Any) -> str:
     from accel.config.schema import display
 
     return value if value == "(unset)" else display(key, value)
-
-
-def _time(stamp: str | None) -> str:
-    return (stamp or "?")[:19].replace("T", " ")
 
 
 def _ranks(view: RunView) -> None:

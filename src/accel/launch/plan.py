@@ -137,7 +137,8 @@ def plan_launch(
     return LaunchPlan(
         run_id=run_id,
         run_name=run_name,
-        started_at=now.isoformat(timespec="milliseconds"),
+        # this machine's offset, as the attempts' and the end's (runner._now)
+        started_at=now.astimezone().isoformat(timespec="milliseconds"),
         cwd=cwd,
         workspace=workspace,
         run_dir=runs_dir / run_id,
