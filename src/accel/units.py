@@ -78,6 +78,15 @@ def parse_size(text: str | int) -> int:
     return value
 
 
+def parse_count(value: str | int, flag: str) -> int:
+    """A count given to ``flag`` (``--keep-last``, ``--limit``, ``--tail``): a whole number,
+    0 or more, in ASCII digits."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isascii() or not text.isdigit():
+        raise UsageError(f"invalid {flag} {value!r}: expected a whole number >= 0")
+    return int(text)
+
+
 def parse_duration(text: str) -> float:
     """Seconds in ``text``: one or more ``<number><unit>`` parts, units s m h d w."""
     raw = str(text).strip()

@@ -117,6 +117,7 @@ def test_no_type_placeholders_anywhere(path: tuple[str, ...]) -> None:
     text = _help(*path)
     assert not re.findall(r"<[^<>\s]+>", text), text  # typer's <str>, <path>, <int>
     assert not re.findall(r"\{\w+\}", text), text  # a required argument as {script}
+    assert not re.findall(r"\[x?[<>]=?", text), text  # click's range, `N [x>=0]`
 
 
 @pytest.mark.parametrize("path", list(COMMANDS), ids=IDS)
@@ -189,3 +190,24 @@ def test_help_for_an_unknown_command_is_one_line_and_exit_2(
 def test_help_imports_neither_torch_nor_numpy() -> None:
     done = runs_without_heavy_imports(("help",), ("help", "launch"), ("help", "runs", "plot"))
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("runs", "--limit"), "--limit"),
+        (("logs", "--tail"), "--tail"),
+        (("clean", "--keep-last"), "--keep-last"),
+    ],
+)
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", "\u0663", ""])
+def test_a_count_is_refused_in_one_line_as_every_count_is(
+    args: tuple[str, ...], flag: str, value: str
+) -> None:
+    """`--limit -1` said "-1 is not in the range x>=0" and `--limit x` "'x' is not a valid
+    int range", where `clean --keep-last` says what it expects."""
+    done = cli(*args, value)
+    assert done.exit_code == 2 and not done.stdout, done.stdout
+    assert done.stderr.splitlines() == [
+        f"error: invalid {flag} {value!r}: expected a whole number >= 0"
+    ], done.stderr

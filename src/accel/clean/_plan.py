@@ -13,7 +13,7 @@ from typing import Any
 
 from accel.clean._items import CATEGORIES, LEFT_ALONE, UNKNOWN, Item, WorkspaceScan
 from accel.errors import UsageError
-from accel.units import parse_duration, parse_size
+from accel.units import parse_count, parse_duration, parse_size
 
 # Crash debris younger than this may still be a write in progress.
 DEBRIS_GRACE = 600.0
@@ -123,7 +123,7 @@ def parse_policy(
         max_size = defaults.get("cache.max_size")
     return Policy(
         older_than=None if older_than is None else _duration(older_than),
-        keep_last=None if keep_last is None else _count(keep_last),
+        keep_last=None if keep_last is None else parse_count(keep_last, "--keep-last"),
         max_size=None if max_size is None else parse_size(max_size),
         only=categories,
         explicit=explicit,
@@ -145,13 +145,6 @@ def _duration(value: str | float) -> float:
             return float(value)
         raise UsageError(f"invalid --older-than {value!r}: must not be negative")
     return parse_duration(str(value))
-
-
-def _count(value: str | int) -> int:
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isascii() or not text.isdigit():
-        raise UsageError(f"invalid --keep-last {value!r}: expected a whole number >= 0")
-    return int(text)
 
 
 # -- planning -----------------------------------------------------------------------------

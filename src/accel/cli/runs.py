@@ -22,18 +22,19 @@ app = typer.Typer(
 def runs(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="A JSON list, for machines."),
-    limit: int = typer.Option(
-        20, "--limit", "-l", min=0, metavar="N", help="Newest N runs; 0 = all."
-    ),
+    limit: str = typer.Option("20", "--limit", "-l", metavar="N", help="Newest N runs; 0 = all."),
 ) -> None:
     """The runs, newest first, with status, duration and exit code."""
+    from accel.units import parse_count
+
+    newest = parse_count(limit, "--limit")
     if ctx.invoked_subcommand is not None:
         return
     from accel.runs import list_runs
 
     ws = _app.read_workspace(ctx)
     _app.heal_runs(ws)
-    found = list_runs(ws.layout, limit)  # reads only the records it shows
+    found = list_runs(ws.layout, newest)  # reads only the records it shows
     for r in found:
         if r.problem:  # listed (never hidden), and why its record is not shown
             _output.warn(f"run {r.id}: {r.problem}")
@@ -91,8 +92,8 @@ def logs(
         metavar="DURATION",
         help="Only output of the last DURATION (10m) or since a time (ISO).",
     ),
-    tail: int | None = typer.Option(
-        None, "--tail", "-n", min=0, metavar="N", help="Only the last N lines of each rank log."
+    tail: str | None = typer.Option(
+        None, "--tail", "-n", metavar="N", help="Only the last N lines of each rank log."
     ),
 ) -> None:
     """Show a run's per-rank logs; --follow until the run ends."""
@@ -101,7 +102,9 @@ def logs(
     from accel.runs.follow import follow as follow_logs
     from accel.runs.follow import select_logs
     from accel.runs.logindex import line_filter, parse_since
+    from accel.units import parse_count
 
+    lines = None if tail is None else parse_count(tail, "--tail")
     keep = line_filter(grep) if grep else None
     cutoff = parse_since(since) if since else None
     ws = _app.read_workspace(ctx)
@@ -125,7 +128,7 @@ def logs(
             live=follow,
             keep=keep,
             cutoff=cutoff,
-            tail=tail,
+            tail=lines,
             pause=console.flush,
         ):
             console(rank_, stream, piece)
