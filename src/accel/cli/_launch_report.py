@@ -4,6 +4,7 @@ the size budget's note, and the verdict, raised as the run's exit code.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from accel.cli import _output
@@ -67,7 +68,9 @@ def requeue_after(plan: LaunchPlan, outcome: RunOutcome, argv: tuple[str, ...]) 
         _output.warn(f"SLURM job {argv[-1]} not requeued: scontrol said {said[-1]}")
 
 
-def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
+def report(plan: LaunchPlan, outcome: RunOutcome, ours: Collection[str] = ()) -> int:
+    """Say how the run ended; a failure is raised as :class:`JobFailed`. ``ours``: the
+    option names of ``accel launch``, to tell one given after the script."""
     from accel.runs import failures
     from accel.runs.record import SPARE_UNUSED
 
@@ -110,9 +113,29 @@ def report(plan: LaunchPlan, outcome: RunOutcome) -> int:
     if stopped:
         ranks = ", ".join(str(r) for r in stopped)
         _output.info(f"accel: rank(s) {ranks} were stopped by accel after rank {root.rank} failed")
+    if root.exitcode == 2:
+        misplaced = _misplaced(outcome.tails.get(root.rank, ()), ours)
+        if misplaced:
+            _output.info(
+                f"accel: {' '.join(misplaced)} came after the script, so the script got "
+                f"{'it' if len(misplaced) == 1 else 'them'}: "
+                "accel launch's options go before the script (accel launch [OPTIONS] SCRIPT "
+                "[ARGS]...)"
+            )
     raise JobFailed(
         f"{headline}; its log: {outcome.run_dir / rank_log(root.rank)}", outcome.exit_code
     )
+
+
+def _misplaced(tail: Iterable[str], ours: Collection[str]) -> list[str]:
+    """The options of ``accel launch`` that the script's argparse refused as unrecognized
+    (``accel launch train.py -n 2``: everything after the script is the script's, as
+    under torchrun)."""
+    for line in reversed(tuple(tail)):
+        refused = line.partition("error: unrecognized arguments: ")[2]
+        if refused:
+            return [word for word in refused.split() if word.partition("=")[0] in ours]
+    return []
 
 
 def show_plan(

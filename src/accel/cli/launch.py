@@ -472,7 +472,8 @@ def launch(
     console.end_line()
     size_budget(ws, outcome)
     requeue_after(plan, outcome, requeue_argv)
-    code = report(plan, outcome)
+    ours = {name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)}
+    code = report(plan, outcome, ours)
     _app.options(ctx).fast_exit = True  # every file closed, every lock released
     return code
 
