@@ -63,6 +63,28 @@ def test_push_then_pull_into_a_fresh_folder_loads_bit_identical(
     assert not list((fresh / "checkpoints/default").glob(".tmp-*"))
 
 
+def test_a_backend_whose_protocol_is_a_list_is_read_as_its_names(
+    ws: Workspace,
+    remote_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fsspec's protocol attribute is a str or a tuple, and a list in s3fs before 2023.9
+    (``["s3", "s3a"]``): ``accel sync push`` over s3fs 2023.3, the floor, said
+    "unexpected TypeError: unhashable type: 'list' ... please report it"."""
+    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.registry import _registry
+
+    class ListProtocol(LocalFileSystem):
+        protocol = ["file", "local"]  # type: ignore[assignment]
+
+    monkeypatch.setitem(_registry, "file", ListProtocol)
+    assert open_remote(remote_url, {}, {}).local
+    save_checkpoints(ws, (1,))
+    rc, report = sync(capsys, "push", remote_url)
+    assert rc == 0 and report["transferred_files"] == checkpoint_file_count(ws) + 1  # + config
+
+
 def test_a_sharded_checkpoint_travels_whole_and_loads(
     ws: Workspace, remote_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,7 +100,8 @@ class Remote:
         self.fs = fs
         self.root = root.rstrip("/")
         self.url = redact_url(url)
-        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        # a str, a tuple, or a list (s3fs before 2023.9: ['s3', 's3a'])
+        protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
         self.atomic_put = any(p in _ATOMIC_PUT for p in protocols)
         # fsspec reads these over plain requests; a push would POST into a web server
         self.read_only = any(p in _READ_ONLY for p in protocols)
