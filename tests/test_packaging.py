@@ -142,16 +142,48 @@ def _dependency_floors() -> Any:
 
 def test_every_runtime_dependency_has_a_floor_the_oldest_ci_block_installs() -> None:
     """pyproject.toml said ``typer>=0.26`` while the CLI needed 0.28 (stop 52): a floor
-    nothing installs is a guess. CI's oldest block pins every one (.ci/run)."""
-    dependencies = pyproject()["project"]["dependencies"]
+    nothing installs is a guess. CI's oldest block pins every one (.ci/run), and the
+    floors of the extras a user installs (``[s3]`` allowed any s3fs: one without
+    ``endpoint_url``, or whose protocol list ``accel sync`` took for a crash)."""
+    project = pyproject()["project"]
     pins = _dependency_floors().floors(ROOT / "pyproject.toml")
-    assert len(pins) == len(dependencies)
     named = dict(pin.split("==") for pin in pins)
+    extras = project["optional-dependencies"]
+    users = [r for extra, listed in extras.items() if extra != "dev" for r in listed]
+    for requirement in [*project["dependencies"], *users]:
+        assert requirement.split(">=")[0].split("[")[0] in named, requirement
+    assert len(pins) == len(set(named))
     assert named["typer"] == "0.28" and named["torch"] == "2.6"
+    assert named["s3fs"] == named["fsspec"] == "2023.3"
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert f"OLDEST_TORCH={named['torch']}.0" in ci
     assert 'scripts/dependency_floors.py >"$scratch/floors.txt"' in ci
     assert 'torch_venv "$OLDEST_TORCH" "$(python_for "$OLDEST_PYTHON")" "$scratch/floors.txt"' in ci
+
+
+def test_an_extra_is_pinned_once_and_one_without_a_floor_is_refused(tmp_path: Path) -> None:
+    floors = _dependency_floors().floors
+    project = tmp_path / "pyproject.toml"
+    project.write_text(
+        '[project]\ndependencies = ["numpy>=1.24"]\n[project.optional-dependencies]\n'
+        'dev = ["pytest", "fsspec"]\nsync = ["fsspec>=2023.3"]\n'
+        's3 = ["fsspec>=2023.3", "s3fs>=2023.3"]\n',
+        encoding="utf-8",
+    )
+    assert floors(project) == ["numpy==1.24", "fsspec==2023.3", "s3fs==2023.3"]
+    project.write_text(
+        '[project]\ndependencies = []\n[project.optional-dependencies]\ns3 = ["s3fs"]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="has no floor"):
+        floors(project)
+    project.write_text(
+        '[project]\ndependencies = ["fsspec>=2023.3"]\n[project.optional-dependencies]\n'
+        'sync = ["fsspec>=2024.1"]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="two floors"):
+        floors(project)
 
 
 @pytest.mark.parametrize(
