@@ -94,6 +94,34 @@ def test_launch_into_head_exits_with_the_runs_code(project: Path, accel_exe: lis
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [(["--help"], 0), (["help", "launch"], 0), (["runs", "plot", "-h"], 0), ([], 2), (["sync"], 2)],
+)
+def test_help_into_a_closed_pipe_exits_with_helps_code(
+    project: Path, accel_exe: list[str], args: list[str], code: int
+) -> None:
+    """`accel --help | head -1` exited 1 (rich's and typer's code for a closed pipe), so a
+    `set -o pipefail` script failed; every other output keeps the command's code."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before accel writes a byte
+    try:
+        done = subprocess.run(
+            [*accel_exe, *args],
+            cwd=project,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=50,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == code and done.stderr == "", done.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["--preload", "--no-preload"])
 def test_a_launch_with_stdin_closed_runs(project: Path, accel_exe: list[str], mode: str) -> None:

@@ -156,9 +156,16 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
     except AccelError as exc:
         _output.error(_redacted(str(exc), argv))  # messages quote values: URLs, ranks' errors
         return exc.exit_code
-    except BrokenPipeError:
-        _silence_stdout()
-        return 1
+    except SystemExit as exc:
+        if exc.code != 1 or not isinstance(exc.__context__, BrokenPipeError):
+            raise
+        # rich's and typer's answer to a reader that went away: exit 1. accel's own output
+        # drops the rest and keeps the command's code (_output.gone); only help is printed
+        # by them, and `accel --help | head -1` failed a `set -o pipefail` script. Help's
+        # code: 0 when asked for, 2 when shown for a command given without its arguments.
+        _output.gone(sys.stdout)
+        asked = argv[:1] == ["help"] or "--help" in argv or "-h" in argv
+        return 0 if asked else 2
     except OSError as exc:  # the filesystem refused somewhere no AccelError was made for it
         if exc.errno is None:
             return _crash()
@@ -253,12 +260,6 @@ def _workspace_logs() -> Path | None:
         return ws.logs_dir if ws.identify() else None  # never a folder accel did not make
     except Exception:  # noqa: BLE001 - a broken workspace must not hide the crash
         return None
-
-
-def _silence_stdout() -> None:
-    # Python flushes stdout at exit and would raise again on the closed pipe.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
 
 
 def run() -> None:
