@@ -81,6 +81,44 @@ def test_endpoints_split_and_the_wait_message_counts_the_missing_nodes() -> None
     )
 
 
+def test_node_0_at_another_machines_address_is_refused_before_anything() -> None:
+    """`accel config import` of a cluster's config (`main_process_ip: 10.0.0.1`,
+    `machine_rank: 0`) run on a laptop: node 0 dialled 10.0.0.1 for its own store for
+    a minute in C++ (Ctrl-C acted after 84 s), then blamed "the node that hosts it
+    (node 0)", itself. Real sockets: 192.0.2.1 (TEST-NET-1) is no machine's address."""
+    from accel.errors import UsageError
+    from accel.launch.rendezvous import Timing, check_hosted_here, leads_here, names_this_machine
+
+    assert names_this_machine("127.0.0.1") and names_this_machine("localhost")
+    assert not names_this_machine("192.0.2.1")
+    assert not names_this_machine("no-such-host.invalid")
+    assert leads_here("127.0.0.1", free_port(), 5.0)  # our own listener takes it
+    assert not leads_here("192.0.2.1", free_port(), 1.0)
+    check_hosted_here(f"localhost:{free_port()}", Timing())
+    with pytest.raises(UsageError) as refused:
+        check_hosted_here("192.0.2.1:29500", Timing(connect_timeout=1.0))
+    assert str(refused.value) == (
+        "--rdzv-endpoint 192.0.2.1:29500: this is node 0, which hosts the rendezvous, and "
+        "192.0.2.1 is not an address of this machine: give node 0's own address on every "
+        "node, or start node 0 on that machine"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_node_0_at_another_machines_address_is_one_line_and_exit_2(
+    project: Path, script: str, launcher: list[subprocess.Popen[str]]
+) -> None:
+    proc = _start(
+        project, launcher, "--nnodes", "2", "--node-rank", "0",
+        "--rdzv-endpoint", f"192.0.2.1:{free_port()}", script,
+    )  # fmt: skip
+    lines = _stderr_lines(proc, 45)
+    assert proc.returncode == 2
+    assert len(lines) == 1 and "is not an address of this machine" in lines[0], lines
+    assert not (project / ".accelerate" / "logs" / "runs").exists()  # nothing started
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_an_unresolvable_host_is_one_line_and_exit_2(

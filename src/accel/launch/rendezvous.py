@@ -87,6 +87,72 @@ def check_resolves(endpoint: str) -> None:
         ) from None
 
 
+def check_hosted_here(endpoint: str, timing: Timing) -> None:
+    """On node 0, told to host (``--node-rank 0``): :class:`UsageError` (exit 2) when
+    ``endpoint`` does not lead back to this machine.
+
+    Node 0 hosts the rendezvous store and dials it at the endpoint like every node. At
+    another machine's address (a cluster's config imported on a laptop, a node's address
+    typed on the wrong node) torch dialled for a minute in C++, deaf to Ctrl-C, and then
+    blamed "the node that hosts it (node 0)": this one. An address of another machine
+    that still leads here (a NAT's own public address) is tried once, in Python.
+    """
+    host, port = split_endpoint(endpoint)
+    if names_this_machine(host) or leads_here(host, port, min(timing.connect_timeout, 5.0)):
+        return
+    raise UsageError(
+        f"--rdzv-endpoint {endpoint}: this is node 0, which hosts the rendezvous, and "
+        f"{host} is not an address of this machine: give node 0's own address on every "
+        "node, or start node 0 on that machine"
+    )
+
+
+def names_this_machine(host: str) -> bool:
+    """Whether ``host`` resolves to an address of this machine: one a socket binds to."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, kind, proto, _, address in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind((address[0], 0, *address[2:]))
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def leads_here(host: str, port: int, timeout: float) -> bool:
+    """Whether a connection to ``host:port`` reaches this machine: a listener of ours on
+    that port takes it. True when the port is taken here (something of this machine's
+    listens; torch will say what), False when nothing or another machine answers."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except (socket.gaierror, UnicodeError, IndexError):
+        return False
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    with listener:
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("::" if family == socket.AF_INET6 else "", port))
+            listener.listen(1)
+        except OSError:
+            return True
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError:
+            return False
+        listener.settimeout(timeout)
+        try:
+            accepted, _ = listener.accept()
+        except OSError:  # answered, but not by us: another machine
+            return False
+        accepted.close()
+        return True
+
+
 def wait_for_host(
     endpoint: str, timing: Timing, notify: Notify, clock: Callable[[], float] = time.monotonic
 ) -> None:

@@ -103,6 +103,8 @@ def launch(
     """Run the plan to its end; the caller turns the outcome into an exit code."""
     if plan.nnodes > 1:
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
+        if plan.rdzv_is_host:  # node 0 at another machine's address: the same
+            rendezvous.check_hosted_here(plan.rdzv_endpoint, rendezvous.Timing.from_env(os.environ))
     from accel.store.memtier import snapshot_settings
 
     snapshot_settings(ws.settings.checkpoints)  # one line for a bad pair, before anything
