@@ -469,13 +469,16 @@ def launch(
         _output.info(message)
 
     outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
+    # The run is over and recorded, every file closed and every lock released: whatever
+    # the verdict, the interpreter's teardown of torch is skipped. After an interrupted
+    # run it aborted the launcher once in CI ("terminate called without an active
+    # exception", exit -6 where 143 was due): a C++ thread destroyed at exit.
+    _app.options(ctx).fast_exit = True
     console.end_line()
     size_budget(ws, outcome)
     requeue_after(plan, outcome, requeue_argv)
     ours = {name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)}
-    code = report(plan, outcome, ours)
-    _app.options(ctx).fast_exit = True  # every file closed, every lock released
-    return code
+    return report(plan, outcome, ours)
 
 
 _GIVEN = "accel.launch.accelerate"  # ctx.meta: values of the flags LaunchCommand adds
