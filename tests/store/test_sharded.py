@@ -74,7 +74,9 @@ def test_a_corrupt_shard_is_refused(ws: Workspace) -> None:
 def test_two_ranks_save_and_load_a_dtensor(accel: Accel) -> None:
     # Through `accel launch`, as users run it: torch's gloo sometimes hangs a rank in
     # interpreter teardown after the script returned (accel.launch.teardown), which
-    # hung this test run bare (CI, torch 2.6); a hang in the script says where it hung.
+    # hung this test run bare (CI, torch 2.6); a hang in the script says where it hung
+    # (CI, torch 2.6: rank 1 as main() returned, tearing down the checkpoint group, which
+    # accel now keeps to the interpreter's teardown).
     done = accel("launch", "-n", "2", str(SCRIPT), timeout=120, env={"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -135,6 +135,16 @@ def _decode(buf: Any) -> Any:
 
 SINGLE = DistContext(rank=0, world_size=1)
 
+# Every checkpoint group this process made, kept until the interpreter's teardown. The
+# last reference to a group tears it down in C++ (gloo joins its threads, closes one
+# connection per peer) wherever it goes: with the store that made it, so as the locals of
+# a script's main() go, where torch 2.6's gloo hung a rank whose peer had exited (CI)
+# and no launcher can tell that the script was done. Kept here, it goes at the
+# interpreter's teardown, which `accel launch` guards (accel.launch.teardown), as when a
+# script keeps its Accelerator at module level. Torch has it unregistered by then:
+# ``destroy_process_group()`` (Accelerator.end, or accel's exit handler) unregisters it.
+_GROUPS: list[Any] = []
+
 
 def current_context(previous: DistContext | None, timeout: float | None = None) -> DistContext:
     """The context of this process; a collective the first time a group is made.
@@ -162,6 +172,7 @@ def current_context(previous: DistContext | None, timeout: float | None = None) 
     if timeout is not None:
         options["timeout"] = timedelta(seconds=timeout)
     group = dist.new_group(backend="gloo", **options)
+    _GROUPS.append(group)
     return DistContext(rank=dist.get_rank(), world_size=world, group=group, timeout=timeout)
 
 
