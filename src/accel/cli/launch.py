@@ -460,6 +460,7 @@ def launch(
         return 0
     from accel.cli._launch_report import report, requeue_after, size_budget
     from accel.cli._worker_console import WorkerConsole
+    from accel.launch.preload import discard_early
     from accel.launch.runner import launch as run_plan
 
     console = WorkerConsole(plan.world_size, stderr=cast(TextIO, _CurrentStderr()))
@@ -468,12 +469,17 @@ def launch(
         console.end_line()
         _output.info(message)
 
-    outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
-    # The run is over and recorded, every file closed and every lock released: whatever
-    # the verdict, the interpreter's teardown of torch is skipped. After an interrupted
-    # run it aborted the launcher once in CI ("terminate called without an active
-    # exception", exit -6 where 143 was due): a C++ thread destroyed at exit.
-    _app.options(ctx).fast_exit = True
+    try:
+        outcome = run_plan(plan, ws, sink=console, notify=notify)  # it says "accel: run ..."
+    finally:
+        # The run is over (recorded, when it began), every file closed and every lock
+        # released, whether it came to a verdict or raised (a rendezvous that timed
+        # out): the interpreter's teardown of torch is skipped. After an interrupted run
+        # it aborted the launcher once in CI ("terminate called without an active
+        # exception", exit -6 where 143 was due): a C++ thread destroyed at exit. The
+        # exit handlers are skipped with it: an early template no run used ends here.
+        discard_early(plan.run_id)
+        _app.options(ctx).fast_exit = True
     console.end_line()
     size_budget(ws, outcome)
     requeue_after(plan, outcome, requeue_argv)

@@ -141,7 +141,8 @@ def launch_error(
     if not type(exc).__module__.startswith("torch.distributed"):
         return exc
     if name == "RendezvousTimeoutError":
-        return JobFailed(f"the other nodes did not join the rendezvous in time ({exc}); see {log}")
+        said = f" ({exc})" if str(exc) else ""  # torch 2.13's says nothing
+        return JobFailed(f"the other nodes did not join the rendezvous in time{said}; see {log}")
     if name == "RendezvousClosedError":  # torch's has no text of its own
         return JobFailed(
             "the job's rendezvous is closed: the run ended on another node before this one "
