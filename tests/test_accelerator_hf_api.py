@@ -345,3 +345,13 @@ def test_a_ported_script_resumes_on_two_ranks_bit_for_bit(
         assert done.returncode == 0, done.stdout + done.stderr
     assert f"resumed at step {stop}" in done.stdout
     assert json.loads((project / "part" / "final.json").read_text()) == whole_two_ranks
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_folder_per_save_costs_no_thread_or_socket_per_folder(accel: Accel) -> None:
+    # Each folder's store made a gloo group of its own: 3 threads and a socket per peer a
+    # save on each rank, kept to the end (a 64-rank job out of descriptors by its 16th).
+    script = Path(__file__).parent / "scripts" / "hf_many_folders.py"
+    done = accel("launch", "--cpu", "-n", "2", str(script), timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -328,17 +328,20 @@ class FolderApi:
     @contextlib.contextmanager
     def _series(self, series: str) -> Iterator[None]:
         """``self.checkpoints`` is ``series``' store for the duration (one per series,
-        kept: each holds its checkpoint collectives' group)."""
+        kept). The folders' stores share one group: each saves and loads in this thread,
+        one at a time, never in the background."""
         from accel.store.checkpoints import Checkpoints
 
         store = self._stores.get(series)
         if store is None:
             settings = self.workspace.settings
+            known = next(iter(self._stores.values()), None)
             store = Checkpoints(
                 self.workspace.layout,
                 settings.checkpoints,
                 series=series,
                 run_name=settings.launch.run_name,
+                group=known.group if known is not None else None,
             )
             self._stores[series] = store
         self._store = store

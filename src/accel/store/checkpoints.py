@@ -49,6 +49,7 @@ from accel.store._trace import phase
 from accel.store.async_save import AsyncSave, SaveThreads, Snapshot, SnapshotPool
 from accel.store.collectives import (
     DistContext,
+    GroupSlot,
     arrive_later,
     attempt,
     collect,
@@ -139,7 +140,11 @@ class Checkpoints:
         *,
         series: str | None = None,
         run_name: str = "default",
+        group: GroupSlot | None = None,
     ) -> None:
+        """``group``: another store's :attr:`group`, to share its checkpoint group (see
+        :class:`~accel.store.collectives.GroupSlot`: their collectives must never run at
+        the same time); a group of its own by default."""
         self.layout = layout
         self.settings = settings
         self.run_name = run_name
@@ -147,7 +152,7 @@ class Checkpoints:
         self._series = None if series is None else check_series(series)
         self._pool = SnapshotPool()
         self._threads = SaveThreads()
-        self._dist: DistContext | None = None
+        self.group = group or GroupSlot()  # where its checkpoint context is kept
         self._pending: AsyncSave[CheckpointInfo] | None = None
         self._snapshot: Snapshot | None = None
         self._lease: SeriesLease | None = None
@@ -156,6 +161,14 @@ class Checkpoints:
 
     def __repr__(self) -> str:
         return f"Checkpoints({str(self.root)!r})"
+
+    @property
+    def _dist(self) -> DistContext | None:
+        return self.group.ctx
+
+    @_dist.setter
+    def _dist(self, ctx: DistContext | None) -> None:
+        self.group.ctx = ctx
 
     @property
     def series_name(self) -> str:

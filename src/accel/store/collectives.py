@@ -52,6 +52,7 @@ from accel.layout import rank_name
 __all__ = [
     "SINGLE",
     "DistContext",
+    "GroupSlot",
     "arrive",
     "attempt",
     "collect",
@@ -134,6 +135,19 @@ def _decode(buf: Any) -> Any:
 
 
 SINGLE = DistContext(rank=0, world_size=1)
+
+
+class GroupSlot:
+    """The checkpoint context (and so the group) of one store, or of several that never
+    run collectives at the same time: Accelerate's ``save_state(output_dir)`` makes a
+    store per folder, all saving one after another in the script's thread. A gloo group
+    costs each rank three threads and a socket per peer until the process ends (below):
+    a group per folder would run a 64-rank job out of descriptors (``ulimit -n`` 1024) by
+    its 16th save."""
+
+    def __init__(self) -> None:
+        self.ctx: DistContext | None = None
+
 
 # Every checkpoint group this process made, kept until the interpreter's teardown. The
 # last reference to a group tears it down in C++ (gloo joins its threads, closes one
