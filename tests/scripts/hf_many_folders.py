@@ -11,22 +11,11 @@ Exits 0 when the threads and sockets after the last save are those after the sec
 import os
 
 import torch
+from held import held
 
 from accel import Accelerator, ProjectConfiguration
 
 SAVES = 8
-
-
-def held() -> tuple[int, int]:
-    """(threads, sockets) of this process."""
-    sockets = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            continue
-    return len(os.listdir("/proc/self/task")), sockets
-
 
 config = ProjectConfiguration(project_dir=".", automatic_checkpoint_naming=True, total_limit=2)
 accelerator = Accelerator(cpu=True, project_config=config)

@@ -191,5 +191,6 @@ def test_a_meeting_nobody_else_came_to_fails_every_caller_with_one_line(job_stor
 def test_the_checkpoint_group_is_not_torn_down_when_main_returns(project: Path) -> None:
     # torch 2.6's gloo hung a rank tearing that group down as main()'s locals went (CI,
     # tests/store/test_sharded.py), where no launcher can tell the script was done.
-    done = accel(project, "launch", "-n", "2", str(SCRIPTS / "group_outlives_main.py"))
+    script = Path(__file__).parents[1] / "scripts" / "group_outlives_main.py"
+    done = accel(project, "launch", "-n", "2", str(script))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -8,26 +8,18 @@ many sockets after main() returned as at its end.
 
 import os
 
+from held import held
+
 import accel
-
-
-def sockets() -> int:
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            continue
-    return count
 
 
 def main() -> int:
     acc = accel.Accelerator(cpu=True)
     acc.checkpoints.save({"step": 1}, 1)  # the first save makes the checkpoint group
     acc.end()
-    return sockets()
+    return held()[1]
 
 
 at_end = main()
-after = sockets()
+after = held()[1]
 assert after == at_end, f"rank {os.environ['RANK']}: {at_end} sockets at main's end, {after} after"
