@@ -366,7 +366,7 @@ class Snapshots:
         mine = 1 << 20
         if acc.rank == 0:
             mine += _tree_bytes((acc._state_dicts()[:2], self._late()))  # an EMA's too
-        ctx = store._dist = current_context(store._dist, store.settings.collective_timeout)
+        ctx = store.group.ctx = current_context(store.group.ctx, store.settings.collective_timeout)
         sizes = ctx.all_gather([mine, self.writer.free_bytes()])
         slots = len(SLOTS) + (1 if self.persist else 0)  # and one being persisted
         free = sizes[0][1]  # rank 0's view decides, the same on every rank

@@ -163,14 +163,6 @@ class Checkpoints:
         return f"Checkpoints({str(self.root)!r})"
 
     @property
-    def _dist(self) -> DistContext | None:
-        return self.group.ctx
-
-    @_dist.setter
-    def _dist(self, ctx: DistContext | None) -> None:
-        self.group.ctx = ctx
-
-    @property
     def series_name(self) -> str:
         return self._series or series_from_env(self.run_name)
 
@@ -259,7 +251,7 @@ class Checkpoints:
         verification of every file before any is read. Returns the step loaded.
         """
         self._arrive("Checkpoints.load_sharded")()
-        ctx = self._dist = current_context(self._dist, self._collective_timeout())
+        ctx = self.group.ctx = current_context(self.group.ctx, self._collective_timeout())
         wanted = attempt(ctx, lambda: self._resolve(step, series).manifest.step)
         chosen = collect(ctx.broadcast(wanted))
         # A rank that cannot find the main rank's step (a node whose disk does not hold
@@ -340,18 +332,17 @@ class Checkpoints:
         with phase("wait-previous"):
             self.wait()
         met = self._arrive("Checkpoints.save")
-        if not async_save or self._dist is None:
+        if not async_save or self.group.ctx is None:
             met()  # the first save makes the save's process group: a collective of its own
-        self._dist = current_context(self._dist, self._collective_timeout())
+        ctx = self.group.ctx = current_context(self.group.ctx, self._collective_timeout())
         if not async_save:
-            self._last = self._write(state, rank_state, step, tag, self._dist, sharded)
+            self._last = self._write(state, rank_state, step, tag, ctx, sharded)
             return self._last
         later = None if copy_now is None else (lambda tensor: not copy_now(tensor))
         # Only rank 0 writes ``state``: the other ranks copy their rank_state alone.
-        mine = state if self._dist.rank == 0 else None
+        mine = state if ctx.rank == 0 else None
         with phase("snapshot"):
             snapshot = self._snapshot = self._pool.take((mine, rank_state), later)
-        ctx = self._dist
 
         def copy() -> None:
             with phase("snapshot-copy"):
