@@ -461,7 +461,7 @@ def test_a_malformed_unit_is_refused_and_nothing_of_it_is_visible(
     assert "unexpected" not in err and "Traceback" not in err
     assert [c.step for c in fresh.checkpoints.list()] == ([1] if unit == STEP else [1, 2])
     assert fresh.cache.get("ns/blob") == (None if "cache" in unit else b"payload" * 100)
-    assert not any(fresh.runs_dir.iterdir()) if "runs" in unit else True
+    assert any(fresh.runs_dir.iterdir()) == ("runs" not in unit)
     assert not [p for p in tree(fresh.path) if p.startswith(("tmp/", "checkpoints/default/.tmp"))]
     assert main(["--workspace", str(fresh.path), "runs", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
