@@ -338,7 +338,6 @@ class Snapshots:
         """Once, before the first snapshot, on every rank alike: can the tier hold three
         snapshots of every rank (four with persist_every)? If not, one line, and blocking
         saves instead."""
-        from accel.store.collectives import current_context
         from accel.store.memtier import SLOTS, full_message, headroom
 
         assert self.writer is not None
@@ -366,8 +365,7 @@ class Snapshots:
         mine = 1 << 20
         if acc.rank == 0:
             mine += _tree_bytes((acc._state_dicts()[:2], self._late()))  # an EMA's too
-        ctx = store.group.ctx = current_context(store.group.ctx, store.settings.collective_timeout)
-        sizes = ctx.all_gather([mine, self.writer.free_bytes()])
+        sizes = store._dist_context().all_gather([mine, self.writer.free_bytes()])
         slots = len(SLOTS) + (1 if self.persist else 0)  # and one being persisted
         free = sizes[0][1]  # rank 0's view decides, the same on every rank
         needed = slots * sum(size for size, _ in sizes) + headroom(free)

@@ -251,7 +251,7 @@ class Checkpoints:
         verification of every file before any is read. Returns the step loaded.
         """
         self._arrive("Checkpoints.load_sharded")()
-        ctx = self.group.ctx = current_context(self.group.ctx, self._collective_timeout())
+        ctx = self._dist_context()
         wanted = attempt(ctx, lambda: self._resolve(step, series).manifest.step)
         chosen = collect(ctx.broadcast(wanted))
         # A rank that cannot find the main rank's step (a node whose disk does not hold
@@ -334,7 +334,7 @@ class Checkpoints:
         met = self._arrive("Checkpoints.save")
         if not async_save or self.group.ctx is None:
             met()  # the first save makes the save's process group: a collective of its own
-        ctx = self.group.ctx = current_context(self.group.ctx, self._collective_timeout())
+        ctx = self._dist_context()
         if not async_save:
             self._last = self._write(state, rank_state, step, tag, ctx, sharded)
             return self._last
@@ -397,8 +397,12 @@ class Checkpoints:
         bounded, and says who did not come (:func:`accel.store.collectives.arrive_later`)."""
         return arrive_later(name, self.settings.arrival_timeout)
 
-    def _collective_timeout(self) -> float:
-        return self.settings.collective_timeout
+    def _dist_context(self) -> DistContext:
+        """This store's checkpoint group and rank, kept in its group slot; the first call
+        makes the group, a collective every rank must make (bounded by
+        ``checkpoints.collective_timeout``)."""
+        ctx = self.group.ctx = current_context(self.group.ctx, self.settings.collective_timeout)
+        return ctx
 
     def wait(self) -> CheckpointInfo | None:
         """Join background work; raise a failed save's error. The last saved info."""
