@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from accel.config import schema
+from accel.config._yamlparse import MAX_DEPTH
 from accel.config.resolve import env_values, flag_value, validate_document
-from accel.config.yamlio import MAX_DEPTH, load_yaml_text
+from accel.config.yamlio import load_yaml_text
 from accel.errors import ConfigError, UsageError
 from tests_paths import ROOT
 
