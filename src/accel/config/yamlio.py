@@ -7,13 +7,13 @@
 - Duplicate keys are an error, not last-wins.
 - Alias expansion is bounded by counting the nodes visited (no billion laughs), an alias
   inside its own anchor (``a: &x [*x]``) is refused, and keys are scalars.
-- Nesting is bounded (``_yamlparse.MAX_DEPTH``) before anything is built, and again as aliases
+- Nesting is bounded (``MAX_DEPTH``) before anything is built, and again as aliases
   expand, and a number has at most ``MAX_DIGITS`` digits: a hostile file is one clear
   error, never a RecursionError.
 - Every key of the result carries its line number for error messages.
 
-The parser lives in :mod:`accel.config._yamlparse`, imported with the first document:
-a command in a project without a config file never imports yaml.
+The parser and those bounds live in :mod:`accel.config._yamlparse`, imported with the
+first document: a command in a project without a config file never imports yaml.
 """
 
 from __future__ import annotations
