@@ -50,8 +50,10 @@ def test_torchx_runs_accel_launch_replicas_as_one_world(project: Path) -> None:
     said, ranks = torchx_run(
         project, component, "--script", str(DUMP), "--port", str(free_port()), path=accel_bin
     )
-    assert all(e["PET_LOG_DIR"] for e in ranks)  # TorchX's own, not used, never an error
-    assert "PET_LOG_DIR not used" in said
+    # TorchX's own, taken as torchrun's --log-dir: each replica makes torchrun's folder
+    # there (TorchX removes its temporary app folder when the job ends)
+    (log_dir,) = {e["PET_LOG_DIR"] for e in ranks}
+    assert "(--log-dir)" in said and said.count(f"torchrun's log files in {log_dir}/") == 2
 
 
 @pytest.mark.parametrize("shape", ["1x2", "2x1"])

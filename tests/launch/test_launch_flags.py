@@ -204,9 +204,11 @@ def test_config_file_is_the_config_for_this_launch(
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--log_dir", "logs"], "rank-N.log and on the console; read them with `accel logs`"),
-        (["--log-dir=logs"], "--log-dir is not needed"),
-        (["--redirects", "3"], "--redirects is not needed"),
+        (["--redirects", "4"], "invalid value for --redirects: expected 0 to 3"),
+        (["-r", "0:3,1"], "invalid value for --redirects: expected 0 to 3"),
+        (["--log_dir", f"{SCRIPT}/logs"], "env_dump.py is a file; give a folder"),
+        (["--log-dir=.accelerate/logs"], "that is inside the workspace, where accel keeps"),
+        (["--log-dir", ""], "invalid value for --log-dir: expected a folder, got ''"),
         (["--nnodes", "4:1", "--rdzv_endpoint", "h:1"], "1 <= MIN <= MAX, got '4:1'"),
         (["--nnodes", "0:2", "--rdzv_endpoint", "h:1"], "invalid value for --nnodes"),
         (["--nnodes", "1:x", "--rdzv_endpoint", "h:1"], "invalid value for --nnodes"),
@@ -341,17 +343,22 @@ def _torchrun_takes_tee(value: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("value", ["0", "1", "2", "3", "0:3,1:1", "4", "3,", "x", "0:4", ""])
-def test_tee_takes_what_torchruns_tee_takes(capsys: pytest.CaptureFixture[str], value: str) -> None:
+@pytest.mark.parametrize(
+    "value", ["0", "1", "2", "3", "0:3,1:1", "12:3", "4", "3,", "x", "0:4", "", " 3"]
+)
+@pytest.mark.parametrize("flags", [("--tee", "-t"), ("--redirects", "-r")])
+def test_tee_and_redirects_take_what_torchrun_takes(
+    capsys: pytest.CaptureFixture[str], value: str, flags: tuple[str, str]
+) -> None:
     """torchrun's ``--tee 3`` (TorchX's ``dist.ddp`` line, torchtitan's) was read as the
-    script "3". Without ``--redirects`` torchrun's console shows every stream whatever the
-    value, as accel's does: so a value torchrun takes is accepted and changes nothing."""
+    script "3": a value torchrun's parser takes is taken, the rest refused in one line."""
     if _torchrun_takes_tee(value):
-        for flag in ("--tee", "-t"):
+        for flag in flags:
             got = plan(capsys, flag, value, SCRIPT)
             assert got["worker_command"][-1] == SCRIPT and got["nproc_per_node"] == 1
     else:
-        assert "invalid value for --tee: expected 0 to 3" in refused(capsys, "--tee", value)
+        said = f"invalid value for {flags[0]}: expected 0 to 3"
+        assert said in refused(capsys, flags[0], value)
 
 
 def test_role_is_the_workers_role_name(capsys: pytest.CaptureFixture[str]) -> None:

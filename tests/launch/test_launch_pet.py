@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from launchutil import SCRIPTS, dry_run_json
 
-from accel.cli._launch_pet import APPLIED, NOT_USED
+from accel.cli._launch_pet import APPLIED
 from accel.cli.main import main
 from run_helpers import free_port
 
@@ -43,15 +43,13 @@ def plan(
     return dry_run_json(capsys, "--cpu", *args, SCRIPT)
 
 
-def test_every_variable_torchrun_reads_is_applied_or_said_to_be_unused() -> None:
+def test_every_variable_torchrun_reads_is_applied() -> None:
     """A torch release that adds a PET_ variable fails here until it is placed."""
     from torch.distributed.argparse_util import check_env, env
     from torch.distributed.run import get_args_parser
 
     theirs = {a.dest for a in get_args_parser()._actions if isinstance(a, (env, check_env))}
-    ours = set(APPLIED) | set(NOT_USED)
-    assert theirs - ours == set(), "torchrun reads PET_ variables accel does not place"
-    assert not set(APPLIED) & set(NOT_USED)
+    assert theirs - set(APPLIED) == set(), "torchrun reads PET_ variables accel does not place"
 
 
 # (variables, what torchrun's parser gives, a function of accel's dry run giving the same)
@@ -166,18 +164,19 @@ def test_the_variables_win_over_the_project_config(
     assert plan(capsys, monkeypatch, {"PET_NPROC_PER_NODE": "2"})["nproc_per_node"] == 2
 
 
-def test_variables_accel_does_without_are_shown_not_refused(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_torchx_log_dir_and_redirects_are_torchruns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    env = {"PET_LOG_DIR": "/tmp/torchx/logs", "PET_REDIRECTS": "3"}
-    rows = plan(capsys, monkeypatch, env)["from_environment"]
-    assert {r["variable"]: r["status"].split(":")[0] for r in rows} == {
-        "PET_LOG_DIR": "not used",
-        "PET_REDIRECTS": "not used",
+    """TorchX's local scheduler sets PET_LOG_DIR for every job: applied as torchrun does
+    (it was shown as not used until stop 55; a dry run makes no folder)."""
+    logs = tmp_path / "torchx" / "logs"
+    env = {"PET_LOG_DIR": str(logs), "PET_REDIRECTS": "3"}
+    got = plan(capsys, monkeypatch, env)
+    assert {r["variable"]: r["status"] for r in got["from_environment"]} == {
+        "PET_LOG_DIR": "applied",
+        "PET_REDIRECTS": "applied",
     }
-    assert main(["launch", "--dry-run", "--cpu", SCRIPT]) == 0
-    out = capsys.readouterr().out
-    assert "PET_LOG_DIR" in out and "accel keeps every rank's log in" in out
+    assert got["torchrun_log_dir"] == str(logs) and not logs.exists()
 
 
 @pytest.mark.parametrize(

@@ -160,6 +160,42 @@ def test_stdout_and_stderr_stay_apart_as_under_torchrun(
 @pytest.mark.slow
 @pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
 @pytest.mark.timeout(120)
+def test_redirects_tee_and_log_dir_are_those_of_torchrun(
+    accel_exe: list[str], project: Path
+) -> None:
+    """``--redirects 3 --tee 0:1 --log-dir D``, a cluster script's habit (every rank to
+    files, rank 0's stdout kept on the console): the same files as torchrun's, the same
+    lines on the console. accel refused --log-dir and --redirects until stop 55."""
+    script = str(SCRIPTS / "streams.py")
+    flags = ["--nproc-per-node", "2", "--redirects", "3", "--tee", "0:1"]
+    theirs = run([str(TORCHRUN), *flags, "--log-dir", "theirs", script], project)
+    ours = run([*accel_exe, "launch", *flags, "--log-dir", "ours", script], project)
+    assert theirs.returncode == 0 and ours.returncode == 0, ours.stderr
+
+    def files(folder: str) -> dict[str, str]:
+        (root,) = (project / folder).iterdir()  # <rdzv id>_<random>
+        return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.log")}
+
+    expected = {
+        f"attempt_0/{rank}/{stream}.log": "".join(f"{stream[3:]} {rank} {i}\n" for i in range(3))
+        for rank in (0, 1)
+        for stream in ("stdout", "stderr")
+    }
+    assert files("theirs") == files("ours") == expected
+
+    def console(text: str) -> list[str]:  # the workers' lines, without either's prefix
+        lines = (re.sub(r"^\[(rank|default)\d\]:? ?", "", line) for line in text.splitlines())
+        return [line for line in lines if re.fullmatch(r"(out|err) \d \d", line)]
+
+    assert console(theirs.stdout) == console(ours.stdout) == [f"out 0 {i}" for i in range(3)]
+    assert console(theirs.stderr) == console(ours.stderr) == []
+    log = (run_folder(project) / "rank-1.log").read_text()  # accel's keeps every stream
+    assert "out 1 2" in log and "[stderr] err 1 2" in log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
+@pytest.mark.timeout(120)
 def test_file_argv_and_path_are_those_of_torchrun(accel_exe: list[str], project: Path) -> None:
     (project / "sub").mkdir()
     shutil.copy(SCRIPTS / "sub" / "where.py", project / "sub" / "where.py")

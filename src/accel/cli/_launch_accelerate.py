@@ -127,13 +127,8 @@ FLAGS: dict[str, Placement] = {
     "machine_rank": _same("`--node-rank`"),
     "main_process_ip": _same("node 0's host for a multi-node job (one node binds a free port)"),
     "main_process_port": _same("node 0's port for a multi-node job (one node binds a free port)"),
-    "tee": _same(
-        "as torchrun's `--tee`: checked; every stream is on the console and in each rank's log",
-    ),
-    "log_dir": _refused(
-        "accel keeps every rank's stdout and stderr apart in `logs/runs/<run>/rank-N.log`; read "
-        "them with `accel logs`",
-    ),
+    "tee": _same("as torchrun's `--tee`: these streams also go to files in `--log_dir`"),
+    "log_dir": _same("as torchrun's `--log-dir`: the `--tee` streams' files, torchrun's layout"),
     "role": _same("the workers' `ROLE_NAME`"),
     "rdzv_backend": _same("`c10d` or `static` (accel's rendezvous is c10d, hosted by node 0)"),
     "rdzv_conf": _same("settings of torch's c10d rendezvous, as torchrun's `--rdzv-conf`"),

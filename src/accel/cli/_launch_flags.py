@@ -19,8 +19,6 @@ launch`` command line means under ``accel launch`` what it meant before:
 - ``--use_fsdp`` is ``--fsdp``; ``--fsdp_auto_wrap_policy`` takes Accelerate's names
   (``TRANSFORMER_BASED_WRAP``, ...) as well as accel's; ``--fsdp_version`` other than 2
   is refused (accel shards with FSDP2 only).
-- ``--log_dir`` and ``--redirects`` are refused with a pointer to where accel keeps
-  the logs.
 
 torchrun's flags that are not accel's options under another name are in
 :mod:`accel.cli._launch_torchrun`.
@@ -93,13 +91,6 @@ def translate(params: Mapping[str, Any]) -> LaunchFlags:
 
 
 def _refuse(params: Mapping[str, Any]) -> None:
-    for name in ("log_dir", "redirects"):
-        if params.get(name) is not None:
-            raise UsageError(
-                f"--{name.replace('_', '-')} is not needed: accel keeps every rank's stdout and "
-                "stderr apart, in .accelerate/logs/runs/<run-id>/rank-N.log and on the "
-                "console; read them with `accel logs`"
-            )
     version = params.get("fsdp_version")
     if version is not None and str(version).strip() != "2":
         raise UsageError(

@@ -8,8 +8,8 @@ of a two-pod job would train alone as a world of its own.
 
 The precedence is torchrun's: a flag typed on the command line wins over its variable,
 the variable wins over the configuration (torchrun has none: the scheduler's shape is
-the job's). Every torchrun variable is named here, applied or not used (with why); a
-torch release that adds one fails tests/launch/test_launch_pet.py until it is placed.
+the job's). Every torchrun variable is applied here; a torch release that adds one fails
+tests/launch/test_launch_pet.py until it is placed.
 """
 
 from __future__ import annotations
@@ -53,14 +53,9 @@ APPLIED = {
     "signals_to_handle": "signals_to_handle",
     "virtual_local_rank": "virtual_local_rank",
     "log_line_prefix_template": "log_line_prefix_template",
-}
-
-# torchrun's dest -> why accel does without it (the variable is shown, never an error).
-NOT_USED = {
-    # Typed, --log-dir and --redirects are refused with a pointer; set by a scheduler
-    # (TorchX's local scheduler sets PET_LOG_DIR for every job) they must not fail the job.
-    "log_dir": "accel keeps every rank's log in .accelerate/logs/runs/<run>/rank-N.log",
-    "redirects": "accel keeps every rank's stdout and stderr, apart, in its log",
+    # TorchX's local scheduler sets PET_LOG_DIR for every job, inside its app's folder
+    "log_dir": "log_dir",
+    "redirects": "redirects",
 }
 
 
@@ -71,12 +66,10 @@ class FromEnvironment:
     params: dict[str, Any] = field(default_factory=dict)  # option -> value, as if typed
     applied: list[tuple[str, str, str]] = field(default_factory=list)  # (var, value, --flag)
     overridden: list[tuple[str, str, str]] = field(default_factory=list)  # the flag won
-    not_used: list[tuple[str, str, str]] = field(default_factory=list)  # (var, value, why)
 
     def summary(self) -> str | None:
         """One line for a real launch, None when no ``PET_*`` variable is set."""
         parts = [f"{var}={value} ({flag})" for var, value, flag in self.applied]
-        parts += [f"{var} not used ({why})" for var, _, why in self.not_used]
         if not parts:
             return None
         return "torchrun's variables: " + ", ".join(parts)
@@ -97,9 +90,6 @@ class FromEnvironment:
         rows += [
             {"variable": v, "value": x, "as": f, "status": "the command line wins"}
             for v, x, f in self.overridden
-        ]
-        rows += [
-            {"variable": v, "value": x, "status": f"not used: {w}"} for v, x, w in self.not_used
         ]
         return rows
 
@@ -123,10 +113,6 @@ def from_environment(ctx: typer.Context, env: Mapping[str, str]) -> FromEnvironm
         out.params[name] = _convert(param, value, var, flag, ctx)
         _check(name, out.params[name], var, flag)
         out.applied.append((var, value, flag))
-    for dest, why in NOT_USED.items():
-        var = PREFIX + dest.upper()
-        if env.get(var):
-            out.not_used.append((var, env[var], why))
     return out
 
 

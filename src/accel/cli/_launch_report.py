@@ -164,6 +164,8 @@ def show_plan(
     _output.out(f"rendezvous {plan.rdzv_backend} {plan.rdzv_endpoint} id={plan.rdzv_id}{extra}")
     _output.out(f"restarts   {plan.max_restarts}, grace period {plan.grace_period:g}s")
     _output.out(f"logs       {plan.run_dir}")
+    if plan.torchrun_logs.log_dir is not None:
+        _output.out(f"           and torchrun's files under {plan.torchrun_logs.log_dir}")
     if requeue:
         _output.out(f"requeue    {' '.join(requeue)} (node 0, when SLURM stops the job)")
     for note in plan.notes:

@@ -10,8 +10,10 @@ Each keeps torchrun's meaning, checked as torchrun checks it:
 - ``--shutdown-timeout SECONDS`` is ``--stop-grace-period``.
 - ``--run-path`` and ``--start-method``: a script's workers are new processes that run
   the file as ``__main__`` under torchrun and accel alike; the value is checked.
-- ``--tee`` is checked and changes nothing: without ``--redirects`` torchrun's console
-  shows every stream whatever its value, as accel's does (and each rank's log keeps it).
+- ``--redirects`` and ``--tee`` choose each local rank's streams that go to files (and,
+  redirected and not tee'd, off the console); ``--log-dir`` is where the files go, in
+  torchrun's layout (:mod:`accel.runs.torchrun_logs`). Each rank's log keeps every
+  stream whatever they say.
 
 The rest change what torchrun's own machinery does where accel has its own; they are
 accepted and said in one line each when the run starts (:data:`NOTED`). The table is
@@ -25,9 +27,11 @@ import re
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from accel.errors import UsageError
+from accel.runs.torchrun_logs import TorchrunLogs
 
 # What torch's c10d rendezvous reads from its configuration, and the kind of each value.
 RDZV_CONF_KEYS = {
@@ -43,8 +47,6 @@ RDZV_CONF_KEYS = {
 }
 _BOOLS = ("1", "0", "true", "false", "yes", "no", "y", "n", "on", "off")
 START_METHODS = ("spawn", "fork", "forkserver")
-# --tee: one stream choice (0-3) for every rank, or local rank -> choice pairs
-_TEE = re.compile(r"[0-3]|(\d:[0-3],)*\d:[0-3]")
 DEFAULT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # torchrun's, and accel's
 NUMA_MODES = ("node", "socket", "exclusive", "core-complex")  # torch.numa.binding's
 
@@ -73,17 +75,15 @@ class TorchrunFlags:
     local_addr: str | None = None
     local_ranks: frozenset[int] | None = None
     grace: str | None = None  # --shutdown-timeout as a --stop-grace-period
+    logs: TorchrunLogs = field(default_factory=TorchrunLogs)  # --log-dir, --redirects, --tee
     notes: list[str] = field(default_factory=list)
 
 
 def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
     """The parsed options of ``accel launch`` -> :class:`TorchrunFlags`; UsageError if bad."""
-    tee = params.get("tee")
-    if tee is not None and not _TEE.fullmatch(str(tee)):
-        raise UsageError(
-            f"invalid value for --tee: expected 0 to 3 (none, stdout, stderr, both) or "
-            f"LOCAL_RANK:N pairs like 0:3,1:1, as torchrun takes, got {tee!r}"
-        )
+    logs = TorchrunLogs.parse(
+        params.get("log_dir"), params.get("redirects"), params.get("tee"), Path.cwd()
+    )
     method = params.get("start_method")
     if method is not None and method not in START_METHODS:
         raise UsageError(f"invalid value for --start-method: expected one of spawn, fork, "
@@ -110,6 +110,7 @@ def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
         local_addr=_local_addr(params.get("local_addr")),
         local_ranks=local_ranks(params.get("local_ranks_filter")),
         grace=None if timeout is None or params.get("grace") else f"{timeout}s",
+        logs=logs,
         notes=notes,
     )
 

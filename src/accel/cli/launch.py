@@ -267,8 +267,24 @@ def launch(
         "--tee",
         "-t",
         metavar="STREAMS",
-        help="torchrun: 0-3 or 0:3,1:1; accel shows every stream on the console and keeps "
-        "each rank's in its log.",
+        help="torchrun: streams also written to --log-dir, kept on the console: 0-3 "
+        "(none, stdout, stderr, both) or LOCAL_RANK:N pairs like 0:3,1:1.",
+        rich_help_panel=_COMPAT,
+    ),
+    redirects: str | None = typer.Option(
+        None,
+        "--redirects",
+        "-r",
+        metavar="STREAMS",
+        help="torchrun: streams written to --log-dir instead of the console (as --tee); "
+        "each rank's log keeps all.",
+        rich_help_panel=_COMPAT,
+    ),
+    log_dir: str | None = typer.Option(
+        None,
+        "--log-dir",
+        metavar="PATH",
+        help="torchrun: write the --redirects and --tee streams here, in torchrun's layout.",
         rich_help_panel=_COMPAT,
     ),
     role: str | None = typer.Option(
@@ -381,8 +397,6 @@ def launch(
         help="SLURM: when SIGTERM (or --signal=USR1@T) stops the job, requeue it "
         "(scontrol requeue): it starts again and resumes from its newest checkpoint.",
     ),
-    log_dir: str | None = typer.Option(None, "--log-dir", hidden=True),
-    redirects: str | None = typer.Option(None, "--redirects", "-r", hidden=True),
 ) -> int:
     """Start SCRIPT as N torch.distributed workers on this node, or join a multi-node job.
 
@@ -437,6 +451,7 @@ def launch(
         console_local_ranks=theirs.local_ranks,
         rdzv_conf=theirs.rdzv_conf,
         local_addr=theirs.local_addr,
+        torchrun_logs=theirs.logs,
         command=("accel", *sys.argv[1:]),
         no_python=params["no_python"],
         total_processes=given.total_processes,

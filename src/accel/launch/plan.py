@@ -24,6 +24,7 @@ from accel.launch.launcher_env import accel_env, launcher_set, refusal
 from accel.launch.request import LaunchRequest
 from accel.launch.schedulers import DEFAULT_RDZV_PORT, Scheduler, detect
 from accel.launch.target import check_module
+from accel.runs.torchrun_logs import TorchrunLogs
 from accel.store.series import series_from_env
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
@@ -63,6 +64,8 @@ class LaunchPlan:
     console_local_ranks: frozenset[int] | None = None  # torchrun --local-ranks-filter
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)  # torch's c10d rendezvous
     local_addr: str | None = None  # this node's address in the rendezvous
+    # torchrun --log-dir, --redirects, --tee (accel.runs.torchrun_logs)
+    torchrun_logs: TorchrunLogs = field(default_factory=TorchrunLogs)
     # launch.preload: workers forked from a template that imported torch (launch/preload.py)
     preload: bool = False
     preload_modules: tuple[str, ...] = ()
@@ -127,6 +130,7 @@ def plan_launch(
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     _check_shown_ranks(request, nproc, nproc * nodes.nnodes)
+    request.torchrun_logs.check(workspace)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     run_name = _run_name(config, env)
     workers_env = worker_env(config, request, env, nproc, gpu_count, cache_dir)
@@ -162,6 +166,7 @@ def plan_launch(
         console_local_ranks=request.console_local_ranks,
         rdzv_conf=dict(request.rdzv_conf),
         local_addr=request.local_addr,
+        torchrun_logs=request.torchrun_logs,
         config=config.nested(),
         settings=config.settings,
         preload=config.settings.launch.preload,

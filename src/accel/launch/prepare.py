@@ -97,5 +97,6 @@ def dry_run(plan: LaunchPlan) -> dict[str, Any]:
         "stop_grace_period": plan.grace_period,
         "worker_env": redact_env(plan.worker_env),
         "run_dir": str(plan.run_dir),
+        "torchrun_log_dir": str(log_dir) if (log_dir := plan.torchrun_logs.log_dir) else None,
         "config": redact_mapping(plan.config),
     }

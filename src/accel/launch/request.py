@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from accel.errors import UsageError
 from accel.launch.launcher_env import launcher_set, refusal
+from accel.runs.torchrun_logs import TorchrunLogs
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class LaunchRequest:
     console_local_ranks: frozenset[int] | None = None  # torchrun --local-ranks-filter
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)  # torchrun --rdzv-conf
     local_addr: str | None = None  # torchrun --local-addr
+    # torchrun --log-dir, --redirects, --tee (accel.runs.torchrun_logs)
+    torchrun_logs: TorchrunLogs = field(default_factory=TorchrunLogs)
     command: tuple[str, ...] = ()  # the launcher's own argv, for the record
     no_python: bool = False  # SCRIPT is a program to run as it is (torchrun --no-python)
     # Hugging Face's --num_processes: the job's total, divided among the nodes.

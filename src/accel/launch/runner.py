@@ -55,6 +55,7 @@ from accel.runs.failures import (
 )
 from accel.runs.logs import ConsoleSink, LogRouter
 from accel.runs.status import RunStatus
+from accel.runs.torchrun_logs import LogMirror
 
 if TYPE_CHECKING:
     from accel.launch.teardown import Returned, Teardown
@@ -215,7 +216,13 @@ class _Run:
         argv = (*plan.command, *plan.worker_command)
         self.secrets = secret_values({**os.environ, **plan.worker_env}, argv=argv)
         self.router = LogRouter(
-            plan.run_dir, scratch, plan.nproc_per_node, sink, self._show, secrets=self.secrets
+            plan.run_dir,
+            scratch,
+            plan.nproc_per_node,
+            sink,
+            self._show,
+            secrets=self.secrets,
+            torchrun=plan.torchrun_logs,
         )
         # Under preload, telemetry reads the forked workers, not their shims.
         observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
@@ -232,16 +239,21 @@ class _Run:
     # -- the run -------------------------------------------------------------------------
 
     def execute(self) -> RunOutcome:
+        plan = self.plan
+        mirror = None  # torchrun's --log-dir: refused (a folder it cannot make) before a run
+        if plan.torchrun_logs.log_dir is not None:
+            mirror = LogMirror(plan.torchrun_logs, plan.rdzv_id)
         self.plan.run_dir.mkdir(parents=True, exist_ok=False)
         # Named once it exists: a launch refused before never names a folder it never made.
-        plan = self.plan
-        said = f"run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"
-        for line in (said, *plan.notes):  # then what accel chose for the user
+        said = [f"run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"]
+        if mirror is not None:
+            said.append(f"torchrun's log files in {mirror.root}")
+        for line in (*said, *plan.notes):  # then what accel chose for the user
             self.notify(f"accel: {line}")
         self.record = report.start_record(self.plan, facts(self.plan.cwd))
         self._save()
         status, code = RunStatus.FAILED, 1
-        self.router.start()
+        self.router.start(mirror)
         self.observer.start()
         try:
             with (

@@ -38,6 +38,7 @@ from accel.runs.streams import (
     Splitter,
     log_prefix,
 )
+from accel.runs.torchrun_logs import LogMirror, TorchrunLogs
 
 
 class ConsoleSink(Protocol):
@@ -96,8 +97,12 @@ class LogRouter:
         sink: ConsoleSink | None,
         show: Callable[[int], bool],
         secrets: Sequence[str] = (),
+        torchrun: TorchrunLogs | None = None,
     ) -> None:
         self.run_dir = run_dir
+        # torchrun's --redirects (off the console) and, with --log-dir, its files (start)
+        self._torchrun = torchrun or TorchrunLogs()
+        self._mirror: LogMirror | None = None
         # Values a worker may print (its tokens, URL passwords): hidden in logs and console.
         self._secrets = tuple(s.encode("utf-8", "surrogateescape") for s in secrets)
         self._sink = sink
@@ -123,12 +128,14 @@ class LogRouter:
     def stderr_fifos(self) -> list[Path]:
         return [p for (_, s), p in sorted(self._paths.items()) if s == STDERR]
 
-    def start(self) -> LogRouter:
+    def start(self, mirror: LogMirror | None = None) -> LogRouter:
+        self._mirror = mirror
         for key, path in self._paths.items():
             os.mkfifo(path, 0o600)
             # O_RDWR: we are a writer too, so the FIFO never reports EOF between attempts.
             fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-            every = self._sink.redraw_every(key[1]) if self._sink is not None else None
+            sink = self._sink if self._torchrun.on_console(*key) else None  # --redirects
+            every = sink.redraw_every(key[1]) if sink is not None else None
             self._sources[key] = _Source(fd, every, self._secret_start)
         self._thread.start()
         return self
@@ -139,6 +146,8 @@ class LogRouter:
             self._drain_all()
             self._end_streams()
             self._global = dict(local_to_global)
+            if self._mirror is not None:
+                self._mirror.begin_attempt(restart, self._global)
             for rank in self._global.values():
                 log = self._log(rank)
                 if restart:
@@ -163,6 +172,8 @@ class LogRouter:
             for log in self._logs.values():
                 log.fh.close()
             self._logs.clear()
+            if self._mirror is not None:
+                self._mirror.close()
         for path in self._paths.values():
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -264,6 +275,8 @@ class LogRouter:
         rank, stream = self._rank(key), key[1]
         log, lines = self._log(rank), self._sources[key].lines
         log.write(b"".join(log.interleave.render(stream, p) for p in pieces))
+        if self._mirror is not None:  # torchrun's file holds the stream as it was written
+            self._mirror.write(key, b"".join(p.data + p.end for p in pieces))
         for piece in pieces:
             line = lines.add(piece)
             if line is not None:

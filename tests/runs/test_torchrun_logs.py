@@ -1,0 +1,160 @@
+"""torchrun's ``--redirects``, ``--tee`` and ``--log-dir`` under accel (fast: no process).
+
+The rules are checked against torch's own ``DefaultLogsSpecs`` for the installed release;
+the files against what accel's log router writes, redaction and restarts included."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accel.errors import UsageError
+from accel.runs.logs import LogRouter
+from accel.runs.streams import Piece
+from accel.runs.torchrun_logs import STDERR, STDOUT, LogMirror, Streams, TorchrunLogs
+
+VALUES = [None, "0", "1", "2", "3", "0:3", "1:2", "0:1,1:2", "0:3,1:0,2:1", "3:3"]
+
+
+def torchruns(tmp_path: Path, redirects: str | None, tee: str | None, nproc: int) -> Any:
+    """What torch's DefaultLogsSpecs makes of the two flags for ``nproc`` local ranks."""
+    from torch.distributed.elastic.multiprocessing import Std
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+
+    specs = DefaultLogsSpecs(
+        log_dir=str(tmp_path / "torchrun"),
+        redirects=Std.from_str(redirects) if redirects is not None else Std.NONE,
+        tee=Std.from_str(tee) if tee is not None else Std.NONE,
+    )
+    envs = {i: {"TORCHELASTIC_RUN_ID": "job", "RANK": str(i)} for i in range(nproc)}
+    return specs.reify(envs)
+
+
+@pytest.mark.parametrize("redirects", VALUES)
+@pytest.mark.parametrize("tee", VALUES)
+def test_which_streams_go_where_is_torchruns(
+    tmp_path: Path, redirects: str | None, tee: str | None
+) -> None:
+    """A file for each stream either flag names; off the console when redirected and not
+    tee'd (torchrun's console is the worker's own stream, or a tail of the tee'd file)."""
+    dest = torchruns(tmp_path, redirects, tee, nproc=4)
+    ours = TorchrunLogs.parse("logs", redirects, tee, tmp_path)
+    for local in range(4):
+        for stream, files, teed in (
+            (STDOUT, dest.stdouts, dest.tee_stdouts),
+            (STDERR, dest.stderrs, dest.tee_stderrs),
+        ):
+            to_file = bool(files[local])
+            assert ours.to_file(local, stream) == to_file, (local, stream)
+            assert ours.on_console(local, stream) == (not to_file or local in teed)
+            if to_file:  # torchrun's layout: <log dir>/<run id>_<random>/attempt_0/<rank>/
+                parts = Path(files[local]).relative_to(tmp_path / "torchrun").parts
+                assert parts[0].startswith("job_")
+                assert parts[1:] == ("attempt_0", str(local), f"{stream}.log")
+
+
+@pytest.mark.parametrize("text", ["4", "", " 3", "3,", "0:4", "x", "0:3,", "10:3", "-1"])
+def test_a_value_torchrun_refuses_is_refused(text: str) -> None:
+    from torch.distributed.elastic.multiprocessing import Std
+
+    with pytest.raises(ValueError):
+        Std.from_str(text)
+    with pytest.raises(UsageError, match="invalid value for --redirects: expected 0 to 3"):
+        Streams.parse("--redirects", text)
+
+
+def test_log_dir_dev_null_is_torchruns_no_files(tmp_path: Path) -> None:
+    """torchrun writes nothing for ``--log-dir /dev/null``: what it redirects is gone
+    (here: off the console, and in each rank's log as always)."""
+    logs = TorchrunLogs.parse(os.devnull, "3", None, tmp_path)
+    assert logs.log_dir is None and not logs.to_file(0, STDOUT)
+    assert not logs.on_console(0, STDOUT) and not logs.on_console(1, STDERR)
+
+
+def test_the_log_dir_is_absolute_and_checked(tmp_path: Path) -> None:
+    logs = TorchrunLogs.parse("a/b", None, "3", tmp_path)
+    assert logs.log_dir == tmp_path / "a" / "b"
+    workspace = tmp_path / ".accelerate"
+    logs.check(workspace)  # a folder to make, outside the workspace
+    assert not (tmp_path / "a").exists()  # checking makes nothing
+    for inside in (".accelerate", ".accelerate/logs/x"):
+        with pytest.raises(UsageError, match="inside the workspace"):
+            TorchrunLogs.parse(inside, None, None, tmp_path).check(workspace)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is a file; give a folder"):
+        TorchrunLogs.parse("file/logs", None, None, tmp_path).check(workspace)
+    (tmp_path / "link").symlink_to(workspace, target_is_directory=True)
+    workspace.mkdir()
+    with pytest.raises(UsageError, match="inside the workspace"):  # through a link too
+        TorchrunLogs.parse("link/logs", None, None, tmp_path).check(workspace)
+
+
+def feed(router: LogRouter, local: int, stream: str, data: bytes) -> None:
+    fd = os.open(router._paths[(local, stream)], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+class Console:
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, str, bytes]] = []
+
+    def __call__(self, rank: int, stream: str, piece: Piece) -> None:
+        self.seen.append((rank, stream, piece.data))
+
+    def redraw_every(self, stream: str) -> float:
+        return 1.0
+
+
+def test_the_router_writes_torchruns_files_per_attempt(tmp_path: Path) -> None:
+    """Redirected streams leave the console; the files hold each attempt's output, the
+    secrets hidden; the rank logs keep everything."""
+    run_dir, fifos = tmp_path / "run", tmp_path / "fifos"
+    run_dir.mkdir()
+    fifos.mkdir()
+    logs = TorchrunLogs.parse("logs", "3", "0:1", tmp_path)
+    console = Console()
+    router = LogRouter(
+        run_dir, fifos, 2, console, lambda rank: True, secrets=["s3cret"], torchrun=logs
+    )
+    router.start(LogMirror(logs, "job/1"))  # a rendezvous id is no path
+    try:
+        router.begin_attempt({0: 0, 1: 1}, 0)
+        feed(router, 0, STDOUT, b"step 1 key=s3cret\n")
+        feed(router, 0, STDERR, b"warning 0\n")
+        feed(router, 1, STDOUT, b"rank 1 out\n")
+        feed(router, 1, STDERR, b"progress 50%\rprogress 100%\n")
+        router.begin_attempt({0: 0, 1: 1}, 1)  # drains the first attempt
+        feed(router, 1, STDOUT, b"after the restart\n")
+    finally:
+        router.close()
+    (root,) = (tmp_path / "logs").iterdir()
+    assert root.name.startswith("job_1_")
+    files = {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+    assert files == {
+        "attempt_0/0/stderr.log": b"warning 0\n",
+        "attempt_0/0/stdout.log": b"step 1 key=***\n",
+        "attempt_0/1/stderr.log": b"progress 50%\rprogress 100%\n",
+        "attempt_0/1/stdout.log": b"rank 1 out\n",
+        "attempt_1/0/stderr.log": b"",
+        "attempt_1/0/stdout.log": b"",
+        "attempt_1/1/stderr.log": b"",
+        "attempt_1/1/stdout.log": b"after the restart\n",
+    }
+    assert console.seen == [(0, STDOUT, b"step 1 key=***")]  # tee 0:1: rank 0's stdout
+    rank1 = (run_dir / "rank-1.log").read_text()
+    assert "rank 1 out" in rank1 and "after the restart" in rank1 and "progress 100%" in rank1
+
+
+def test_a_log_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    logs = TorchrunLogs.parse("file/logs", "3", None, tmp_path)
+    with pytest.raises(UsageError, match=r"--log-dir .*file/logs: cannot make a folder there"):
+        LogMirror(logs, "job")
