@@ -11,6 +11,11 @@ from typing import Any
 
 import pytest
 
+# Imported at collection: a CUDA build's first `import torch` runs ldconfig, which the
+# fast lane's guard would take for a process the test started.
+from torch.distributed.elastic.multiprocessing import Std
+from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+
 from accel.errors import UsageError
 from accel.runs.logs import LogRouter
 from accel.runs.streams import Piece
@@ -21,9 +26,6 @@ VALUES = [None, "0", "1", "2", "3", "0:3", "1:2", "0:1,1:2", "0:3,1:0,2:1", "3:3
 
 def torchruns(tmp_path: Path, redirects: str | None, tee: str | None, nproc: int) -> Any:
     """What torch's DefaultLogsSpecs makes of the two flags for ``nproc`` local ranks."""
-    from torch.distributed.elastic.multiprocessing import Std
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
-
     specs = DefaultLogsSpecs(
         log_dir=str(tmp_path / "torchrun"),
         redirects=Std.from_str(redirects) if redirects is not None else Std.NONE,
@@ -58,20 +60,31 @@ def test_which_streams_go_where_is_torchruns(
 
 @pytest.mark.parametrize("text", ["4", "", " 3", "3,", "0:4", "x", "0:3,", "10:3", "-1"])
 def test_a_value_torchrun_refuses_is_refused(text: str) -> None:
-    from torch.distributed.elastic.multiprocessing import Std
-
     with pytest.raises(ValueError):
         Std.from_str(text)
     with pytest.raises(UsageError, match="invalid value for --redirects: expected 0 to 3"):
         Streams.parse("--redirects", text)
 
 
-def test_log_dir_dev_null_is_torchruns_no_files(tmp_path: Path) -> None:
-    """torchrun writes nothing for ``--log-dir /dev/null``: what it redirects is gone
-    (here: off the console, and in each rank's log as always)."""
-    logs = TorchrunLogs.parse(os.devnull, "3", None, tmp_path)
-    assert logs.log_dir is None and not logs.to_file(0, STDOUT)
-    assert not logs.on_console(0, STDOUT) and not logs.on_console(1, STDERR)
+@pytest.mark.parametrize(("redirects", "tee"), [("3", None), ("0:3", "1:1"), (None, "3")])
+def test_log_dir_dev_null_is_torchruns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redirects: str | None, tee: str | None
+) -> None:
+    """torchrun's ``--log-dir /dev/null`` writes no file and leaves every stream on the
+    console, whatever --redirects says (a first version took them off it)."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # should torch make a folder
+    specs = DefaultLogsSpecs(
+        log_dir=os.devnull,
+        redirects=Std.from_str(redirects) if redirects is not None else Std.NONE,
+        tee=Std.from_str(tee) if tee is not None else Std.NONE,
+    )
+    dest = specs.reify({i: {"TORCHELASTIC_RUN_ID": "job", "RANK": str(i)} for i in range(2)})
+    ours = TorchrunLogs.parse(os.devnull, redirects, tee, tmp_path)
+    assert ours.log_dir is None
+    for local in range(2):
+        for stream, files in ((STDOUT, dest.stdouts), (STDERR, dest.stderrs)):
+            assert files[local] == ""  # torchrun's console
+            assert ours.on_console(local, stream) and not ours.to_file(local, stream)
 
 
 def test_the_log_dir_is_absolute_and_checked(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ accel keeps every stream of every rank in ``rank-N.log`` whatever these flags sa
 change what they change under torchrun: a stream redirected and not tee'd is off the
 console, and with ``--log-dir`` the redirected and tee'd streams are also written there,
 redacted as accel's own logs are. (Without ``--log-dir`` torchrun writes them to a
-temporary folder; accel's rank logs are that place.) A worker's ``error.json``, which
+temporary folder; accel's rank logs are that place. With ``--log-dir /dev/null`` it
+writes none and every stream stays on the console.) A worker's ``error.json``, which
 torchrun also keeps there, stays accel's: the traceback is in the rank's log.
 """
 
@@ -80,9 +81,10 @@ class TorchrunLogs:
             if not log_dir.strip() or "\0" in log_dir:
                 raise UsageError(f"invalid value for --log-dir: expected a folder, got {log_dir!r}")
             folder = Path(os.path.abspath(cwd / Path(log_dir).expanduser()))
-            if str(folder) == os.devnull:  # torchrun's "no files": what it sends there is gone
-                folder = None
-        return cls(folder, Streams.parse("--redirects", redirects), Streams.parse("--tee", tee))
+        streams = Streams.parse("--redirects", redirects), Streams.parse("--tee", tee)
+        if str(folder) == os.devnull:  # torchrun then writes no file and redirects nothing
+            return cls()
+        return cls(folder, *streams)
 
     def on_console(self, local: int, stream: str) -> bool:
         """A stream redirected is off the console, unless it is tee'd too."""
