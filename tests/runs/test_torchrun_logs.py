@@ -171,3 +171,19 @@ def test_a_log_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     logs = TorchrunLogs.parse("file/logs", "3", None, tmp_path)
     with pytest.raises(UsageError, match=r"--log-dir .*file/logs: cannot make a folder there"):
         LogMirror(logs, "job")
+
+
+def test_a_full_disk_ends_the_file_not_the_run(tmp_path: Path) -> None:
+    """A write that fails (ENOSPC on /dev/full) closes that file; nothing is raised into
+    the log pump, and the other files go on."""
+    logs = TorchrunLogs.parse("logs", "3", None, tmp_path)
+    mirror = LogMirror(logs, "job")
+    mirror.begin_attempt(0, [0])
+    full = open("/dev/full", "ab")  # noqa: SIM115 - the mirror closes it
+    mirror._files[(0, STDOUT)] = full
+    mirror.write((0, STDOUT), b"x" * 10)
+    mirror.write((0, STDERR), b"still here\n")
+    assert full.closed and (0, STDOUT) not in mirror._files
+    mirror.close()
+    (err,) = (tmp_path / "logs").glob("job_*/attempt_0/0/stderr.log")
+    assert err.read_bytes() == b"still here\n"

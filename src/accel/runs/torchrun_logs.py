@@ -18,6 +18,7 @@ torchrun also keeps there, stays accel's: the traceback is in the rank's log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -150,16 +151,18 @@ class LogMirror:
         try:
             fh.write(data)
             fh.flush()
-        except OSError:  # a full disk there: accel's own log goes on holding it
-            self._files.pop(key).close()
+        except OSError:  # a full disk there: that file ends, accel's own log goes on
+            self._close(self._files.pop(key))
 
     def close(self) -> None:
         for fh in self._files.values():
-            try:
-                fh.close()
-            except OSError:
-                pass
+            self._close(fh)
         self._files.clear()
+
+    @staticmethod
+    def _close(fh: BinaryIO) -> None:
+        with contextlib.suppress(OSError):  # what a full disk left in its buffer is lost
+            fh.close()
 
     def _open(self, key: tuple[int, str], path: Path) -> None:
         try:  # closed by close()
