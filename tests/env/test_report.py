@@ -162,3 +162,13 @@ def test_live_runs_and_sizes_are_reported(
     assert data["workspace"]["live_runs"] == ["20261129-000000-abc123"]
     assert data["workspace"]["sizes"]["cache"] == 1234
     assert data["workspace"]["writable"] is True and data["workspace"]["layout_version"] == 1
+
+
+def test_json_and_markdown_together_are_one_line_exit_2(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two output forms at once printed JSON and dropped --markdown without a word."""
+    code, out, err = env_in_process(capsys, "--json", "--markdown", "--check")
+    assert (code, out) == (2, "")
+    assert err == "error: give --json (for machines) or --markdown (for a bug report), not both\n"
+    assert not (project / ".accelerate").exists()  # changes nothing

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from accel.cli import _app, _output
+from accel.errors import UsageError
 
 if TYPE_CHECKING:
     from accel.env import EnvReport
@@ -30,6 +31,8 @@ def env(
     """Report versions, devices, backends, variables, config and workspace health."""
     from accel.env import collect
 
+    if as_json and markdown:  # --check goes with either: it sets the exit code
+        raise UsageError("give --json (for machines) or --markdown (for a bug report), not both")
     if devices is None and not as_json and not check:
         devices = True
     ws = _app.workspace(ctx)
