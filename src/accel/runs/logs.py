@@ -10,7 +10,9 @@ attempts (stderr segments marked ``[stderr]``) and handed, with its stream, to t
 console callback. Because the launcher holds the read ends, nothing a worker wrote is
 lost when it dies. Beside each log, ``rank-N.log.idx`` maps byte offsets to times
 (``accel logs --since``), and :meth:`LogRouter.last_output` tells the hang watch when
-each rank last wrote.
+each rank last wrote. torchrun's ``--redirects`` keep a stream off the console, and
+with ``--log-dir`` the same pieces also go to torchrun's files
+(:mod:`accel.runs.torchrun_logs`).
 """
 
 from __future__ import annotations
