@@ -4,6 +4,7 @@ installed torch, so a release that adds a flag fails here until it is placed."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,44 @@ def test_each_spelling_of_each_flag_is_taken(
         assert code == 0, err
         if dest in NOTED:
             assert f"{option.replace('_', '-')} is accepted: {NOTED[dest]}" in out
+
+
+def legacy_launcher_parser(monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """``python -m torch.distributed.launch``'s parser: torchrun's and what it adds."""
+    import torch.distributed.launch as legacy
+
+    parsers: list[argparse.ArgumentParser] = []
+    parse = argparse.ArgumentParser.parse_args
+
+    def keep(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        parsers.append(self)
+        return parse(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(argparse.ArgumentParser, "parse_args", keep)
+        legacy.parse_args([SCRIPT])
+    return parsers[0]
+
+
+def test_the_legacy_launchers_lines_run_unchanged(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m torch.distributed.launch --nproc_per_node=2 --use_env main.py`` (DeiT's,
+    DETR's README) with ``accel launch`` in its place: its one flag of its own
+    (``--use-env``) is torchrun's behaviour, which accel's is, so the workers get the
+    command torch builds for it. (``No such option: --use-env`` until stop 55.)"""
+    from torch.distributed.run import config_from_args
+
+    parser = legacy_launcher_parser(monkeypatch)
+    theirs = {a.dest for a in parser._actions if a.option_strings} - {"help"}
+    assert theirs - {a.dest for a in torchrun_actions()} == {"use_env"}
+    for spelling in ("--use_env", "--use-env"):
+        args = parser.parse_args(["--nproc_per_node=2", spelling, SCRIPT, "--lr", "1"])
+        _, _, their_args = config_from_args(args)
+        got = dry_run_json(capsys, "--nproc_per_node=2", spelling, SCRIPT, "--lr", "1")
+        assert got["worker_command"][-3:] == their_args[-3:] == [SCRIPT, "--lr", "1"]
+        assert not any(a.startswith("--local-rank") for a in got["worker_command"])
+        assert got["nproc_per_node"] == 2
 
 
 def test_rendezvous_conf_is_torchruns(capsys: pytest.CaptureFixture[str]) -> None:

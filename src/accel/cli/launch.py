@@ -351,6 +351,9 @@ def launch(
     log_line_prefix_template: str | None = typer.Option(
         None, "--log-line-prefix-template", hidden=True
     ),
+    # `python -m torch.distributed.launch --use-env`: LOCAL_RANK in the environment and no
+    # --local-rank argument, which is what torchrun and accel do anyway
+    use_env: bool = typer.Option(False, "--use-env", hidden=True),
     print_completion: str | None = typer.Option(
         None,
         "--print-completion",
