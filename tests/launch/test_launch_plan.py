@@ -241,6 +241,23 @@ def test_missing_script(tmp_path: Path) -> None:
             "train.py)",
         ),
         ("python3.11", ("-u", "train.py"), "drop 'python3.11', accel starts the script"),
+        # another launcher's line with `accel launch` put before it, its secrets hidden
+        (
+            "torchrun",
+            ("--nproc-per-node", "2", "train.py", "--hf-token", "hf_abc123", "--lr", "1e-4"),
+            "no such script: torchrun (run from {cwd}); drop 'torchrun', accel launch takes "
+            "its flags itself (accel launch --nproc-per-node 2 train.py --hf-token '***' --lr "
+            "1e-4)",
+        ),
+        ("accelerate", ("launch", "train.py"), "drop 'accelerate launch', accel launch takes"),
+        ("accel", ("launch", "-n", "2", "x y.py"), "(accel launch -n 2 'x y.py')"),
+        (
+            "python3",
+            ("-m", "torch.distributed.launch", "--use_env", "main.py"),
+            "drop 'python3 -m torch.distributed.launch', accel launch takes its flags itself "
+            "(accel launch --use_env main.py)",
+        ),
+        ("torchrun", (), "drop 'torchrun', accel launch takes its flags itself (accel launch "),
         ("train", (), "no such script: train (run from {cwd}); did you mean train.py?"),
         # an interpreter given by its path exists: python stopped on its null bytes
         (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -256,11 +257,32 @@ def _is_program(path: Path) -> bool:
         os.close(fd)
 
 
+# Another launcher's words kept when `accel launch` was put before its line: the word(s)
+# typed -> how many of the arguments belong to them
+_LAUNCHERS = {
+    ("torchrun",): 0,
+    ("accelerate", "launch"): 1,
+    ("accel", "launch"): 1,
+    ("python", "-m", "torch.distributed.run"): 2,
+    ("python", "-m", "torch.distributed.launch"): 2,
+}
+
+
 def _meant(request: LaunchRequest, cwd: Path) -> str:
     """What a command line that names no script most likely meant (a habit from
-    ``python train.py``, or a name typed without its ``.py``)."""
+    ``python train.py``, another launcher's line kept after ``accel launch``, or a name
+    typed without its ``.py``)."""
     script, args = request.script, request.script_args
-    if re.fullmatch(r"python(\d+(\.\d+)?)?", Path(script).name) and args:
+    python = re.fullmatch(r"python(\d+(\.\d+)?)?", Path(script).name) is not None
+    for words, taken in _LAUNCHERS.items():
+        head = ("python" if python else Path(script).name, *args[:taken])
+        if head == words:
+            from accel._redact import redact_argv
+
+            line = " ".join(shlex.quote(a) for a in redact_argv(args[taken:])) or "SCRIPT"
+            typed = " ".join((script, *args[:taken]))
+            return f"; drop {typed!r}, accel launch takes its flags itself (accel launch {line})"
+    if python and args:
         named = next((a for a in args if not a.startswith("-")), "train.py")
         return (
             f"; drop {Path(script).name!r}, accel starts the script with Python itself "
