@@ -225,8 +225,12 @@ def test_the_module_is_looked_up_on_the_workers_pythonpath(tmp_path: Path) -> No
 
 
 def test_missing_script(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="no such script: nope.py"):
-        make_plan(tmp_path, script="nope.py")
+    with pytest.raises(UsageError, match=r"^no such script: nope.py \(run from .*\)$"):
+        make_plan(tmp_path, script="nope.py")  # nothing near: no guess
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "prep.py").write_text("")
+    with pytest.raises(UsageError, match=r"; did you mean tools/prep.py\?$"):
+        make_plan(tmp_path, script="tools/Prep.py")
 
 
 @pytest.mark.parametrize(
@@ -259,6 +263,8 @@ def test_missing_script(tmp_path: Path) -> None:
         ),
         ("torchrun", (), "drop 'torchrun', accel launch takes its flags itself (accel launch "),
         ("train", (), "no such script: train (run from {cwd}); did you mean train.py?"),
+        ("Train.py", (), "no such script: Train.py (run from {cwd}); did you mean train.py?"),
+        ("trian.py", ("--lr", "1"), "; did you mean train.py?"),
         # an interpreter given by its path exists: python stopped on its null bytes
         (
             sys.executable,

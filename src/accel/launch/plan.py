@@ -290,7 +290,26 @@ def _meant(request: LaunchRequest, cwd: Path) -> str:
         )
     if not Path(script).suffix and (cwd / f"{script}.py").is_file():
         return f"; did you mean {script}.py?"
-    return ""
+    return _near(script, cwd)
+
+
+def _near(script: str, cwd: Path) -> str:
+    """A script of the same folder whose name is a letter or two away (``Train.py``,
+    ``trian.py``): at most 200 names are read, so a huge folder costs nothing."""
+    import difflib
+    import itertools
+
+    typed = Path(script)
+    if typed.suffix != ".py":
+        return ""
+    try:
+        with os.scandir(cwd / typed.parent) as entries:
+            names = [e.name for e in itertools.islice(entries, 200) if e.name.endswith(".py")]
+    except OSError:
+        return ""
+    same = [n for n in names if n.lower() == typed.name.lower()]
+    close = same or difflib.get_close_matches(typed.name, names, n=1, cutoff=0.8)
+    return f"; did you mean {typed.with_name(close[0])}?" if close else ""
 
 
 def _check_program(request: LaunchRequest, cwd: Path, env: Mapping[str, str]) -> None:
