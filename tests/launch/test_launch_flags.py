@@ -239,6 +239,18 @@ def test_what_accel_cannot_honour_is_refused(
     assert not (project / ".accelerate").exists()
 
 
+def test_a_log_dir_in_a_moved_data_folder_is_refused(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    """``workspace.path`` moves the data folder (logs, checkpoints) out of .accelerate:
+    torchrun's files may not go there either (a first version looked at .accelerate only)."""
+    assert main(["config", "set", "workspace.path", str(project / "data")]) == 0
+    capsys.readouterr()
+    said = refused(capsys, "--dry-run", "--log-dir", "data/logs")
+    assert f"--log-dir {project / 'data' / 'logs'}: that is inside the workspace" in said
+    assert not (project / "data" / "logs").exists()
+
+
 def fsdp_env(p: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in p["worker_env"].items() if "FSDP" in k}
 

@@ -90,19 +90,20 @@ def test_log_dir_dev_null_is_torchruns(
 def test_the_log_dir_is_absolute_and_checked(tmp_path: Path) -> None:
     logs = TorchrunLogs.parse("a/b", None, "3", tmp_path)
     assert logs.log_dir == tmp_path / "a" / "b"
-    workspace = tmp_path / ".accelerate"
-    logs.check(workspace)  # a folder to make, outside the workspace
+    workspace, data = tmp_path / ".accelerate", tmp_path / "data"  # workspace.path moved it
+    owned = (workspace, data)
+    logs.check(owned)  # a folder to make, outside the workspace
     assert not (tmp_path / "a").exists()  # checking makes nothing
-    for inside in (".accelerate", ".accelerate/logs/x"):
+    for inside in (".accelerate", ".accelerate/logs/x", "data", "data/logs"):
         with pytest.raises(UsageError, match="inside the workspace"):
-            TorchrunLogs.parse(inside, None, None, tmp_path).check(workspace)
+            TorchrunLogs.parse(inside, None, None, tmp_path).check(owned)
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="is a file; give a folder"):
-        TorchrunLogs.parse("file/logs", None, None, tmp_path).check(workspace)
+        TorchrunLogs.parse("file/logs", None, None, tmp_path).check(owned)
     (tmp_path / "link").symlink_to(workspace, target_is_directory=True)
     workspace.mkdir()
     with pytest.raises(UsageError, match="inside the workspace"):  # through a link too
-        TorchrunLogs.parse("link/logs", None, None, tmp_path).check(workspace)
+        TorchrunLogs.parse("link/logs", None, None, tmp_path).check(owned)
 
 
 def feed(router: LogRouter, local: int, stream: str, data: bytes) -> None:

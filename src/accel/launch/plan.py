@@ -131,7 +131,6 @@ def plan_launch(
     nodes = _nodes(config, env, request)
     nproc = _nproc(_per_node(config, request, nodes), config, gpu_count)
     _check_shown_ranks(request, nproc, nproc * nodes.nnodes)
-    request.torchrun_logs.check(workspace)
     endpoint, rdzv_id, is_host = _rendezvous(config, nodes, run_id, env)
     run_name = _run_name(config, env)
     workers_env = worker_env(config, request, env, nproc, gpu_count, cache_dir)

@@ -29,6 +29,7 @@ def prepare(ws: Workspace, request: LaunchRequest, *, early: bool = False) -> La
     now = datetime.now(timezone.utc)
     config = ws.config
     check_launch(config, request, os.environ, Path.cwd())
+    request.torchrun_logs.check((ws.path, ws.data_path))  # once, before a template starts
     values: dict[str, Any] = {
         "env": os.environ,
         "cwd": Path.cwd(),

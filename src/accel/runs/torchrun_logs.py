@@ -96,17 +96,20 @@ class TorchrunLogs:
         redirected = self.redirects.has(local, stream) or self.tee.has(local, stream)
         return self.log_dir is not None and redirected
 
-    def check(self, workspace: Path) -> None:
-        """Where the files would go is a folder, or can be one, outside the workspace."""
+    def check(self, owned: Iterable[Path]) -> None:
+        """Where the files would go is a folder, or can be one, outside the folders the
+        workspace owns (its root and its data folder, which ``workspace.path`` may move),
+        links resolved."""
         if self.log_dir is None:
             return
         said = f"--log-dir {self.log_dir}"
-        inside, workspace = Path(os.path.realpath(self.log_dir)), Path(os.path.realpath(workspace))
-        if inside == workspace or workspace in inside.parents:
-            raise UsageError(
-                f"{said}: that is inside the workspace, where accel keeps every rank's log "
-                "already (`accel logs`); give a folder outside it"
-            )
+        inside = Path(os.path.realpath(self.log_dir))
+        for folder in dict.fromkeys(Path(os.path.realpath(p)) for p in owned):
+            if inside == folder or folder in inside.parents:
+                raise UsageError(
+                    f"{said}: that is inside the workspace, where accel keeps every rank's "
+                    "log already (`accel logs`); give a folder outside it"
+                )
         existing = next(p for p in (self.log_dir, *self.log_dir.parents) if p.exists())
         if not existing.is_dir():
             raise UsageError(f"{said}: {existing} is a file; give a folder")
