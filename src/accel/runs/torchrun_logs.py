@@ -29,8 +29,8 @@ from typing import BinaryIO
 
 from accel._fs import open_private_append
 from accel.errors import UsageError
+from accel.runs.streams import STDERR, STDOUT
 
-STDOUT, STDERR = "stdout", "stderr"  # accel.runs.streams' names (not imported: no cycle)
 _BITS = {STDOUT: 1, STDERR: 2}  # torchrun's Std: 0 none, 1 stdout, 2 stderr, 3 both
 # torchrun's names of each rank's two files (its layout, not accel's: accel.layout's own
 # rank logs end in .log too)
