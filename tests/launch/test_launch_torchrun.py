@@ -210,6 +210,21 @@ def test_torchruns_default_signals_say_nothing(capsys: pytest.CaptureFixture[str
     assert notes == [f"--signals-to-handle is accepted: {NOTED['signals_to_handle']}"]
 
 
+def test_duplicate_filters_with_a_log_dir_say_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With --log-dir the filtered files are written, as torchrun writes them: nothing to
+    say; without it (torchrun's files then go to a temporary folder) one line."""
+    flags = ["--duplicate-stdout-filters", "loss", "--duplicate-stderr-filters", "Error"]
+    notes = dry_run_json(capsys, *flags, "--log-dir", str(tmp_path / "logs"), SCRIPT)["notes"]
+    assert notes == []
+    notes = dry_run_json(capsys, *flags, SCRIPT)["notes"]
+    assert notes == [
+        f"--duplicate-{stream}-filters is accepted: {NOTED[f'duplicate_{stream}_filters']}"
+        for stream in ("stdout", "stderr")
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_torchtitans_line_runs_and_the_console_shows_the_filtered_rank(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from accel.workspace import Workspace
 
 HF_CONFIGS = Path(__file__).resolve().parent.parent / "config" / "hf_configs"
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+TORCH = tuple(int(part) for part in importlib.metadata.version("torch").split(".")[:2])
 
 
 class Collector:
@@ -165,9 +167,14 @@ def test_redirects_tee_and_log_dir_are_those_of_torchrun(
 ) -> None:
     """``--redirects 3 --tee 0:1 --log-dir D``, a cluster script's habit (every rank to
     files, rank 0's stdout kept on the console): the same files as torchrun's, the same
-    lines on the console. accel refused --log-dir and --redirects until stop 55."""
+    lines on the console. accel refused --log-dir and --redirects until stop 55. On a
+    torch with ``--duplicate-*-filters`` (2.7+), their files too: the matching lines of
+    the tee'd streams only (rank 1's ``out 1 2`` matches, but is not tee'd)."""
     script = str(SCRIPTS / "streams.py")
     flags = ["--nproc-per-node", "2", "--redirects", "3", "--tee", "0:1"]
+    filtered = TORCH >= (2, 7)
+    if filtered:
+        flags += ["--duplicate-stdout-filters", "0 1,1 2", "--duplicate-stderr-filters", "err"]
     theirs = run([str(TORCHRUN), *flags, "--log-dir", "theirs", script], project)
     ours = run([*accel_exe, "launch", *flags, "--log-dir", "ours", script], project)
     assert theirs.returncode == 0 and ours.returncode == 0, ours.stderr
@@ -181,6 +188,9 @@ def test_redirects_tee_and_log_dir_are_those_of_torchrun(
         for rank in (0, 1)
         for stream in ("stdout", "stderr")
     }
+    if filtered:
+        expected["attempt_0/filtered_stdout.log"] = "[default0]:out 0 1\n"
+        expected["attempt_0/filtered_stderr.log"] = ""
     assert files("theirs") == files("ours") == expected
 
     def console(text: str) -> list[str]:  # the workers' lines, without either's prefix

@@ -188,3 +188,131 @@ def test_a_full_disk_ends_the_file_not_the_run(tmp_path: Path) -> None:
     mirror.close()
     (err,) = (tmp_path / "logs").glob("job_*/attempt_0/0/stderr.log")
     assert err.read_bytes() == b"still here\n"
+
+
+def torch_tail(tmp_path: Path, data: bytes, header: str, needles: list[str]) -> bytes | None:
+    """What torchrun's tail of a tee'd file writes to its filtered file; None on a torch
+    without ``--duplicate-*-filters`` (2.7+)."""
+    import inspect
+    import io
+    import threading
+
+    from torch.distributed.elastic.multiprocessing.tail_log import tail_logfile
+
+    if "log_line_filter" not in inspect.signature(tail_logfile).parameters:
+        return None
+    path = tmp_path / "teed.log"
+    path.write_bytes(data)
+    out, finished = io.StringIO(), threading.Event()
+    finished.set()  # the worker is done: read to the end, once
+    tail_logfile(
+        header, str(path), out, finished, 0.0, lambda line: any(n in line for n in needles)
+    )
+    return out.getvalue().encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"loss 1\nstep 2\nother\nloss 3",  # the last line unended
+        b"progress 10%\rprogress 100% loss\r\nloss\r\rx loss\n",
+        b"loss \xff\xfe bytes\nno\n",  # not UTF-8: replaced, as torchrun's reader does
+        b"",
+        b"a,b loss\n,\n",
+    ],
+)
+def test_the_filtered_lines_are_those_of_torchruns_tail(tmp_path: Path, data: bytes) -> None:
+    """A tee'd stream cut into lines as torchrun's text reader cuts it (``\\r`` ends one),
+    fed in pieces of every size: the lines it keeps, headed as it heads them."""
+    needles = ["loss", "a,b"]
+    expected = torch_tail(tmp_path, data, "[default0]:", needles)
+    if expected is None:
+        pytest.skip("this torch has no --duplicate-*-filters")
+    from accel.runs.torchrun_logs import _Lines
+
+    for size in (1, 2, 3, 7, len(data) or 1):
+        lines = _Lines("[default0]:", tuple(needles))
+        pieces = [data[i : i + size] for i in range(0, len(data), size)]
+        got = b"".join(lines.feed(piece) for piece in pieces) + lines.feed(b"", end=True)
+        assert got == expected, size
+
+
+def test_filters_are_split_as_torchrun_splits_them() -> None:
+    from torch.distributed.run import get_args_parser
+
+    from accel.runs.torchrun_logs import filters
+
+    parser = get_args_parser()
+    if not any(a.dest == "duplicate_stdout_filters" for a in parser._actions):
+        pytest.skip("this torch has no --duplicate-*-filters")
+    for text in ("loss,step", "a,,b", "", ",", "a,,,b", ",,", "x,,,,y,"):
+        theirs = parser.parse_args(["--duplicate-stdout-filters", text, "t.py"])
+        assert filters(text) == tuple(theirs.duplicate_stdout_filters), text
+    assert filters(None) is None
+
+
+@pytest.mark.parametrize("shown", [None, frozenset({0}), frozenset({1, 3})])
+@pytest.mark.parametrize(("redirects", "tee"), [(None, "3"), ("3", "0:1,2:3"), (None, None)])
+def test_the_ranks_that_feed_the_filtered_file_are_torchruns(
+    tmp_path: Path, shown: frozenset[int] | None, redirects: str | None, tee: str | None
+) -> None:
+    """torchrun tails the tee'd files of the local ranks its console shows; only those."""
+    specs = DefaultLogsSpecs(
+        log_dir=str(tmp_path / "torchrun"),
+        redirects=Std.from_str(redirects) if redirects is not None else Std.NONE,
+        tee=Std.from_str(tee) if tee is not None else Std.NONE,
+        local_ranks_filter=set(shown) if shown is not None else None,
+    )
+    dest = specs.reify({i: {"TORCHELASTIC_RUN_ID": "job", "RANK": str(i)} for i in range(4)})
+    ours = TorchrunLogs.parse(
+        "logs", redirects, tee, tmp_path, duplicate=("loss", "Error"), shown=shown
+    )
+    for local in range(4):
+        assert ours.duplicated(local, STDOUT) == (local in dest.tee_stdouts), local
+        assert ours.duplicated(local, STDERR) == (local in dest.tee_stderrs), local
+    if hasattr(dest, "filtered_stdout"):  # torch 2.7+: where the file goes
+        assert Path(dest.filtered_stdout).name == "filtered_stdout.log"
+        assert Path(dest.filtered_stdout).parent.name == "attempt_0"
+    without_dir = TorchrunLogs.parse(None, redirects, tee, tmp_path, duplicate=("loss", None))
+    assert not any(without_dir.duplicated(local, STDOUT) for local in range(4))
+
+
+def test_the_router_writes_the_filtered_files_per_attempt(tmp_path: Path) -> None:
+    """Every tee'd rank's matching lines in one file per attempt, headed by the template,
+    the secrets hidden; a rank not tee'd and a stream without filters add nothing."""
+    run_dir, fifos = tmp_path / "run", tmp_path / "fifos"
+    run_dir.mkdir()
+    fifos.mkdir()
+    logs = TorchrunLogs.parse(
+        "logs",
+        None,
+        "0:3,1:1",
+        tmp_path,
+        duplicate=("loss,,x,step", None),
+        role="trainer",
+        prefix="[${role_name}|${rank}|${local_rank}]: ",
+    )
+    router = LogRouter(
+        run_dir, fifos, 3, Console(), lambda rank: True, secrets=["s3cret"], torchrun=logs
+    )
+    router.start(LogMirror(logs, "job"))
+    try:
+        router.begin_attempt({0: 4, 1: 5, 2: 6}, 0)
+        feed(router, 0, STDOUT, b"step 1 key=s3cret\nnothing\n")
+        feed(router, 0, STDERR, b"step on stderr\n")  # no stderr filters: no file
+        feed(router, 2, STDOUT, b"step 1 on rank 2\n")  # not tee'd
+        feed(router, 1, STDOUT, b"loss,x 0.5\nloss 0.5\n")
+        router.begin_attempt({0: 0, 1: 1, 2: 2}, 1)
+        feed(router, 1, STDOUT, b"step 9 after the restart")  # unended: the close ends it
+    finally:
+        router.close()
+    (root,) = (tmp_path / "logs").iterdir()
+    first = (root / "attempt_0" / "filtered_stdout.log").read_text().splitlines()
+    assert sorted(first) == [
+        "[trainer|4|0]: step 1 key=***",
+        "[trainer|5|1]: loss,x 0.5",
+    ]
+    assert (root / "attempt_1" / "filtered_stdout.log").read_text() == (
+        "[trainer|1|1]: step 9 after the restart\n"  # ended as in the rank's own files
+    )
+    assert not list(root.rglob("filtered_stderr.log"))

@@ -12,8 +12,9 @@ Each keeps torchrun's meaning, checked as torchrun checks it:
   the file as ``__main__`` under torchrun and accel alike; the value is checked.
 - ``--redirects`` and ``--tee`` choose each local rank's streams that go to files (and,
   redirected and not tee'd, off the console); ``--log-dir`` is where the files go, in
-  torchrun's layout (:mod:`accel.runs.torchrun_logs`). Each rank's log keeps every
-  stream whatever they say.
+  torchrun's layout (:mod:`accel.runs.torchrun_logs`), with the lines
+  ``--duplicate-stdout-filters`` and ``--duplicate-stderr-filters`` pick. Each rank's log
+  keeps every stream whatever they say.
 
 The rest change what torchrun's own machinery does where accel has its own; they are
 accepted and said in one line each when the run starts (:data:`NOTED`). The table is
@@ -54,16 +55,18 @@ NUMA_MODES = ("node", "socket", "exclusive", "core-complex")  # torch.numa.bindi
 NOTED = {
     "event_log_handler": "accel records the run's events in logs/runs/<run>/run.json",
     "logs_specs": "accel keeps every rank's stdout and stderr in logs/runs/<run>/rank-N.log",
-    "duplicate_stdout_filters": "every rank's output is in logs/runs/<run>/rank-N.log: "
-    "grep it, or `accel logs`",
-    "duplicate_stderr_filters": "every rank's output is in logs/runs/<run>/rank-N.log: "
-    "grep it, or `accel logs`",
+    # without --log-dir (torchrun's files then go to a temporary folder)
+    "duplicate_stdout_filters": "with --log-dir the matching lines go to torchrun's "
+    "filtered_stdout.log there; every rank's output is in logs/runs/<run>/rank-N.log",
+    "duplicate_stderr_filters": "with --log-dir the matching lines go to torchrun's "
+    "filtered_stderr.log there; every rank's output is in logs/runs/<run>/rank-N.log",
     "numa_binding": "accel does not bind workers to NUMA nodes; pin them with "
     "`numactl` in a --no-python wrapper",
     "signals_to_handle": "accel stops its workers on SIGTERM, SIGINT, SIGHUP and SIGQUIT "
     "(and SLURM's early-warning signal)",
     "virtual_local_rank": "each worker sees its own LOCAL_RANK and every GPU of --gpu-ids",
-    "log_line_prefix_template": "accel prefixes each console line with [rankN]",
+    "log_line_prefix_template": "accel prefixes each console line with [rankN] (the "
+    "template heads the lines of torchrun's filtered_*.log files)",
 }
 
 
@@ -81,8 +84,16 @@ class TorchrunFlags:
 
 def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
     """The parsed options of ``accel launch`` -> :class:`TorchrunFlags`; UsageError if bad."""
+    shown = local_ranks(params.get("local_ranks_filter"))
     logs = TorchrunLogs.parse(
-        params.get("log_dir"), params.get("redirects"), params.get("tee"), Path.cwd()
+        params.get("log_dir"),
+        params.get("redirects"),
+        params.get("tee"),
+        Path.cwd(),
+        duplicate=(params.get("duplicate_stdout_filters"), params.get("duplicate_stderr_filters")),
+        shown=shown,
+        role=params["role"] if params.get("role") is not None else "default",
+        prefix=params.get("log_line_prefix_template"),
     )
     method = params.get("start_method")
     if method is not None and method not in START_METHODS:
@@ -100,6 +111,9 @@ def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
     said = {**params}
     if _signals(params.get("signals_to_handle")) == set(DEFAULT_SIGNALS):
         said.pop("signals_to_handle")  # torchrun's default: what accel does
+    if logs.log_dir is not None:  # written there, as torchrun writes them
+        said.pop("duplicate_stdout_filters", None)
+        said.pop("duplicate_stderr_filters", None)
     notes = [
         f"--{dest.replace('_', '-')} is accepted: {why}"
         for dest, why in NOTED.items()
@@ -108,7 +122,7 @@ def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
     return TorchrunFlags(
         rdzv_conf=rdzv_conf(params.get("rdzv_conf")),
         local_addr=_local_addr(params.get("local_addr")),
-        local_ranks=local_ranks(params.get("local_ranks_filter")),
+        local_ranks=shown,
         grace=None if timeout is None or params.get("grace") else f"{timeout}s",
         logs=logs,
         notes=notes,
