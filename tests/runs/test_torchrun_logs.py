@@ -316,3 +316,14 @@ def test_the_router_writes_the_filtered_files_per_attempt(tmp_path: Path) -> Non
         "[trainer|1|1]: step 9 after the restart\n"  # ended as in the rank's own files
     )
     assert not list(root.rglob("filtered_stderr.log"))
+
+
+def test_a_line_that_never_ends_is_held_back_bounded() -> None:
+    """A worker that prints megabytes without a newline: what is held back for the
+    filter stays under a bound, and the line is judged in pieces as it comes."""
+    from accel.runs.torchrun_logs import _Lines
+
+    lines = _Lines("[default0]:", ("loss",))
+    kept = b"".join(lines.feed(b"loss " + b"x" * 65536) for _ in range(48))
+    assert len(lines._rest) <= 1 << 20
+    assert kept.startswith(b"[default0]:loss xxx") and len(kept) > 2 << 20

@@ -50,6 +50,7 @@ _SPEC = re.compile(r"[0-3]|(\d:[0-3],)*\d:[0-3]")
 _FILTERED = {STDOUT: "filtered_stdout.log", STDERR: "filtered_stderr.log"}
 _LINE_END = re.compile(rb"\r\n|\r|\n")  # a text file's, as torchrun's tail reads them
 FILTERED = -1  # the local rank in the filtered files' keys: they hold every rank's lines
+_LONGEST = 1 << 20  # a line held back no longer (a worker that never ends one: bounded)
 
 
 def filters(text: str | None) -> tuple[str, ...] | None:
@@ -274,7 +275,7 @@ class _Lines:
             kept.append(self._keep(data[start : match.start()] + b"\n"))
             start = match.end()
         self._rest = data[start:]
-        if end and self._rest:  # torchrun's tail writes the last piece as it finds it
+        if (end or len(self._rest) > _LONGEST) and self._rest:  # as torchrun's tail finds it
             kept.append(self._keep(self._rest))
             self._rest = b""
         return b"".join(kept)
