@@ -289,13 +289,12 @@ def test_the_router_writes_the_filtered_files_per_attempt(tmp_path: Path) -> Non
         "0:3,1:1",
         tmp_path,
         duplicate=("loss,,x,step", None),
-        role="trainer",
         prefix="[${role_name}|${rank}|${local_rank}]: ",
     )
     router = LogRouter(
         run_dir, fifos, 3, Console(), lambda rank: True, secrets=["s3cret"], torchrun=logs
     )
-    router.start(LogMirror(logs, "job"))
+    router.start(LogMirror(logs, "job", role="trainer"))
     try:
         router.begin_attempt({0: 4, 1: 5, 2: 6}, 0)
         feed(router, 0, STDOUT, b"step 1 key=s3cret\nnothing\n")

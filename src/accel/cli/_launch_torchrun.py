@@ -92,7 +92,6 @@ def torchrun_flags(params: Mapping[str, Any]) -> TorchrunFlags:
         Path.cwd(),
         duplicate=(params.get("duplicate_stdout_filters"), params.get("duplicate_stderr_filters")),
         shown=shown,
-        role=params["role"] if params.get("role") is not None else "default",
         prefix=params.get("log_line_prefix_template"),
     )
     method = params.get("start_method")

@@ -242,7 +242,7 @@ class _Run:
         plan = self.plan
         mirror = None  # torchrun's --log-dir: refused (a folder it cannot make) before a run
         if plan.torchrun_logs.log_dir is not None:
-            mirror = LogMirror(plan.torchrun_logs, plan.rdzv_id)
+            mirror = LogMirror(plan.torchrun_logs, plan.rdzv_id, plan.role)
         self.plan.run_dir.mkdir(parents=True, exist_ok=False)
         # Named once it exists: a launch refused before never names a folder it never made.
         said = [f"run {plan.run_id}: {plan.world_size_text} worker(s), logs in {plan.run_dir}"]

@@ -98,7 +98,6 @@ class TorchrunLogs:
     stdout_filters: tuple[str, ...] | None = None
     stderr_filters: tuple[str, ...] | None = None
     shown: frozenset[int] | None = None  # --local-ranks-filter: None, every local rank
-    role: str = "default"
     prefix: str | None = None  # --log-line-prefix-template
 
     @classmethod
@@ -111,7 +110,6 @@ class TorchrunLogs:
         *,
         duplicate: tuple[str | None, str | None] = (None, None),
         shown: frozenset[int] | None = None,
-        role: str = "default",
         prefix: str | None = None,
     ) -> TorchrunLogs:
         folder = None
@@ -123,7 +121,7 @@ class TorchrunLogs:
         if str(folder) == os.devnull:  # torchrun then writes no file and redirects nothing
             return cls()
         out, err = (filters(text) for text in duplicate)
-        return cls(folder, *streams, out, err, shown, role, prefix or None)
+        return cls(folder, *streams, out, err, shown, prefix or None)
 
     def on_console(self, local: int, stream: str) -> bool:
         """A stream redirected is off the console, unless it is tee'd too."""
@@ -149,12 +147,13 @@ class TorchrunLogs:
             and (self.shown is None or local in self.shown)
         )
 
-    def header(self, local: int, rank: int) -> str:
-        """What heads a rank's lines in the filtered files (torchrun's tail)."""
+    def header(self, local: int, rank: int, role: str) -> str:
+        """What heads a rank's lines in the filtered files (torchrun's tail); ``role``:
+        the workers' (``--role``)."""
         if not self.prefix:
-            return f"[{self.role}{local}]:"
+            return f"[{role}{local}]:"
         return string.Template(self.prefix).safe_substitute(
-            role_name=self.role, rank=rank, local_rank=local, hostname=socket.gethostname()
+            role_name=role, rank=rank, local_rank=local, hostname=socket.gethostname()
         )
 
     def check(self, owned: Iterable[Path]) -> None:
@@ -181,9 +180,10 @@ class TorchrunLogs:
 class LogMirror:
     """torchrun's files under ``--log-dir``: the pieces accel's logs get, as they come."""
 
-    def __init__(self, logs: TorchrunLogs, rdzv_id: str) -> None:
+    def __init__(self, logs: TorchrunLogs, rdzv_id: str, role: str = "default") -> None:
         assert logs.log_dir is not None
         self.logs = logs
+        self.role = role  # the workers' (--role), in the filtered files' headers
         prefix = re.sub(r"[^A-Za-z0-9._-]", "_", rdzv_id)[:64] + "_"
         try:
             logs.log_dir.mkdir(parents=True, exist_ok=True)
@@ -218,7 +218,9 @@ class LogMirror:
             self._open((FILTERED, stream), attempt / name)  # made empty, as torchrun's
             for local, rank in ranks.items():
                 if self.logs.duplicated(local, stream):
-                    self._lines[local, stream] = _Lines(self.logs.header(local, rank), needles)
+                    self._lines[local, stream] = _Lines(
+                        self.logs.header(local, rank, self.role), needles
+                    )
 
     def write(self, key: tuple[int, str], data: bytes) -> None:
         if not data:
