@@ -56,6 +56,35 @@ def test_bad_flags_exit_2_and_start_nothing(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"ACCEL_RDZV_LAST_CALL": "soon"},
+            "ACCEL_RDZV_LAST_CALL='soon' is not a number of seconds",
+        ),
+        (
+            {"ACCEL_RDZV_CONNECT_TIMEOUT": "0"},
+            "ACCEL_RDZV_CONNECT_TIMEOUT='0' must be more than 0 ",
+        ),
+        (
+            {"ACCEL_CHECKPOINTS_SNAPSHOT_EVERY": "1", "ACCEL_SHM_DIR": "/nonexistent/shm"},
+            "checkpoints.snapshot_every keeps snapshots in ACCEL_SHM_DIR=/nonexistent/shm, which ",
+        ),
+    ],
+)
+def test_a_bad_launcher_variable_exits_2_and_makes_nothing(
+    accel: Accel, project: Path, env: dict[str, str], message: str
+) -> None:
+    """On one node too (the rendezvous timings matter to restarts and spares as well):
+    read before the workspace, a run lock or a run folder is made, as every flag is."""
+    done = accel("launch", "-n", "2", str(SCRIPTS / "env_dump.py"), env=env)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(f"error: {message}")
+    assert not (project / ".accelerate").exists()
+
+
+@pytest.mark.slow
 def test_missing_script(accel: Accel, project: Path) -> None:
     done = accel("launch", "nope.py")
     assert done.returncode == 2 and "no such script: nope.py" in done.stderr

@@ -177,6 +177,31 @@ def test_a_dead_launchers_tier_is_swept_a_live_ones_kept(
     assert (live / memtier.OWNER).read_text() == str(os.getpid())
 
 
+def test_a_shm_dir_the_tier_cannot_go_in_is_one_line_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    advice = (
+        "set ACCEL_SHM_DIR to a tmpfs folder you can write, or unset checkpoints.snapshot_every"
+    )
+    for base in (tmp_path / "missing", tmp_path / "a-file"):
+        monkeypatch.setenv(memtier.BASE_ENV, str(base))
+        with pytest.raises(UsageError) as caught:
+            memtier.make_tier("run-1")
+        assert str(caught.value) == (
+            f"checkpoints.snapshot_every keeps snapshots in ACCEL_SHM_DIR={base}, which is "
+            f"not a folder this user can write: {advice}"
+        )
+    assert not (tmp_path / "missing").exists()
+    # relative: the workers, whatever folder they run in, find it by its absolute path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setenv(memtier.BASE_ENV, "shm")
+    assert memtier.make_tier("run-2") == tmp_path / "shm" / "accel-run-2"
+    monkeypatch.delenv(memtier.BASE_ENV)
+    assert memtier.base_dir() == Path("/dev/shm")
+
+
 def test_persist_every_must_be_a_multiple_of_snapshot_every() -> None:
     class Settings:
         snapshot_every, persist_every = 4, 6

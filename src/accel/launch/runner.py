@@ -102,13 +102,16 @@ def launch(
     notify: Notify | None = None,
 ) -> RunOutcome:
     """Run the plan to its end; the caller turns the outcome into an exit code."""
+    timing = rendezvous.Timing.from_env(os.environ)  # a bad timing variable: exit 2, nothing made
     if plan.nnodes > 1:
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
         if plan.rdzv_is_host:  # node 0 at another machine's address: the same
-            rendezvous.check_hosted_here(plan.rdzv_endpoint, rendezvous.Timing.from_env(os.environ))
-    from accel.store.memtier import snapshot_settings
+            rendezvous.check_hosted_here(plan.rdzv_endpoint, timing)
+    from accel.store import memtier
 
-    snapshot_settings(ws.settings.checkpoints)  # one line for a bad pair, before anything
+    # one line for a bad pair, or for shared memory the tier cannot go in, before anything
+    if memtier.snapshot_settings(ws.settings.checkpoints)[0] is not None and plan.nnodes == 1:
+        memtier.check_base()
     ws.ensure()
     _check_series(ws, plan)  # before anything starts
     guard = Guard(plan.run_id).start()  # forked before torch is imported: cheap and safe
@@ -122,7 +125,7 @@ def launch(
                 from accel.launch.preload import template
 
                 plan = stack.enter_context(template(plan, scratch, guard.remove_at_end))
-            run = _Run(plan, scratch, sink, notify or (lambda _: None))
+            run = _Run(plan, scratch, sink, notify or (lambda _: None), timing)
             run.persister = _memory_tier(ws, plan, stack, guard, run.notify)
             outcome = run.execute()
     finally:
@@ -200,7 +203,14 @@ class _Run:
 
     persister: Persister | None = None
 
-    def __init__(self, plan: LaunchPlan, scratch: Path, sink: ConsoleSink | None, notify: Notify):
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        scratch: Path,
+        sink: ConsoleSink | None,
+        notify: Notify,
+        timing: rendezvous.Timing,
+    ):
         self.plan = plan
         self.notify = notify
         self.record: dict[str, Any] = {}
@@ -227,7 +237,7 @@ class _Run:
         # Under preload, telemetry reads the forked workers, not their shims.
         observed = lambda: worker_pids(self.plan, self.pids)  # noqa: E731
         self.observer = RunObserver(plan, observed, self.router.last_output, notify)
-        self.timing = rendezvous.Timing.from_env(os.environ)
+        self.timing = timing
         self.world: tuple[int, int] | None = None  # (nodes, workers) of the current start
         self.handler: Any = None
         self.reporter: rendezvous.WaitReporter | None = None

@@ -102,17 +102,42 @@ def snapshot_settings(settings: Any) -> tuple[int | None, int | None]:
 
 
 def base_dir() -> Path:
-    return Path(os.environ.get(BASE_ENV) or "/dev/shm")
+    # absolute: the workers find the tier by this path whatever folder they run in
+    return Path(os.path.abspath(os.environ.get(BASE_ENV) or "/dev/shm"))
+
+
+def check_base() -> Path:
+    """The folder the tier goes in, checked before a run makes anything: a mistyped
+    ``ACCEL_SHM_DIR``, or a machine without ``/dev/shm``, is one line (exit 2)."""
+    base = base_dir()
+    try:
+        is_dir = os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK)
+    except OSError:
+        is_dir = False
+    if not is_dir:
+        raise UsageError(_base_message(base, "is not a folder this user can write"))
+    return base
+
+
+def _base_message(base: Path, what: str) -> str:
+    named = f"{BASE_ENV}={base}" if os.environ.get(BASE_ENV) else str(base)
+    return (
+        f"checkpoints.snapshot_every keeps snapshots in {named}, which {what}: set "
+        f"{BASE_ENV} to a tmpfs folder you can write, or unset checkpoints.snapshot_every"
+    )
 
 
 def make_tier(run_id: str) -> Path:
     """The launcher's folder for the run's snapshots (0700, its pid inside)."""
     if _RUN_ID.fullmatch(run_id) is None:
         raise ValueError(f"not a run id: {run_id!r}")
-    base = base_dir()
+    base = check_base()
     sweep_dead(base)
     path = base / (PREFIX + run_id)
-    path.mkdir(mode=0o700)
+    try:
+        path.mkdir(mode=0o700)
+    except OSError as exc:  # /proc, a read-only or full file system: its own words
+        raise UsageError(_base_message(base, f"refuses a folder ({exc.strerror})")) from None
     (path / OWNER).write_text(str(os.getpid()))
     return path
 
