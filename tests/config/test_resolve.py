@@ -82,6 +82,26 @@ def test_workspace_config_reads_user_and_project_files(project: Path) -> None:
     assert cfg.origins["logs.level"].layer == "user"
 
 
+def test_a_config_path_that_is_no_file_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "config.yaml"
+    folder.mkdir()
+    said = {
+        "project": "move it away; `accel config --default` writes a new one",
+        "user": "move it away (the user config is a YAML file)",
+        "file": "give a YAML file",
+    }
+    monkeypatch.delenv("ACCEL_USER_CONFIG", raising=False)
+    for layer, fix in said.items():
+        with pytest.raises(ConfigError) as caught:
+            read_layer(layer, folder)
+        assert str(caught.value) == f"{folder}: not a regular file; {fix}"
+    monkeypatch.setenv("ACCEL_USER_CONFIG", str(folder))  # the path the user gave
+    with pytest.raises(ConfigError, match="point ACCEL_USER_CONFIG at a YAML file, or unset it"):
+        read_layer("user", folder)
+
+
 def test_missing_home_is_fine(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HOME")
     monkeypatch.delenv("XDG_CONFIG_HOME")

@@ -169,7 +169,7 @@ def read_layer(
     ``refused``, when it cannot be read at all: see :func:`validate_document`)."""
     if not path.is_file():
         if path.exists():
-            _refuse(ConfigError(f"{path}: not a regular file"), refused)
+            _refuse(ConfigError(f"{path}: not a regular file; {_make_it_a_file(name)}"), refused)
         return None
     try:
         loaded = load_yaml_file(path)
@@ -178,6 +178,17 @@ def read_layer(
         return None
     values, lines = validate_document(loaded, str(path), refused=refused)
     return ConfigLayer(name, path, values, lines)
+
+
+def _make_it_a_file(layer: str) -> str:
+    """What to do about a config path that is a folder, a FIFO or a device."""
+    if layer == "user":
+        if os.environ.get("ACCEL_USER_CONFIG"):
+            return "point ACCEL_USER_CONFIG at a YAML file, or unset it"
+        return "move it away (the user config is a YAML file)"
+    if layer == "project":
+        return "move it away; `accel config --default` writes a new one"
+    return "give a YAML file"
 
 
 def env_values(
