@@ -590,6 +590,15 @@ BAD_URLS = {  # issue 22: the first four uploaded into the current folder
     # said "ParamValidationError: Parameter validation failed:", its reason cut off
     "s3://AKIAEXAMPLE:s3cr3t@bucket/p": "carry no credentials",
     "gs://user:s3cr3t@bucket/p": "carry no credentials",
+    # a query or a fragment: pushed into a folder named '/tmp/x?y=1' (file://)
+    "file:///tmp/x?y=1": "no query or fragment",
+    "file:///tmp/x#part": "no query or fragment",
+    "s3://bucket/p?versionId=1": "no query or fragment",
+    # '..': another folder on one backend, a key named '..' on another
+    "file:///tmp/remote/../elsewhere": "no '.' or '..' parts",
+    "file:///tmp/./remote": "no '.' or '..' parts",
+    "s3://bucket/../p": "no '.' or '..' parts",
+    "memory://bucket/p/..": "no '.' or '..' parts",
 }
 
 

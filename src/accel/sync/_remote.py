@@ -422,6 +422,11 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
         form = f"file://{url}" if url.startswith("/") else _FORMS
         return f"not a URL: write {form}"
     protocol, rest = match.group(1).lower(), match.group(2)
+    if "?" in rest or "#" in rest:  # fsspec took them as part of a folder's name
+        return (
+            f"a remote URL names a folder, with no query or fragment ('?', '#'): write "
+            f"{_FORMS}; a backend's options go in -o KEY=VALUE"
+        )
     if protocol in _LOCAL:
         if not rest.startswith("/"):
             what = "no folder" if not rest else f"the host {rest.split('/')[0]!r}, not a folder"
@@ -431,7 +436,7 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
                 f"a {protocol}:// URL names the filesystem root, not a folder of its own: "
                 "write file:///absolute/path to a folder for the remote"
             )
-        return None
+        return _dot_parts(rest, "file:///absolute/path")
     if protocol not in protocols:
         return f"{protocol}:// is not a protocol fsspec knows: write {_FORMS}"
     bucket = rest.split("/", 1)[0]
@@ -442,6 +447,14 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
             f"{protocol}:// URLs carry no credentials: write {protocol}://bucket/prefix "
             f"and {_BUCKET_CREDENTIALS[protocol]}"
         )
+    return _dot_parts(rest, f"{protocol}://bucket/prefix")
+
+
+def _dot_parts(path: str, form: str) -> str | None:
+    """A '.' or '..' part: a folder on one backend (file://), a literal key on another
+    (s3://): a URL that means the folder it names on every backend has none."""
+    if any(part in (".", "..") for part in path.split("/")):
+        return f"a remote URL's path has no '.' or '..' parts: write {form}, the folder itself"
     return None
 
 
