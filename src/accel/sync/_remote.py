@@ -424,8 +424,8 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
     protocol, rest = match.group(1).lower(), match.group(2)
     if "?" in rest or "#" in rest:  # fsspec took them as part of a folder's name
         return (
-            f"a remote URL names a folder, with no query or fragment ('?', '#'): write "
-            f"{_FORMS}; a backend's options go in -o KEY=VALUE"
+            f"a remote URL names a folder and takes no query or fragment ('?', '#'): "
+            f"write {_FORMS}; a backend's options go in -o KEY=VALUE"
         )
     if protocol in _LOCAL:
         if not rest.startswith("/"):
