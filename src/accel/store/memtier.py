@@ -110,11 +110,7 @@ def check_base() -> Path:
     """The folder the tier goes in, checked before a run makes anything: a mistyped
     ``ACCEL_SHM_DIR``, or a machine without ``/dev/shm``, is one line (exit 2)."""
     base = base_dir()
-    try:
-        is_dir = os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK)
-    except OSError:
-        is_dir = False
-    if not is_dir:
+    if not (os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK)):  # neither raises
         raise UsageError(_base_message(base, "is not a folder this user can write"))
     return base
 
