@@ -269,7 +269,7 @@ class Workspace:
         """(project, user) layers, parsed and validated."""
         self.check_layout()
         user_path = user_config_path(self._env)
-        user = read_layer("user", user_path) if user_path else None
+        user = read_layer("user", user_path, env=self._env) if user_path else None
         return read_layer("project", self.config_file), user
 
     @cached_property

@@ -100,6 +100,9 @@ def test_a_config_path_that_is_no_file_says_what_to_do(
     monkeypatch.setenv("ACCEL_USER_CONFIG", str(folder))  # the path the user gave
     with pytest.raises(ConfigError, match="point ACCEL_USER_CONFIG at a YAML file, or unset it"):
         read_layer("user", folder)
+    # the environment the path was found in decides, not this process's
+    with pytest.raises(ConfigError, match=r"move it away \(the user config is a YAML file\)"):
+        read_layer("user", folder, env={})
 
 
 def test_missing_home_is_fine(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,13 +163,19 @@ def _check_version(value: Any, source: str, line: int, refused: list[ConfigError
 
 
 def read_layer(
-    name: str, path: Path, *, refused: list[ConfigError] | None = None
+    name: str,
+    path: Path,
+    *,
+    refused: list[ConfigError] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ConfigLayer | None:
     """Parse and validate one config file; None when it does not exist (or, with
-    ``refused``, when it cannot be read at all: see :func:`validate_document`)."""
+    ``refused``, when it cannot be read at all: see :func:`validate_document`). ``env``:
+    the environment ``path`` was found in (:func:`user_config_path`'s), for the hint."""
     if not path.is_file():
         if path.exists():
-            _refuse(ConfigError(f"{path}: not a regular file; {_make_it_a_file(name)}"), refused)
+            fix = _make_it_a_file(name, os.environ if env is None else env)
+            _refuse(ConfigError(f"{path}: not a regular file; {fix}"), refused)
         return None
     try:
         loaded = load_yaml_file(path)
@@ -180,10 +186,10 @@ def read_layer(
     return ConfigLayer(name, path, values, lines)
 
 
-def _make_it_a_file(layer: str) -> str:
+def _make_it_a_file(layer: str, env: Mapping[str, str]) -> str:
     """What to do about a config path that is a folder, a FIFO or a device."""
     if layer == "user":
-        if os.environ.get("ACCEL_USER_CONFIG"):
+        if env.get("ACCEL_USER_CONFIG"):
             return "point ACCEL_USER_CONFIG at a YAML file, or unset it"
         return "move it away (the user config is a YAML file)"
     if layer == "project":
@@ -348,7 +354,7 @@ def salvage(
         if path is None:
             continue
         before = len(refused)
-        layers[name] = layer = read_layer(name, path, refused=refused)
+        layers[name] = layer = read_layer(name, path, refused=refused, env=env)
         lost = refused[before:]
         if lost and not (layer and layer.values) and all(e.key is None for e in lost):
             unread.append(path)  # not YAML, not a mapping, not a file: nothing of it kept
