@@ -28,6 +28,9 @@ def test_import_accel_does_not_import_torch() -> None:
     code = (
         "import sys, accel, accel.store.kv, accel.store.cache, accel.store.checkpoints\n"
         "ws = accel.Workspace.discover(); ws.store.get('x'); ws.cache.get('x')\n"
+        "names = dir(accel)\n"
+        "assert 'Accelerator' in names and 'Workspace' in names, names\n"
+        "assert 'TYPE_CHECKING' not in names and 'Any' not in names, names\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from accel._version import __version__
@@ -38,3 +39,10 @@ def __getattr__(name: str) -> Any:
 
         return getattr(accel.accelerator, name)
     raise AttributeError(f"module 'accel' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What ``dir(accel)`` and tab completion offer: the public names, the facade's
+    included (it loads on first use), and the submodules loaded; not ``typing``'s."""
+    loaded = (name for name, value in globals().items() if isinstance(value, ModuleType))
+    return sorted({*__all__, *loaded})
