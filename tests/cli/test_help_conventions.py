@@ -193,6 +193,35 @@ def test_help_imports_neither_torch_nor_numpy() -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("launch", "-n"), "error: Option '-n' requires an argument (see 'accel launch --help')"),
+        (
+            ("clean", "--older-than", "7d", "--keep-last"),
+            "error: Option '--keep-last' requires an argument (see 'accel clean --help')",
+        ),
+        (
+            ("runs", "show", "--json=x"),
+            "error: Option '--json' does not take a value (see 'accel runs show --help')",
+        ),
+        (("-w",), "error: Option '-w' requires an argument (see 'accel --help')"),
+        (
+            ("-w", "runs", "status", "--json=1"),
+            "error: Option '--json' does not take a value (see 'accel status --help')",
+        ),
+    ],
+)
+def test_an_option_missing_its_value_or_given_one_says_where_help_is(
+    args: tuple[str, ...], line: str
+) -> None:
+    """click's parser raises these two before a command's context exists, so the line
+    named no help to read, where every other usage error names it."""
+    done = cli(*args)
+    assert done.exit_code == 2 and not done.stdout, done.stdout
+    assert done.stderr.splitlines() == [line], done.stderr
+
+
+@pytest.mark.parametrize(
     ("args", "flag"),
     [
         (("runs", "--limit"), "--limit"),

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
         _output.error("interrupted")
         return EXIT_INTERRUPTED
     except typer.exceptions.TyperException as exc:
-        return _usage_error(exc, argv)
+        return _usage_error(exc, argv, command)
     except AccelError as exc:
         _output.error(_redacted(str(exc), argv))  # messages quote values: URLs, ranks' errors
         return exc.exit_code
@@ -205,14 +205,15 @@ def main(argv: list[str] | None = None, *, options: _app.GlobalOptions | None = 
     return result if isinstance(result, int) else 0
 
 
-def _usage_error(exc: typer.exceptions.TyperException, argv: list[str]) -> int:
+def _usage_error(exc: typer.exceptions.TyperException, argv: list[str], root: object) -> int:
     """Bad flags or arguments: one line naming the problem and where help is."""
     code = int(getattr(exc, "exit_code", 2))
     ctx = getattr(exc, "ctx", None)
     if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
         exc.show()  # type: ignore[attr-defined]
         return code
-    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    path = ctx.command_path if ctx is not None else _command_path(root, argv)
+    where = f" (see '{path} --help')"
     message = (
         _global_option_after(exc)
         or _script_option_first(exc, argv)
@@ -220,6 +221,24 @@ def _usage_error(exc: typer.exceptions.TyperException, argv: list[str]) -> int:
     )
     _output.error(_redacted(f"{message}{where}", argv))  # click quotes the arguments
     return code
+
+
+def _command_path(root: object, argv: list[str]) -> str:
+    """The command ``argv`` names, as its context's ``command_path`` would: click's parser
+    raises an option missing its value, or given one it takes none of, before it makes
+    that context."""
+    path, command = ["accel"], root
+    words = iter(argv)
+    for word in words:
+        if word in ("-w", "--workspace"):
+            next(words, None)  # the workspace, not a command
+        elif not word.startswith("-"):
+            found = getattr(command, "commands", {}).get(word)  # a group's, by name
+            if found is None:
+                break  # an argument: the command is named
+            path.append(word)
+            command = found
+    return " ".join(path)
 
 
 def _global_option_after(exc: typer.exceptions.TyperException) -> str | None:
