@@ -103,7 +103,7 @@ def launch(
 ) -> RunOutcome:
     """Run the plan to its end; the caller turns the outcome into an exit code."""
     timing = rendezvous.Timing.from_env(os.environ)  # a bad timing variable: exit 2, nothing made
-    if plan.nnodes > 1:
+    if _endpoint_given(plan):
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
         if plan.rdzv_is_host:  # node 0 at another machine's address: the same
             rendezvous.check_hosted_here(plan.rdzv_endpoint, timing)
@@ -305,7 +305,7 @@ class _Run:
             worker_spec,
         )
 
-        if self.plan.nnodes > 1 and not _may_host(self.plan):
+        if _endpoint_given(self.plan) and not _may_host(self.plan):
             rendezvous.wait_for_host(self.plan.rdzv_endpoint, self.timing, self.notify)
         self.handler = handler = rendezvous_handler(self.plan, self.timing.last_call)
         spec = worker_spec(self.plan, handler)
@@ -529,6 +529,13 @@ class _Run:
 
 
 # -- torch glue -------------------------------------------------------------------------
+
+
+def _endpoint_given(plan: LaunchPlan) -> bool:
+    """Whether the rendezvous is at an endpoint the job was told: every job of several
+    nodes, and one node given one (not ``HOST:0``, torchrun's --standalone, where the
+    store binds a free port of this machine)."""
+    return plan.nnodes > 1 or not plan.rdzv_endpoint.endswith(":0")
 
 
 def _may_host(plan: LaunchPlan) -> bool:
