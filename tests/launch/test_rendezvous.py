@@ -119,8 +119,17 @@ def test_node_0_at_another_machines_address_is_refused_before_anything() -> None
          "error: the rendezvous host 'no-such-host.invalid'", "does not resolve"),
         (("--node-rank", "0"), "192.0.2.1",
          "error: --rdzv-endpoint 192.0.2.1:", "is not an address of this machine"),
+        # torch hands --local-addr to the workers as their MASTER_ADDR: they dialled it
+        # in C++ for minutes, and the launcher heeded no SIGTERM meanwhile (until stop 59)
+        (("--local-addr", "no-such-host.invalid"), "",
+         "error: --local-addr 'no-such-host.invalid'", "does not resolve"),
+        (("--local-addr", "192.0.2.1"), "",
+         "error: --local-addr 192.0.2.1", "is not an address of this machine"),
     ],
-    ids=["unresolvable", "node-0-elsewhere", "one-node-unresolvable", "one-node-elsewhere"],
+    ids=[
+        "unresolvable", "node-0-elsewhere", "one-node-unresolvable", "one-node-elsewhere",
+        "local-addr-unresolvable", "local-addr-elsewhere",
+    ],
 )  # fmt: skip
 def test_a_bad_endpoint_is_one_line_and_exit_2_before_anything(
     project: Path,
@@ -131,7 +140,8 @@ def test_a_bad_endpoint_is_one_line_and_exit_2_before_anything(
     begins: str,
     says: str,
 ) -> None:
-    proc = _start(project, launcher, *nodes, "--rdzv-endpoint", f"{host}:{free_port()}", script)
+    endpoint = ("--rdzv-endpoint", f"{host}:{free_port()}") if host else ()
+    proc = _start(project, launcher, *nodes, *endpoint, script)
     lines = _stderr_lines(proc, 45)
     assert proc.returncode == 2
     assert len(lines) == 1, lines

@@ -76,15 +76,49 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 def check_resolves(endpoint: str) -> None:
     """:class:`UsageError` (exit 2) when the endpoint's host name does not resolve."""
-    host, port = split_endpoint(endpoint)
-    try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+    host, _ = split_endpoint(endpoint)
+    reason = _unresolved(host)
+    if reason is not None:
         raise UsageError(
             f"the rendezvous host {host!r} (--rdzv-endpoint {endpoint}) does not resolve "
             f"({reason}); give node 0's host name or IP address"
-        ) from None
+        )
+
+
+def check_local_addr(addr: str, timing: Timing) -> None:
+    """:class:`UsageError` (exit 2) when ``--local-addr`` does not resolve, or is not an
+    address of this machine and does not lead back to it.
+
+    torch hands this node's address to its workers as ``MASTER_ADDR`` when the node is
+    the rendezvous' first, and to the other nodes: at a typo or another machine's
+    address they dialled for minutes in C++, the launcher deaf to SIGTERM meanwhile.
+    """
+    host = addr.strip("[]")
+    reason = _unresolved(host)
+    if reason is not None:
+        raise UsageError(
+            f"--local-addr {addr!r} does not resolve ({reason}); give this machine's host "
+            "name or IP address, as the other nodes reach it"
+        )
+    if names_this_machine(host):
+        return
+    with socket.socket() as probe:  # a free port for the listener leads_here makes
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    if not leads_here(host, port, min(timing.connect_timeout, 5.0)):
+        raise UsageError(
+            f"--local-addr {addr} is not an address of this machine: give one the other "
+            "nodes reach this machine at, or leave --local-addr out"
+        )
+
+
+def _unresolved(host: str) -> str | None:
+    """Why ``host`` does not resolve, or None when it does."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+    return None
 
 
 def check_hosted_here(endpoint: str, timing: Timing) -> None:

@@ -107,6 +107,8 @@ def launch(
         rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
         if plan.rdzv_is_host:  # node 0 at another machine's address: the same
             rendezvous.check_hosted_here(plan.rdzv_endpoint, timing)
+    if plan.local_addr is not None:  # the workers' MASTER_ADDR, maybe: the same
+        rendezvous.check_local_addr(plan.local_addr, timing)
     from accel.store import memtier
 
     # one line for a bad pair, or for shared memory the tier cannot go in, before anything
