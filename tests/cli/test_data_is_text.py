@@ -184,6 +184,15 @@ def test_an_error_line_quoting_data_is_text(ws: Workspace) -> None:
     assert_text(result.stderr, "unknown run '[bold]")
 
 
+@pytest.mark.parametrize("command", ["validate", "import"])
+def test_an_error_line_naming_a_file_with_a_newline_is_one_line(
+    ws: Workspace, command: str
+) -> None:
+    result = cli("config", command, "a\nerror: fake")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["error: a\\nerror: fake: no such file"]
+
+
 def test_a_hostile_file_name_in_the_workspace_is_shown_as_text(ws: Workspace, screen: None) -> None:
     (ws.path / ("[bold]odd" + HOSTILE + "\nfake row")).write_text("x")
     for args in (("status",), ("clean", "--dry-run")):

@@ -120,7 +120,9 @@ def warn(text: str) -> None:
 
 
 def error(text: str) -> None:
-    _err(f"error: {text}", "bold red")
+    # one line, whatever it quotes: a file name may hold a newline (`config validate`)
+    line = text.strip("\n").replace("\n", "\\n")
+    _err(f"error: {line}", "bold red")
 
 
 def _err(text: str, style: str) -> None:
