@@ -193,6 +193,18 @@ def test_an_error_line_naming_a_file_with_a_newline_is_one_line(
     assert result.stderr.splitlines() == ["error: a\\nerror: fake: no such file"]
 
 
+def test_a_warning_naming_a_variable_with_a_newline_is_one_line(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCEL_X\nerror: fake", "1")
+    result = cli("status")
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stderr.splitlines() if "ACCEL_X" in line or "fake" in line] == [
+        "warning: environment variable ACCEL_X\\nerror: fake is not one accel reads, so it is "
+        "ignored (`accel config show` lists the keys)"
+    ]
+
+
 def test_a_hostile_file_name_in_the_workspace_is_shown_as_text(ws: Workspace, screen: None) -> None:
     (ws.path / ("[bold]odd" + HOSTILE + "\nfake row")).write_text("x")
     for args in (("status",), ("clean", "--dry-run")):

@@ -116,13 +116,17 @@ def info(text: str) -> None:
 
 
 def warn(text: str) -> None:
-    _err(f"warning: {text}", "yellow")
+    _err(f"warning: {_one_line(text)}", "yellow")
 
 
 def error(text: str) -> None:
-    # one line, whatever it quotes: a file name may hold a newline (`config validate`)
-    line = text.strip("\n").replace("\n", "\\n")
-    _err(f"error: {line}", "bold red")
+    _err(f"error: {_one_line(text)}", "bold red")
+
+
+def _one_line(text: str) -> str:
+    """A warning or an error is one line, whatever it quotes: a file or variable name may
+    hold a newline, and the line after it would pass for another message."""
+    return text.strip("\n").replace("\n", "\\n")
 
 
 def _err(text: str, style: str) -> None:
