@@ -93,6 +93,7 @@ def test_node_0_at_another_machines_address_is_refused_before_anything() -> None
     assert not names_this_machine("192.0.2.1")
     assert not names_this_machine("no-such-host.invalid")
     assert leads_here("127.0.0.1", free_port(), 5.0)  # our own listener takes it
+    assert leads_here("127.0.0.1", 0, 5.0)  # on a free port of its own choosing
     assert not leads_here("192.0.2.1", free_port(), 1.0)
     check_hosted_here(f"localhost:{free_port()}", Timing())
     with pytest.raises(UsageError) as refused:

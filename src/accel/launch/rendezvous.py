@@ -100,12 +100,7 @@ def check_local_addr(addr: str, timing: Timing) -> None:
             f"--local-addr {addr!r} does not resolve ({reason}); give this machine's host "
             "name or IP address, as the other nodes reach it"
         )
-    if names_this_machine(host):
-        return
-    with socket.socket() as probe:  # a free port for the listener leads_here makes
-        probe.bind(("", 0))
-        port = probe.getsockname()[1]
-    if not leads_here(host, port, min(timing.connect_timeout, 5.0)):
+    if not _reaches_here(host, 0, timing):  # any free port: nothing listens there yet
         raise UsageError(
             f"--local-addr {addr} is not an address of this machine: give one the other "
             "nodes reach this machine at, or leave --local-addr out"
@@ -132,13 +127,19 @@ def check_hosted_here(endpoint: str, timing: Timing) -> None:
     that still leads here (a NAT's own public address) is tried once, in Python.
     """
     host, port = split_endpoint(endpoint)
-    if names_this_machine(host) or leads_here(host, port, min(timing.connect_timeout, 5.0)):
+    if _reaches_here(host, port, timing):
         return
     raise UsageError(
         f"--rdzv-endpoint {endpoint}: this is node 0, which hosts the rendezvous, and "
         f"{host} is not an address of this machine: give node 0's own address on every "
         "node, or start node 0 on that machine"
     )
+
+
+def _reaches_here(host: str, port: int, timing: Timing) -> bool:
+    """Whether ``host`` is this machine: one of its addresses, or one that leads back to
+    it (a NAT's public address), tried once, up to 5 s."""
+    return names_this_machine(host) or leads_here(host, port, min(timing.connect_timeout, 5.0))
 
 
 def names_this_machine(host: str) -> bool:
@@ -160,7 +161,8 @@ def names_this_machine(host: str) -> bool:
 def leads_here(host: str, port: int, timeout: float) -> bool:
     """Whether a connection to ``host:port`` reaches this machine: a listener of ours on
     that port takes it. True when the port is taken here (something of this machine's
-    listens; torch will say what), False when nothing or another machine answers."""
+    listens; torch will say what), False when nothing or another machine answers. Port 0:
+    a free one."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except (socket.gaierror, UnicodeError, IndexError):
@@ -173,6 +175,7 @@ def leads_here(host: str, port: int, timeout: float) -> bool:
             listener.listen(1)
         except OSError:
             return True
+        port = listener.getsockname()[1]  # the one bound: port 0 picks a free one
         try:
             with socket.create_connection((host, port), timeout=timeout):
                 pass
