@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,16 +275,41 @@ def make_owned_dir(path: Path, *, parents: bool = False) -> Path:
 
 
 def mark(path: Path) -> None:
-    """Give a folder accel has proved its own (by its record) the owner marker too."""
+    """Give a folder accel has proved its own (by its record) the owner marker too.
+
+    Whatever else stands at the marker's name (a link, a FIFO: hand-made, never
+    accel's) is replaced, never opened: opening it would follow the link out of the
+    workspace and create its target there, or wait for a FIFO's reader forever.
+    """
     if os.path.islink(path) or not os.path.isdir(path):
         raise NotADirectoryError(f"{path} is not a folder of its own")
-    with open(path / OWNER_MARKER, "ab"):
-        pass
+    marker = path / OWNER_MARKER
+    for _ in range(2):
+        with contextlib.suppress(FileNotFoundError):
+            found = os.lstat(marker).st_mode
+            if stat.S_ISREG(found):
+                return
+            if stat.S_ISDIR(found):
+                raise IsADirectoryError(f"{marker} is a folder, not accel's owner marker")
+            os.unlink(marker)
+        with contextlib.suppress(FileExistsError):  # made beside us: looked at again
+            os.close(os.open(marker, _MARKER_FLAGS, 0o644))
+            return
+    raise FileExistsError(f"{marker} keeps changing; is another program writing here?")
+
+
+_MARKER_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def is_owned(path: Path) -> bool:
-    """True when ``path`` is a real folder holding accel's owner marker."""
-    return not os.path.islink(path) and os.path.isfile(path / OWNER_MARKER)
+    """True when ``path`` is a real folder holding accel's owner marker (a file: a link
+    there proves nothing)."""
+    if os.path.islink(path):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(path / OWNER_MARKER).st_mode)
+    except OSError:
+        return False
 
 
 def is_empty_dir(path: Path) -> bool:

@@ -4,13 +4,14 @@ another disk): the plan leaves what is there alone, as the clean itself does."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clean_factory import DAY, age_tree, checkpoint, run, tree_digest, workspace
+from clean_factory import DAY, age_tree, checkpoint, entry, run, tree_digest, workspace
 
 from accel.clean import clean, execute
 from accel.cli.main import main
@@ -108,3 +109,39 @@ def test_checkpoints_rm_plans_a_linked_part_as_it_removes(
     assert main(["checkpoints", "rm", "1", "--yes"]) == 1
     assert "keeping default/step-000000000001: outside the workspace" in capsys.readouterr().err
     assert tree_digest(outside) == before
+
+
+def _hand_made_marker(folder: Path, kind: str, target: Path) -> None:
+    """The owner marker of an accel folder replaced by hand: a link out, or a FIFO."""
+    marker = folder / ".accel-owned"
+    marker.unlink(missing_ok=True)
+    if kind == "link":
+        marker.symlink_to(target)
+    else:
+        os.mkfifo(marker)
+
+
+@pytest.mark.timeout(30)  # a FIFO opened for writing waited for a reader for ever
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_hand_made_owner_marker_is_replaced_never_opened(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Removing a folder puts the owner marker in first: it made the target of a marker
+    linked out of the workspace (before: an empty file at that path), and it hung on a
+    FIFO there. Saving over a committed step does the same to the old copy."""
+    ws = workspace(project)
+    now = time.time()
+    folder = entry(ws, "data", created=now - 9 * DAY)
+    target = tmp_path / "elsewhere" / "never-made"
+    target.parent.mkdir()
+    _hand_made_marker(folder, kind, target)
+    done = _clean(capsys, "--yes", "--only", "cache")
+    assert done["removed"] == [str(folder)] and done["skipped"] == []
+    assert not folder.exists()
+
+    ws.checkpoints.save({"w": 1}, step=3)
+    step = ws.checkpoints_dir / "default" / "step-000000000003"
+    _hand_made_marker(step, kind, target)
+    ws.checkpoints.save({"w": 2}, step=3)
+    assert ws.checkpoints.load(step=3) == {"w": 2}
+    assert list(target.parent.iterdir()) == []
