@@ -361,8 +361,9 @@ def run_file(rel: str) -> bool:
 def foreign_files(folder: Path, own: Callable[[str], bool]) -> list[str]:
     """What ``own`` (an allowlist of relative, ``/``-separated paths) does not accept
     under ``folder``: files, links and anything else but folders, which are entered
-    (never through a link). Sorted; [] when everything there is accel's."""
-    return sorted(rel for rel, is_dir in _tree(folder) if not is_dir and not own(rel))
+    (never through a link), and a folder at the name of one of accel's files (accel
+    made a file there). Sorted; [] when everything there is accel's."""
+    return sorted(rel for rel, is_dir in _tree(folder) if is_dir == own(rel))
 
 
 def remove_own(folder: Path, own: Callable[[str], bool], first: Sequence[str]) -> None:
@@ -373,7 +374,7 @@ def remove_own(folder: Path, own: Callable[[str], bool], first: Sequence[str]) -
     Then the rest of accel's files, then the folders they leave empty. Never follows a link.
     """
     for name in first:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):  # a folder: kept
             os.unlink(folder / name)
     folders = []
     for rel, is_dir in list(_tree(folder)):

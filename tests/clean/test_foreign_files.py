@@ -149,6 +149,27 @@ def test_ws_checkpoints_delete_keeps_a_note_and_warns(project: Path) -> None:
     assert [i.step for i in ws.checkpoints.list()] == [2]
 
 
+def test_a_folder_at_the_markers_name_is_not_accels_and_stays(project: Path) -> None:
+    """accel makes a file at ``.accel-owned``: a folder there is someone else's, kept
+    with its folder like a note (before: IsADirectoryError out of ``delete``)."""
+    ws = workspace(project)
+    info = ws.cache.put("k", b"abc")
+    old, _ = _saved(ws, 1, 2)
+    for folder in (info.path, old):
+        (folder / ".accel-owned").unlink()
+        (folder / ".accel-owned").mkdir()
+        (folder / ".accel-owned" / NOTE).write_text("mine")
+    assert ws.cache.delete("k")
+    with pytest.warns(RuntimeWarning, match=r"\.accel-owned"):
+        assert ws.checkpoints.delete(1)
+    for folder in (info.path, old):
+        assert [p.name for p in folder.iterdir()] == [".accel-owned"]
+    assert ws.cache.info("k") is None and [i.step for i in ws.checkpoints.list()] == [2]
+    outcome = clean(ws, older_than=0, keep_last=0)
+    assert {info.path, old} <= {k.item.path for k in outcome.plan.kept}
+    assert (old / ".accel-owned" / NOTE).read_text() == "mine"
+
+
 def _entry_tree(entry: Path, rng: random.Random) -> None:
     """A cache entry as accel writes it, plus what a user or a crash may add: files at the
     top, in a version folder and in folders below it, other folders, links, temps."""
