@@ -134,3 +134,50 @@ def test_unset_in_a_folder_with_no_workspace_makes_none(
     assert (code, out) == (0, "launch.num_processes was not set in the project file\n")
     assert not (project / ".accelerate").exists()
     assert accel("config", "unset", "launch.nope")[0] == 2  # an unknown key is still one
+
+
+def hand_edited(project: Path, text: str) -> None:
+    """A workspace whose project file was edited by hand."""
+    Workspace(project / ".accelerate").ensure()
+    config_file(project).write_text(text)
+
+
+@pytest.mark.parametrize("value", ["many", "[1, 2]", "{a: 1}", "null", "|\n    two\n    lines"])
+def test_set_repairs_a_bad_value_of_its_own_key(
+    project: Path, accel: Callable[..., tuple[int, str]], value: str
+) -> None:
+    # a hand edit gone wrong: `set` refused to replace the value it names, with that
+    # value's error, and only `unset` could repair the file
+    hand_edited(project, f"# mine\nlaunch:\n  num_processes: {value}\n  max_restarts: 2\n")
+    code, out = accel("config", "set", "launch.num_processes", "2")
+    assert (code, out) == (0, "launch.num_processes = 2\n")
+    assert config_file(project).read_text() == (
+        "# mine\nlaunch:\n  num_processes: 2\n  max_restarts: 2\n"
+    )
+    assert Workspace.discover().config.values["launch.num_processes"] == 2
+
+
+def test_set_repairs_its_own_key_in_a_flow_mapping(
+    project: Path, accel: Callable[..., tuple[int, str]]
+) -> None:
+    hand_edited(project, "launch: {num_processes: many, max_restarts: 3}\n")
+    code, out = accel("config", "set", "launch.num_processes", "2")
+    assert code == 0, out
+    values = Workspace.discover().config.values
+    assert (values["launch.num_processes"], values["launch.max_restarts"]) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("launch:\n  num_processes: many\n  max_restarts: lots\n", "launch.max_restarts"),
+        ("launch:\n  num_processes: many\n  num_processes: 3\n", "duplicate key"),
+    ],
+)
+def test_set_leaves_the_files_other_errors_to_the_user(
+    project: Path, accel: Callable[..., tuple[int, str]], text: str, named: str
+) -> None:
+    hand_edited(project, text)
+    code, out = accel("config", "set", "launch.num_processes", "2")
+    assert code == 2 and named in out and len(out.strip().splitlines()) == 1, out
+    assert config_file(project).read_text() == text

@@ -25,7 +25,7 @@ from accel.config.edit import (
 )
 from accel.config.hf_import import ImportResult, map_hf_config
 from accel.config.resolve import flag_value, validate_document
-from accel.config.yamlio import load_yaml_file, read_config_text
+from accel.config.yamlio import load_yaml_file, load_yaml_text, read_config_text
 from accel.errors import ConfigError
 from accel.layout import CONFIG_LOCK
 
@@ -118,11 +118,32 @@ def set_value(ws: ProjectFiles, key: str, text: str) -> Any:
     value = flag_value(f.key, text, named=f.key)
     if f.key == "workspace.path":  # a folder of someone else's would lock every command out
         ws.check_data_path(value)
-    with _editing(ws) as (current, values):
-        values[f.key] = value
-        edited = set_in_text(current, f.key, render_value(f, value, text))
-        rewrite(ws.config_file, current, edited, values)
+    try:
+        with _editing(ws) as (current, values):
+            values[f.key] = value
+            edited = set_in_text(current, f.key, render_value(f, value, text))
+            rewrite(ws.config_file, current, edited, values)
+    except ConfigError as exc:
+        if exc.key != f.key:
+            raise
+        _set_broken_key(ws, f, value, text)
     return value
+
+
+def _set_broken_key(ws: ProjectFiles, f: schema.Field, value: Any, text: str) -> None:
+    """The file is invalid because of the very key being set (a hand edit: ``many``
+    processes): its value is replaced, as ``unset`` removes it. Another key's error is
+    still the file's, and raised: this repairs one key, never the file."""
+    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
+        path = ws.config_file
+        current = read_config_text(path)
+        errors: list[ConfigError] = []
+        values, _ = validate_document(load_yaml_text(current, str(path)), str(path), refused=errors)
+        others = [e for e in errors if e.key != f.key]
+        if others:
+            raise others[0]
+        values[f.key] = value
+        rewrite(path, current, set_in_text(current, f.key, render_value(f, value, text)), values)
 
 
 def _set_entry(ws: ProjectFiles, key: str, f: schema.Field, name: str, text: str) -> str:
