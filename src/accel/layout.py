@@ -292,13 +292,11 @@ def mark(path: Path) -> None:
             if stat.S_ISDIR(found):
                 raise IsADirectoryError(f"{marker} is a folder, not accel's owner marker")
             os.unlink(marker)
-        with contextlib.suppress(FileExistsError):  # made beside us: looked at again
-            os.close(os.open(marker, _MARKER_FLAGS, 0o644))
+        # "x" (O_EXCL), as make_owned_dir makes it: a link made beside us fails it, and
+        # whatever stands there then is looked at again
+        with contextlib.suppress(FileExistsError), open(marker, "xb"):
             return
     raise FileExistsError(f"{marker} keeps changing; is another program writing here?")
-
-
-_MARKER_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def is_owned(path: Path) -> bool:
