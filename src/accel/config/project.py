@@ -49,14 +49,22 @@ class ProjectFiles(Protocol):
 
 
 @contextlib.contextmanager
-def _editing(ws: ProjectFiles) -> Iterator[tuple[str, dict[str, Any]]]:
+def _editing(ws: ProjectFiles, mending: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Under the config lock: (the file's text, its values). ``mending``: the key the
+    edit replaces, whose own bad value (a hand edit: ``num_processes: many``) is left
+    out of the values instead of refused; any other key's error is still raised."""
     ws.ensure_root()
     with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
         path = ws.config_file
         text = _text_or_empty(path)
         values: dict[str, Any] = {}
         if text.strip():
-            values, _ = validate_document(load_yaml_file(path), str(path))
+            loaded = load_yaml_text(text, str(path))  # the text read: the file is read once
+            errors: list[ConfigError] | None = None if mending is None else []
+            values, _ = validate_document(loaded, str(path), refused=errors)
+            others = [e for e in errors or () if e.key != mending]
+            if others:
+                raise others[0]
         else:
             text = dump({})
         yield text, values
@@ -118,32 +126,11 @@ def set_value(ws: ProjectFiles, key: str, text: str) -> Any:
     value = flag_value(f.key, text, named=f.key)
     if f.key == "workspace.path":  # a folder of someone else's would lock every command out
         ws.check_data_path(value)
-    try:
-        with _editing(ws) as (current, values):
-            values[f.key] = value
-            edited = set_in_text(current, f.key, render_value(f, value, text))
-            rewrite(ws.config_file, current, edited, values)
-    except ConfigError as exc:
-        if exc.key != f.key:
-            raise
-        _set_broken_key(ws, f, value, text)
-    return value
-
-
-def _set_broken_key(ws: ProjectFiles, f: schema.Field, value: Any, text: str) -> None:
-    """The file is invalid because of the very key being set (a hand edit: ``many``
-    processes): its value is replaced, as ``unset`` removes it. Another key's error is
-    still the file's, and raised: this repairs one key, never the file."""
-    with locked(ws.lock_path(CONFIG_LOCK), ws.lock_timeout):
-        path = ws.config_file
-        current = read_config_text(path)
-        errors: list[ConfigError] = []
-        values, _ = validate_document(load_yaml_text(current, str(path)), str(path), refused=errors)
-        others = [e for e in errors if e.key != f.key]
-        if others:
-            raise others[0]
+    with _editing(ws, mending=f.key) as (current, values):
         values[f.key] = value
-        rewrite(path, current, set_in_text(current, f.key, render_value(f, value, text)), values)
+        edited = set_in_text(current, f.key, render_value(f, value, text))
+        rewrite(ws.config_file, current, edited, values)
+    return value
 
 
 def _set_entry(ws: ProjectFiles, key: str, f: schema.Field, name: str, text: str) -> str:
