@@ -199,3 +199,20 @@ def test_the_file_to_write_is_taken_where_users_put_it(saved: Workspace, tmp_pat
         "c.safetensors",
         "d.pt",
     ]
+
+
+def test_two_exports_of_a_checkpoint_are_the_same_bytes(saved: Workspace, tmp_path: Path) -> None:
+    # safetensors writes its header's __metadata__ in a hash map's order, new in every
+    # save (safetensors#584): the same checkpoint exported twice gave different files, so
+    # a checksum of a release, a `sync`'s unchanged check or a content-addressed store
+    # (DVC, the Hub's LFS) saw a new model each time
+    import json
+
+    for suffix in ("safetensors", "pt"):
+        files = [tmp_path / f"m{i}.{suffix}" for i in range(8)]
+        for out in files:
+            assert cli("checkpoints", "export", "1", str(out)).exit_code == 0
+        assert len({out.read_bytes() for out in files}) == 1, suffix
+    data = files[0].with_suffix(".safetensors").read_bytes()
+    header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+    assert list(header["__metadata__"]) == ["accel_series", "accel_step", "format"]

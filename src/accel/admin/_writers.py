@@ -88,3 +88,25 @@ def _save_safetensors(tensors: dict[str, Any], path: Path, meta: dict[str, str])
             raise
         code = int(found.group(1))
         raise OSError(code, os.strerror(code), str(path)) from None
+    _sort_metadata(path)
+
+
+def _sort_metadata(path: Path) -> None:
+    """The header's ``__metadata__`` in key order, so that one checkpoint exports to the
+    same bytes every time: safetensors writes it in a hash map's order, new in every save
+    (safetensors#584). Rewritten in place at the same length, and only where encoding
+    the header again gives back exactly what safetensors wrote; else left as it is."""
+    import json
+
+    def encode(header: dict[str, Any]) -> bytes:
+        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+
+    with open(path, "r+b") as fh:
+        written = fh.read(int.from_bytes(fh.read(8), "little")).rstrip(b" ")
+        header = json.loads(written)
+        meta = header.get("__metadata__")
+        if not isinstance(meta, dict) or encode(header) != written:
+            return
+        header["__metadata__"] = dict(sorted(meta.items()))
+        fh.seek(8)
+        fh.write(encode(header))
