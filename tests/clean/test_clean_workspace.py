@@ -477,3 +477,26 @@ def test_a_clean_drops_the_locks_older_accels_left_of_removed_runs(project: Path
     assert result is not None and [p.item.run_id for p in result.removed] == [old_run]
     assert not orphan.exists()
     assert new.exists() and held.exists() and has_folder.exists() and linked.is_symlink()
+
+
+def test_a_write_killed_in_the_config_or_locks_folder_leaves_debris_clean_collects(
+    project: Path,
+) -> None:
+    # a `config set` killed between its temp file and the rename, or a run killed while
+    # it rewrote its lease record in locks/, left `.accel-tmp-*` there for good: clean
+    # counted both folders whole and never looked inside
+    ws, now = workspace(project), time.time()
+    ws.ensure()
+    temps = [ws.path / "config" / ".accel-tmp-k1l2m3n4", ws.locks_dir / ".accel-tmp-abcdefgh"]
+    fresh = ws.locks_dir / ".accel-tmp-freshnow"  # a write under way: within the grace
+    for path in (*temps, fresh):
+        path.write_text("{")
+    for path in temps:
+        age_tree(path, now - 3600)
+    theirs = ws.path / "config" / "notes.txt"  # the user's: the config folder stays theirs
+    theirs.write_text("mine")
+    age_tree(theirs, now - 30 * DAY)
+    outcome = clean(ws)
+    assert {p.item.path: p.reason for p in outcome.plan.items} == dict.fromkeys(temps, "debris")
+    assert not any(p.exists() for p in temps)
+    assert fresh.exists() and theirs.exists() and (ws.path / "config").is_dir()

@@ -100,7 +100,7 @@ def scan(ws: Workspace, now: float, *, tree: Tree | None = None) -> WorkspaceSca
         _scan_runs(lay.runs_dir, acc)
         _scan_logs(lay.logs_dir, acc)
         _scan_tmp(lay.tmp_dir, acc)
-        acc.other += acc.tree.walk(lay.root / layout.CONFIG_DIR)[0]
+        _scan_kept(lay.root / layout.CONFIG_DIR, acc)
         acc.items = _in_bounds(acc.items, Bounds.of(root))
     return WorkspaceScan(
         root=root,
@@ -138,12 +138,28 @@ def _scan_data_root(lay: layout.Layout, acc: _Acc) -> None:
         if name == layout.STATE_FILE and (problem := _state_problem(Path(entry.path))):
             acc.warnings.append(f"skipped {entry.path}: {problem}")
             acc.unknown("workspace", entry.path, problem)
+        elif name == layout.LOCKS_DIR and name in own:
+            _scan_kept(Path(entry.path), acc)
         elif name == layout.STATE_FILE or name in own:
             acc.other += acc.tree.walk(entry.path)[0]
         elif is_atomic_temp(name) and not entry.is_dir(follow_symlinks=False):
             acc.debris("cache", entry)
         else:
             acc.unknown("workspace", entry.path)
+
+
+def _scan_kept(folder: Path, acc: _Acc) -> None:
+    """``config/`` and ``locks/``, kept whole but for an interrupted write's temp file (a
+    ``config set`` or a run's lease record killed mid-write), which is debris; nothing in
+    a linked folder (a dotfile manager's config) is ever listed for removal."""
+    if os.path.islink(folder):
+        acc.other += acc.tree.walk(folder)[0]
+        return
+    for entry in acc.tree.children(folder):
+        if is_atomic_temp(entry.name) and entry.is_file(follow_symlinks=False):
+            acc.debris("cache", entry)
+        else:
+            acc.other += acc.tree.walk(entry.path)[0]
 
 
 def _state_problem(path: Path) -> str | None:
