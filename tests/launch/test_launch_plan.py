@@ -326,6 +326,54 @@ def test_bad_nodes(tmp_path: Path, flags: dict[str, Any], message: str) -> None:
         make_plan(tmp_path, flags)
 
 
+def test_a_refusal_names_the_endpoint_where_it_was_given(tmp_path: Path) -> None:
+    # `accel config import` of a cluster's config on a laptop was told to fix an
+    # `--rdzv-endpoint 10.0.0.1:29500` nobody typed; so were SLURM's and the variable's
+    from accel.config.resolve import ConfigLayer
+    from accel.launch.rendezvous import Timing, check_hosted_here, check_resolves
+
+    two = {"launch.num_machines": 2, "launch.machine_rank": 1}
+    config_file = tmp_path / ".accelerate/config/accelerate_config.yaml"
+    layer = ConfigLayer(
+        "project", config_file, {"launch.rdzv_endpoint": "head.invalid:29500"},
+        {"launch.rdzv_endpoint": 4},
+    )  # fmt: skip
+    (tmp_path / "train.py").write_text("")
+    plans = {
+        "flag": make_plan(tmp_path, {**two, "launch.rdzv_endpoint": "head.invalid:29500"}),
+        "env": make_plan(tmp_path, two, env={"ACCEL_LAUNCH_RDZV_ENDPOINT": "head.invalid:29500"}),
+        "file": plan_launch(
+            resolve(project=layer, user=None, env={}, flags=two),
+            LaunchRequest(script="train.py"), env={}, cwd=tmp_path, now=NOW, run_id="RUN",
+            workspace=tmp_path / ".accelerate", runs_dir=tmp_path / "runs",
+            cache_dir=tmp_path / "cache", python="/usr/bin/python3", gpu_count=0,
+        ),
+        "main": make_plan(tmp_path, two, main_endpoint="head.invalid:29500"),
+        "slurm": make_plan(tmp_path, env={**SLURM, "SLURM_JOB_NODELIST": "head.invalid"}),
+    }  # fmt: skip
+    assert {how: plan.rdzv_named for how, plan in plans.items()} == {
+        "flag": "--rdzv-endpoint head.invalid:29500",
+        "env": "ACCEL_LAUNCH_RDZV_ENDPOINT=head.invalid:29500",
+        "file": f"launch.rdzv_endpoint head.invalid:29500 in {config_file}:4",
+        "main": "--master-addr/--master-port head.invalid:29500",
+        "slurm": "head.invalid:29400, the first host of SLURM_JOB_NODELIST",
+    }
+    file = plans["file"]
+    with pytest.raises(UsageError) as refused:
+        check_resolves(file.rdzv_endpoint, file.rdzv_named)
+    assert str(refused.value).startswith(
+        f"the rendezvous host 'head.invalid' (launch.rdzv_endpoint head.invalid:29500 in "
+        f"{config_file}:4) does not resolve ("
+    )
+    with pytest.raises(UsageError) as refused:
+        check_hosted_here("192.0.2.1:29500", Timing(connect_timeout=0.5), file.rdzv_named)
+    assert str(refused.value).startswith(
+        f"launch.rdzv_endpoint head.invalid:29500 in {config_file}:4: this is node 0"
+    )
+    with pytest.raises(UsageError, match=r"^ACCEL_LAUNCH_RDZV_ENDPOINT=h:0: port 0 picks"):
+        make_plan(tmp_path, {"launch.num_machines": 2}, env={"ACCEL_LAUNCH_RDZV_ENDPOINT": "h:0"})
+
+
 SLURM = {
     "SLURM_JOB_ID": "42",
     "SLURM_NNODES": "3",

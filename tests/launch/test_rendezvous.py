@@ -152,6 +152,25 @@ def test_a_bad_endpoint_is_one_line_and_exit_2_before_anything(
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
+def test_an_endpoint_from_the_config_file_is_named_there_not_as_a_flag(
+    project: Path, script: str, launcher: list[subprocess.Popen[str]]
+) -> None:
+    # an imported cluster config on a laptop: the line blamed an --rdzv-endpoint
+    # nobody typed, instead of the file and line to fix
+    config = project / ".accelerate" / "config" / "accelerate_config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("version: 1\nlaunch:\n  rdzv_endpoint: no-such-host.invalid:29500\n")
+    proc = _start(project, launcher, "--nnodes", "2", "--node-rank", "1", script)
+    (line,) = _stderr_lines(proc, 45)  # the resolver's reason between the parentheses
+    assert line.startswith(
+        "error: the rendezvous host 'no-such-host.invalid' (launch.rdzv_endpoint "
+        f"no-such-host.invalid:29500 in {config}:3) does not resolve ("
+    ), line
+    assert line.endswith("); give node 0's host name or IP address") and proc.returncode == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("host", "nodes", "reason"),
     [

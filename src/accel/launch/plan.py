@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.config.fsdp import worker_env as fsdp_env
-from accel.config.resolve import ResolvedConfig
+from accel.config.resolve import Origin, ResolvedConfig
 from accel.config.views import Settings
 from accel.devices import gpu_mismatch, workers_for
 from accel.errors import ConfigError, UsageError
@@ -76,6 +76,8 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     # What the scheduler found in the environment said: "slurm: node 1 of 4, head h:29400".
     scheduler: str | None = None
+    # The endpoint as a refusal names it, with where it was given (the flag by default).
+    rdzv_named: str = ""
 
     def shows(self, rank: int) -> bool:
         """Whether the console shows ``rank``'s output (its log keeps it all the same):
@@ -156,6 +158,7 @@ def plan_launch(
         node_rank=nodes.node_rank,
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
+        rdzv_named=nodes.endpoint_from.replace("{}", endpoint, 1),
         rdzv_id=rdzv_id,
         rdzv_is_host=is_host,
         max_restarts=int(config.settings.launch.max_restarts),
@@ -384,6 +387,7 @@ class _Nodes:
     min_nodes: int  # == nnodes unless elastic
     rank_given: bool = True  # by a flag, the environment, the config or the scheduler
     scheduler: Scheduler | None = None  # SLURM or SkyPilot, found in the environment
+    endpoint_from: str = "--rdzv-endpoint {}"  # the endpoint ({}) as a refusal names it
 
 
 def _nodes(
@@ -402,8 +406,10 @@ def _nodes(
     nnodes = int(pick("launch.num_machines", launch.num_machines, "nnodes"))
     endpoint = pick("launch.rdzv_endpoint", launch.rdzv_endpoint, "endpoint")
     main = request.main_endpoint if request is not None else None
-    if main and nnodes > 1 and config.origins["launch.rdzv_endpoint"].layer != "flag":
-        endpoint = main
+    origin = config.origins["launch.rdzv_endpoint"]
+    endpoint_from = _endpoint_from(origin, scheduler)
+    if main and nnodes > 1 and origin.layer != "flag":
+        endpoint, endpoint_from = main, "--master-addr/--master-port {}"
     nodes = _Nodes(
         nnodes=nnodes,
         node_rank=int(pick("launch.machine_rank", launch.machine_rank, "node_rank")),
@@ -412,6 +418,7 @@ def _nodes(
         min_nodes=nnodes if launch.min_machines is None else int(launch.min_machines),
         rank_given=config.origins["launch.machine_rank"].layer != "default" or "node_rank" in says,
         scheduler=scheduler,
+        endpoint_from=endpoint_from,
     )
     if nodes.min_nodes > nodes.nnodes:
         raise UsageError(
@@ -441,8 +448,9 @@ def _rendezvous(
         # Like torchrun --standalone (or HOST:0): the store binds a free port and keeps it.
         return endpoint, nodes.rdzv_id or run_id, True
     if endpoint.endswith(":0"):
+        named = nodes.endpoint_from.replace("{}", endpoint, 1)
         raise UsageError(
-            f"--rdzv-endpoint {endpoint}: port 0 picks a free port, which the other nodes "
+            f"{named}: port 0 picks a free port, which the other nodes "
             "cannot know; give node 0's port, e.g. HOST:29400"
         )
     if not re.search(r":\d+$", endpoint):
@@ -453,6 +461,20 @@ def _rendezvous(
     # first. Saying "host" on every node would split an elastic job into lone ones.
     is_host = (nodes.node_rank == 0) if nodes.rank_given else None
     return endpoint, nodes.rdzv_id or "accel", is_host
+
+
+def _endpoint_from(origin: Origin, scheduler: Scheduler | None) -> str:
+    """How a refusal names the endpoint (``{}``) and where it was given: the flag, the
+    variable, the config file's line or the scheduler's variable (an imported cluster
+    config on a laptop was blamed on an ``--rdzv-endpoint`` nobody typed)."""
+    if origin.layer == "env":
+        return f"{origin.source}={{}}"
+    if origin.layer in ("project", "user"):
+        return f"launch.rdzv_endpoint {{}} in {origin.source}" + (
+            f":{origin.line}" if origin.line else ""
+        )
+    told = scheduler.told("endpoint") if scheduler is not None else None
+    return f"{{}}, {told}" if origin.layer == "default" and told else "--rdzv-endpoint {}"
 
 
 def _told(config: ResolvedConfig, scheduler: Scheduler | None, key: str, flag: str) -> str:

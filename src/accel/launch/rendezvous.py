@@ -74,13 +74,15 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_resolves(endpoint: str) -> None:
-    """:class:`UsageError` (exit 2) when the endpoint's host name does not resolve."""
+def check_resolves(endpoint: str, named: str = "") -> None:
+    """:class:`UsageError` (exit 2) when the endpoint's host name does not resolve.
+    ``named``: the endpoint as given (default ``--rdzv-endpoint ENDPOINT``)."""
     host, _ = split_endpoint(endpoint)
     reason = _unresolved(host)
     if reason is not None:
         raise UsageError(
-            f"the rendezvous host {host!r} (--rdzv-endpoint {endpoint}) does not resolve "
+            f"the rendezvous host {host!r} ({named or f'--rdzv-endpoint {endpoint}'}) "
+            "does not resolve "
             f"({reason}); give node 0's host name or IP address"
         )
 
@@ -116,7 +118,7 @@ def _unresolved(host: str) -> str | None:
     return None
 
 
-def check_hosted_here(endpoint: str, timing: Timing) -> None:
+def check_hosted_here(endpoint: str, timing: Timing, named: str = "") -> None:
     """On node 0, told to host (``--node-rank 0``): :class:`UsageError` (exit 2) when
     ``endpoint`` does not lead back to this machine.
 
@@ -130,7 +132,8 @@ def check_hosted_here(endpoint: str, timing: Timing) -> None:
     if _reaches_here(host, port, timing):
         return
     raise UsageError(
-        f"--rdzv-endpoint {endpoint}: this is node 0, which hosts the rendezvous, and "
+        f"{named or f'--rdzv-endpoint {endpoint}'}: this is node 0, which hosts the "
+        "rendezvous, and "
         f"{host} is not an address of this machine: give node 0's own address on every "
         "node, or start node 0 on that machine"
     )

@@ -104,9 +104,10 @@ def launch(
     """Run the plan to its end; the caller turns the outcome into an exit code."""
     timing = rendezvous.Timing.from_env(os.environ)  # a bad timing variable: exit 2, nothing made
     if _endpoint_given(plan):
-        rendezvous.check_resolves(plan.rdzv_endpoint)  # a typo: exit 2 before anything
-        if plan.rdzv_is_host:  # node 0 at another machine's address: the same
-            rendezvous.check_hosted_here(plan.rdzv_endpoint, timing)
+        # a typo: exit 2 before anything; node 0 at another machine's address: the same
+        rendezvous.check_resolves(plan.rdzv_endpoint, plan.rdzv_named)
+        if plan.rdzv_is_host:
+            rendezvous.check_hosted_here(plan.rdzv_endpoint, timing, plan.rdzv_named)
     if plan.local_addr is not None:  # the workers' MASTER_ADDR, maybe: the same
         rendezvous.check_local_addr(plan.local_addr, timing)
     from accel.store import memtier

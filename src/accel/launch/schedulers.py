@@ -173,6 +173,12 @@ _TOLD_IN = {
     ("skypilot", "node"): ("SKYPILOT_NUM_NODES", "SKYPILOT_NODE_RANK"),
     ("world", "rank"): ("WORLD_SIZE", "RANK"),
 }
+# Where each scheduler's head (the rendezvous endpoint) is read.
+_ENDPOINT_IN = {
+    "slurm": "the first host of SLURM_JOB_NODELIST",
+    "skypilot": "the first of SKYPILOT_NODE_IPS",
+    "world": "MASTER_ADDR and MASTER_PORT",
+}
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,10 @@ class Scheduler:
 
     def told(self, key: str) -> str | None:
         """``SLURM_NODEID=3 (slurm)``: the variable ``key`` (nnodes, node_rank) came from,
-        for a refusal to name what the user can check."""
+        for a refusal to name what the user can check; for ``endpoint``, where the head
+        was read (``the first host of SLURM_JOB_NODELIST``)."""
+        if key == "endpoint":
+            return _ENDPOINT_IN.get(self.name) if key in self.says else None
         names = _TOLD_IN.get((self.name, self.says.get("unit", "node")))
         if names is None or key not in self.says:
             return None
