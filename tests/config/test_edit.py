@@ -125,6 +125,31 @@ def test_unset_value(ws: Workspace) -> None:
     assert Workspace.discover().config.origins["launch.max_restarts"].layer == "default"
 
 
+def test_a_file_with_windows_line_ends_keeps_them_through_every_edit(ws: Workspace) -> None:
+    # a config saved by a Windows editor and checked in as it is: every edit added LF
+    # lines among its CRLF ones, and git showed the whole file as changed
+    crlf = COMMENTED.replace("\n", "\r\n")
+    ws.config_file.write_bytes(crlf.encode())
+    config_project.set_value(ws, "launch.num_processes", "4")  # a line replaced, comment kept
+    config_project.set_value(ws, "launch.mixed_precision", "bf16")  # a line added
+    config_project.set_value(ws, "logs.level", "debug")  # a section added
+    config_project.set_value(ws, "launch.env.C", "3")  # an entry of a block
+    config_project.unset_value(ws, "launch.max_restarts")
+    before, after = config_project.plan_edit(ws, {"checkpoints.keep_last": 2})  # the questions
+    config_project.write_edit(ws, before, after)
+    text = ws.config_file.read_bytes().decode()
+    assert text.count("\n") == text.count("\r\n") > COMMENTED.count("\n")
+    assert "num_processes: 4  # per node\r\n" in text and "level: debug\r\n" in text
+    cfg = Workspace.discover().config
+    assert (cfg["launch.num_processes"], cfg["launch.env"]["C"], cfg["checkpoints.keep_last"]) == (
+        4, "3", 2
+    )  # fmt: skip
+    lf = COMMENTED  # and a file of LF lines gets no CR
+    ws.config_file.write_text(lf)
+    config_project.set_value(ws, "logs.level", "debug")
+    assert "\r" not in ws.config_file.read_text()
+
+
 def test_flow_style_file_falls_back_to_a_rewrite_with_same_values(ws: Workspace) -> None:
     ws.config_file.write_text("launch: {num_processes: 2, max_restarts: 1}\n")
     config_project.set_value(ws, "launch.num_processes", "3")

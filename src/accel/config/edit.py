@@ -124,7 +124,15 @@ def _trailing_comment(line: str) -> str:
 def rewrite(path: Path, text: str, edited: str, expected: dict[str, Any]) -> None:
     """Validate ``edited`` (falling back to a plain dump when the text edit went wrong)
     and write it atomically. ``expected`` is the flat value set the file must hold."""
-    write_config(path, checked(path, edited, expected))
+    write_config(path, same_newlines(text, checked(path, edited, expected)))
+
+
+def same_newlines(text: str, edited: str) -> str:
+    """``edited`` with the line ends of ``text``: a file whose every line ends in CRLF (a
+    Windows editor's, checked in as it is) keeps them, not a mix with the new lines'."""
+    if "\n" in text and text.count("\r\n") == text.count("\n"):
+        return re.sub(r"(?<!\r)\n", "\r\n", edited)
+    return edited
 
 
 def write_config(path: Path, text: str) -> None:

@@ -19,6 +19,7 @@ from accel.config.edit import (
     dump,
     render_value,
     rewrite,
+    same_newlines,
     set_in_text,
     unset_in_text,
     write_config,
@@ -101,7 +102,7 @@ def plan_edit(ws: ProjectFiles, values: dict[str, Any]) -> tuple[str, str]:
     edited = before if before.strip() else dump({})
     for key, value in values.items():
         edited = set_in_text(edited, key, render_value(schema.BY_KEY[key], value))
-    return before, checked(path, edited, {**current, **values})
+    return before, same_newlines(before, checked(path, edited, {**current, **values}))
 
 
 def write_edit(ws: ProjectFiles, before: str, after: str) -> Path:
