@@ -34,6 +34,16 @@ def test_syntax_error_names_file_and_line() -> None:
         load_yaml_text("launch:\n  a: [1, 2\nb: 3\n", "f.yaml")
 
 
+def test_a_tab_indent_says_to_indent_with_spaces() -> None:
+    # an editor that indents with tabs: pyyaml says only that '\t' cannot start a token
+    with pytest.raises(ConfigError) as refused:
+        load_yaml_text("launch:\n\tnum_processes: 2\n", "f.yaml")
+    assert str(refused.value) == (
+        "f.yaml:2: invalid YAML: found character '\\t' that cannot start any token; "
+        "indent with spaces (YAML allows no tabs there)"
+    )
+
+
 def test_object_building_tags_are_refused() -> None:
     with pytest.raises(ConfigError, match="f.yaml:1: unsupported YAML tag"):
         load_yaml_text("a: !!python/object/apply:os.system ['echo hi']\n", "f.yaml")

@@ -33,7 +33,10 @@ def parse(text: str, source: str) -> tuple[Any, dict[str, int]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}" if mark else source
-        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+        problem = exc.problem or exc.context
+        if problem and "'\\t'" in problem:  # an editor's tab: YAML indents with spaces only
+            problem += "; indent with spaces (YAML allows no tabs there)"
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from None
     finally:
