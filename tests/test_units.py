@@ -96,6 +96,41 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("7 days", ": write 7d"),
+        ("90min", ": write 90m"),
+        ("2 weeks", ": write 2w"),
+        ("1 hour 30 minutes", ": write 1h30m"),
+        ("1h 30m", ": write 1h30m"),
+        ("7D", ": write 7d"),
+        ("7", ": add a unit (7d, 7h)"),
+        ("15M", ""),  # minutes or months: no guess
+        ("1 day 1 day", ""),
+        ("7x", ""),
+    ],
+)
+def test_a_refused_duration_says_how_to_write_it(text: str, said: str) -> None:
+    # `--older-than "7 days"` (systemd's spelling) and `--older-than 7` were told only
+    # the grammar; the grammar stays strict, the line now says what to type
+    with pytest.raises(UsageError) as refused:
+        parse_duration(text)
+    assert str(refused.value) == (
+        f"invalid duration {text!r}: expected a duration like 30s, 15m, 12h, 7d, 2w or 1h30m" + said
+    )
+
+
+def test_a_config_duration_and_since_say_it_too() -> None:
+    from accel.config.resolve import flag_value
+    from accel.runs.logindex import parse_since
+
+    with pytest.raises(UsageError, match=r"got '7 days': write 7d$"):
+        flag_value("launch.hang_timeout", "7 days")
+    with pytest.raises(UsageError, match=r"2026-11-29T10:00: write 10m$"):
+        parse_since("10 minutes")
+
+
 def test_formatting_for_people() -> None:
     assert format_size(512) == "512 B"
     assert format_size(1536) == "1.5 KiB"

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ago",
+    "duration_hint",
     "duration_text",
     "format_duration",
     "format_size",
@@ -92,6 +93,10 @@ def parse_duration(text: str) -> float:
     raw = str(text).strip()
     if not raw or not raw.isascii() or isinstance(text, bool):
         raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}")
+    if raw.isdigit():  # `--older-than 7`: the unit is said, not guessed
+        raise UsageError(
+            f"invalid duration {text!r}: expected {DURATION_HELP}: add a unit ({raw}d, {raw}h)"
+        )
     pos, total, seen = 0, 0.0, set()
     for match in _DURATION_PART_RE.finditer(raw):
         if match.start() != pos or match.group(2) in seen:
@@ -100,10 +105,41 @@ def parse_duration(text: str) -> float:
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
     if pos != len(raw):
-        raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}")
+        hint = duration_hint(raw)
+        said = f": write {hint}" if hint else ""
+        raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}{said}")
     if total > _MAX_SECONDS:
         raise UsageError(f"invalid duration {text!r}: longer than 100 years")
     return total
+
+
+# The ways people write the units (systemd's, `7 days`, `90min`), for a hint only: the
+# grammar stays one letter per unit, so that a value reads the same everywhere.
+_SPELLED = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), "m"),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), "h"),
+    **dict.fromkeys(("d", "day", "days"), "d"),
+    **dict.fromkeys(("w", "wk", "wks", "week", "weeks"), "w"),
+}
+_SPELLED_PART_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*,?", re.ASCII)
+
+
+def duration_hint(text: str) -> str | None:
+    """``7d`` for ``7 days``, ``1h30m`` for ``1 hour 30 minutes``; None when ``text`` is
+    no such duration, or one written as it should be (``15M`` gets none: months?)."""
+    parts, pos = [], 0
+    for match in _SPELLED_PART_RE.finditer(text):
+        word = match.group(2)
+        unit = _SPELLED.get(word if word in ("m", "M") else word.lower())
+        if match.start() != pos or unit is None:
+            return None
+        parts.append(f"{match.group(1)}{unit}")
+        pos = match.end()
+    units, written = [part[-1] for part in parts], "".join(parts)
+    if not parts or pos != len(text) or len(set(units)) != len(units) or len(written) > 24:
+        return None
+    return written if written != text else None  # as it is: too long, not misspelled
 
 
 def _scaled(number: str, factor: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 from accel.config.fields import Field
 from accel.errors import UsageError
 from accel.layout import SERIES_RE
-from accel.units import parse_duration, parse_size
+from accel.units import duration_hint, parse_duration, parse_size
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -261,7 +261,9 @@ def _coerce_duration(f: Field, value: Any) -> float:
     try:
         return parse_duration(value)
     except UsageError:
-        raise ValueError(f"expected {f.expected}, got {shown(value)}") from None
+        hint = duration_hint(value.strip())
+        said = f": write {hint}" if hint else ""
+        raise ValueError(f"expected {f.expected}, got {shown(value)}{said}") from None
 
 
 _COERCE = {

@@ -21,7 +21,7 @@ from pathlib import Path
 from accel._fs import open_regular, read_lines
 from accel.errors import UsageError
 from accel.layout import LOG_INDEX_SUFFIX
-from accel.units import DURATION_HELP, from_iso, parse_duration
+from accel.units import DURATION_HELP, duration_hint, from_iso, parse_duration
 
 INDEX_SUFFIX = LOG_INDEX_SUFFIX
 INDEX_EVERY = 1.0  # seconds between index entries of one log
@@ -95,8 +95,10 @@ def parse_since(text: str, now: float | None = None) -> float:
         pass
     stamp = from_iso(text.strip())
     if stamp is None:
+        hint = duration_hint(text.strip())
         raise UsageError(
             f"invalid --since {text!r}: expected {DURATION_HELP}, or a time like 2026-11-29T10:00"
+            + (f": write {hint}" if hint else "")
         ) from None
     if stamp.tzinfo is None:
         stamp = stamp.astimezone()  # a naive time is local time, as people write it
