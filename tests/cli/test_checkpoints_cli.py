@@ -202,6 +202,9 @@ def test_latest_names_the_newest_checkpoint_as_it_names_the_newest_run(
     for step in (5, 9):
         ws.checkpoints.save({"model": {"w": torch.full((2,), float(step))}}, step)
     assert json.loads(cli("checkpoints", "show", "latest", "--json").stdout)["step"] == 9
+    # `checkpoints show` alone, as `runs show` alone shows the newest run (it said
+    # "Missing argument 'STEP'", while export and verify took no STEP)
+    assert json.loads(cli("checkpoints", "show", "--json").stdout)["step"] == 9
     verified = json.loads(cli("checkpoints", "verify", "latest", "--json").stdout)
     assert [c["step"] for c in verified["checkpoints"]] == [9]
     assert len(json.loads(cli("checkpoints", "verify", "--json").stdout)["checkpoints"]) == 2

@@ -55,7 +55,7 @@ ARGUMENTS = {
     ("config", "import"): ["PATH"],
     ("config", "validate"): ["[PATH]"],
     ("cache", "rm"): ["[KEY]"],
-    ("checkpoints", "show"): ["STEP"],
+    ("checkpoints", "show"): ["[STEP]"],
     ("checkpoints", "export"): ["[STEP]", "[PATH]"],
 }
 

@@ -125,8 +125,10 @@ def _print_listing(listing: CheckpointListing) -> None:
 @app.command(cls=_help.Command)
 def show(
     ctx: typer.Context,
-    step: str = typer.Argument(
-        ..., metavar="STEP", help="The step (1200, step-000000001200, or latest)."
+    step: str | None = typer.Argument(
+        None,
+        metavar="STEP",
+        help="The step (1200, step-000000001200, or latest); the latest when omitted.",
     ),
     series: str | None = _SERIES,
     as_json: bool = _JSON,
