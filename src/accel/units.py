@@ -93,7 +93,7 @@ def parse_duration(text: str) -> float:
     raw = str(text).strip()
     if not raw or not raw.isascii() or isinstance(text, bool):
         raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}")
-    if raw.isdigit():  # `--older-than 7`: the unit is said, not guessed
+    if raw.isdigit() and len(raw) <= 12:  # `--older-than 7`: the unit is said, not guessed
         raise UsageError(
             f"invalid duration {text!r}: expected {DURATION_HELP}: add a unit ({raw}d, {raw}h)"
         )

@@ -157,7 +157,7 @@ def _scan_kept(folder: Path, acc: _Acc) -> None:
         return
     for entry in acc.tree.children(folder):
         if is_atomic_temp(entry.name) and entry.is_file(follow_symlinks=False):
-            acc.debris("cache", entry)
+            acc.debris("cache", entry, name=f"{folder.name}/{entry.name}")
         else:
             acc.other += acc.tree.walk(entry.path)[0]
 
