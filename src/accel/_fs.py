@@ -31,6 +31,13 @@ TMP_PREFIX = ".accel-tmp-"
 PRIVATE_MODE = 0o640
 
 
+def temp_beside(path: Path) -> Path:
+    """A new name beside ``path`` for a file written and then renamed into place: the
+    form :func:`atomic_open`'s temp files have (``.accel-tmp-`` and 8 characters), so
+    that ``accel clean`` knows one a killed writer left as its own."""
+    return path.parent / f"{TMP_PREFIX}{os.urandom(4).hex()}"
+
+
 @functools.lru_cache(maxsize=1)
 def _umask() -> int:
     umask = os.umask(0)

@@ -546,3 +546,48 @@ def test_an_interrupted_run_pull_leaves_no_run_listed_as_crashed(
     capsys.readouterr()
     assert main(["--workspace", str(fresh.path), "runs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_pull_killed_mid_file_leaves_a_temp_that_clean_knows(
+    ws: Workspace,
+    fresh: Workspace,
+    remote_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a pull downloads the config aside, and a file a run folder here lacks, to a temp
+    # file beside it: named `.accel-tmp-` + 12 characters, not the 8 of every other
+    # temp, so a SIGKILLed pull's was "not made by accel" to `accel clean`: the run
+    # folder was kept for good (a foreign file in it) and one in config/ never went
+    import time
+
+    from accel.clean import clean
+    from accel.layout import is_atomic_temp
+    from accel.sync import _remote
+
+    folder = finished_run(ws, RUN)
+    assert main(["sync", "push", remote_url]) == 0
+    assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url]) == 0
+    (fresh.runs_dir / RUN / "rank-0.log").unlink()  # the next pull adds it to the folder
+    names: list[str] = []
+    download = _remote.Remote.download
+
+    def recording(self: _remote.Remote, rel: str, dest: Path, *args: object, **kw: object) -> None:
+        names.append(dest.name)
+        download(self, rel, dest, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_remote.Remote, "download", recording)
+    ws.config_file.write_text("version: 1\nlaunch:\n  num_processes: 3\n")  # goes aside
+    assert main(["sync", "push", remote_url]) == 0
+    capsys.readouterr()
+    assert main(["--workspace", str(fresh.path), "sync", "pull", remote_url]) == 0
+    assert len(names) == 2 and all(is_atomic_temp(name) for name in names), names
+    # what a SIGKILL between the download and the rename leaves: clean's to collect
+    left = [fresh.runs_dir / RUN / names[0], fresh.path / "config" / names[1]]
+    for path in left:
+        path.write_text("half")
+        os.utime(path, (time.time() - 3600,) * 2)
+    outcome = clean(fresh, older_than="0s", only=["runs", "cache"])
+    assert not (fresh.runs_dir / RUN).exists() and not left[1].exists()
+    assert not outcome.plan.kept, outcome.plan.kept
+    assert folder.exists()  # the pushed side is not touched

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel._fs import TMP_PREFIX, fsync_dir, read_json
+from accel._fs import fsync_dir, read_json, temp_beside
 from accel._locks import locked
 from accel.errors import IntegrityError, JobFailed, UsageError
 from accel.layout import (
@@ -125,7 +125,7 @@ class PullUnit:
         """Download ``t`` to ``target`` (temp beside it, mode ``perms`` & ~umask, verified,
         renamed)."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}"
+        tmp = temp_beside(target)  # a killed pull's is crash debris to `accel clean`
         try:
             self.remote.download(t.rel, tmp, self.index[t.rel], reporter.advance, perms=perms)
             if check is not None:
