@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from accel.config import project as config_project
-from accel.config.edit import set_in_text, unset_in_text
+from accel.config.edit import set_in_text, unified_diff, unset_in_text
 from accel.errors import ConfigError, UsageError
 from accel.workspace import Workspace
 
@@ -136,6 +136,8 @@ def test_a_file_with_windows_line_ends_keeps_them_through_every_edit(ws: Workspa
     config_project.set_value(ws, "launch.env.C", "3")  # an entry of a block
     config_project.unset_value(ws, "launch.max_restarts")
     before, after = config_project.plan_edit(ws, {"checkpoints.keep_last": 2})  # the questions
+    shown = unified_diff(before, after, ws.config_file)  # what the questions show: no CR
+    assert "+  keep_last: 2" in shown and not any("\r" in line for line in shown)
     config_project.write_edit(ws, before, after)
     text = ws.config_file.read_bytes().decode()
     assert text.count("\n") == text.count("\r\n") > COMMENTED.count("\n")

@@ -167,7 +167,7 @@ def unified_diff(before: str, after: str, path: Path) -> list[str]:
     import difflib
 
     return [
-        line.rstrip("\n")
+        line.rstrip("\r\n")  # a CRLF file's lines too: a CR would move the cursor back
         for line in difflib.unified_diff(
             before.splitlines(keepends=True),
             after.splitlines(keepends=True),
