@@ -105,9 +105,7 @@ def parse_duration(text: str) -> float:
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
     if pos != len(raw):
-        hint = duration_hint(raw)
-        said = f": write {hint}" if hint else ""
-        raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}{said}")
+        raise UsageError(f"invalid duration {text!r}: expected {DURATION_HELP}{duration_hint(raw)}")
     if total > _MAX_SECONDS:
         raise UsageError(f"invalid duration {text!r}: longer than 100 years")
     return total
@@ -125,21 +123,22 @@ _SPELLED = {
 _SPELLED_PART_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*,?", re.ASCII)
 
 
-def duration_hint(text: str) -> str | None:
-    """``7d`` for ``7 days``, ``1h30m`` for ``1 hour 30 minutes``; None when ``text`` is
-    no such duration, or one written as it should be (``15M`` gets none: months?)."""
+def duration_hint(text: str) -> str:
+    """What a refusal of ``text`` ends in: ``: write 7d`` for ``7 days``, ``: write
+    1h30m`` for ``1 hour 30 minutes``; "" when ``text`` is no such duration, or one
+    written as it should be (``15M`` gets none: months?)."""
     parts, pos = [], 0
     for match in _SPELLED_PART_RE.finditer(text):
         word = match.group(2)
         unit = _SPELLED.get(word if word in ("m", "M") else word.lower())
         if match.start() != pos or unit is None:
-            return None
+            return ""
         parts.append(f"{match.group(1)}{unit}")
         pos = match.end()
     units, written = [part[-1] for part in parts], "".join(parts)
     if not parts or pos != len(text) or len(set(units)) != len(units) or len(written) > 24:
-        return None
-    return written if written != text else None  # as it is: too long, not misspelled
+        return ""
+    return f": write {written}" if written != text else ""  # as it is: too long, not misspelled
 
 
 def _scaled(number: str, factor: int) -> int:

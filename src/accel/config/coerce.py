@@ -261,8 +261,7 @@ def _coerce_duration(f: Field, value: Any) -> float:
     try:
         return parse_duration(value)
     except UsageError:
-        hint = duration_hint(value.strip())
-        said = f": write {hint}" if hint else ""
+        said = duration_hint(value.strip())
         raise ValueError(f"expected {f.expected}, got {shown(value)}{said}") from None
 
 

@@ -158,7 +158,7 @@ def plan_launch(
         node_rank=nodes.node_rank,
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
-        rdzv_named=nodes.endpoint_from.replace("{}", endpoint, 1),
+        rdzv_named=nodes.named(endpoint),
         rdzv_id=rdzv_id,
         rdzv_is_host=is_host,
         max_restarts=int(config.settings.launch.max_restarts),
@@ -389,6 +389,10 @@ class _Nodes:
     scheduler: Scheduler | None = None  # SLURM or SkyPilot, found in the environment
     endpoint_from: str = "--rdzv-endpoint {}"  # the endpoint ({}) as a refusal names it
 
+    def named(self, endpoint: str) -> str:
+        """``endpoint`` as a refusal names it, with where it was given."""
+        return self.endpoint_from.replace("{}", endpoint, 1)
+
 
 def _nodes(
     config: ResolvedConfig, env: Mapping[str, str], request: LaunchRequest | None = None
@@ -448,9 +452,8 @@ def _rendezvous(
         # Like torchrun --standalone (or HOST:0): the store binds a free port and keeps it.
         return endpoint, nodes.rdzv_id or run_id, True
     if endpoint.endswith(":0"):
-        named = nodes.endpoint_from.replace("{}", endpoint, 1)
         raise UsageError(
-            f"{named}: port 0 picks a free port, which the other nodes "
+            f"{nodes.named(endpoint)}: port 0 picks a free port, which the other nodes "
             "cannot know; give node 0's port, e.g. HOST:29400"
         )
     if not re.search(r":\d+$", endpoint):

@@ -95,10 +95,9 @@ def parse_since(text: str, now: float | None = None) -> float:
         pass
     stamp = from_iso(text.strip())
     if stamp is None:
-        hint = duration_hint(text.strip())
         raise UsageError(
             f"invalid --since {text!r}: expected {DURATION_HELP}, or a time like 2026-11-29T10:00"
-            + (f": write {hint}" if hint else "")
+            + duration_hint(text.strip())
         ) from None
     if stamp.tzinfo is None:
         stamp = stamp.astimezone()  # a naive time is local time, as people write it
