@@ -217,11 +217,9 @@ class Accelerator(ProcessApi, FolderApi):
                 self._snapshots.settle()
                 self._snapshots.unmap()
             self.workspace.checkpoints.wait()
-            # Destroying the groups while a peer is still inside its last collective
-            # (e.g. the checkpoint commit) aborts that peer ("terminate called without
-            # an active exception"): in a world accel joined too, whose starter destroys
-            # the group right after end() (CI: 1 abort of a joined rank). Not at exit: a
-            # rank dying of an exception must not wait in a barrier its peers never reach.
+            # No peer still inside its last collective (e.g. the checkpoint commit) as
+            # the group goes, here or by a joined world's starter right after end(). Not
+            # at exit: a rank dying of an exception must not wait for peers never coming.
             if barrier:
                 self.wait_for_everyone()
         finally:
@@ -229,6 +227,8 @@ class Accelerator(ProcessApi, FolderApi):
             self._stop.restore()
             if self._owns_group:
                 setup.end_group(at_exit=not barrier)
+            elif barrier:  # the script destroys its group: our collectives end here
+                setup.wait_for_gloo_workers()
 
     # -- prepare ------------------------------------------------------------------------
 

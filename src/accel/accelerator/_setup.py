@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from accel.accelerator._gloo_idle import wait_for_gloo_workers as wait_for_gloo_workers
 from accel.errors import UsageError, one_line
 
 if TYPE_CHECKING:
@@ -257,8 +258,10 @@ def end_group(*, at_exit: bool = False) -> None:
     outlives the ``Accelerator`` object). At exit no plain barrier: a peer may be gone,
     and one would wait for it forever; a returned script's exit waits for its peers
     only through :func:`_exit_barrier`, which is bounded. ``destroy_process_group()`` is what
-    torch asks for: a group left standing at exit is torn down by C++ static
-    destructors, which abort ("terminate called without an active exception").
+    torch asks for. Its gloo worker threads live on while anything (DDP) holds the
+    group, and one that takes the GIL after the interpreter began to finalize aborts
+    the process ("terminate called without an active exception", exit -6): the
+    destruction is followed by a wait for them to go idle (:mod:`._gloo_idle`).
 
     At the exit of a script that raised, a peer may be stuck in a collective, and
     destroying the group beside it can hang (torch 2.6's gloo joins its threads in the
@@ -272,6 +275,7 @@ def end_group(*, at_exit: bool = False) -> None:
         if at_exit:
             _exit_barrier()
         _destroy()
+        wait_for_gloo_workers()  # a worker still holding the group's last work aborts
         return
     import faulthandler
 
