@@ -34,6 +34,12 @@ SHAPES = {
 }
 
 
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    env.update(ACCEL_WORKSPACE=str(tmp_path / ".accelerate"), OMP_NUM_THREADS="1")
+    return env
+
+
 def test_a_worker_asleep_on_its_empty_queue_is_parked() -> None:
     assert parked(IDLE, X86_FUTEX)
     assert not parked(IDLE, 98)  # another machine's futex number: another call
@@ -51,9 +57,16 @@ def test_a_worker_doing_anything_else_is_busy(line: str) -> None:
 def test_end_returns_after_the_workers_finished_with_the_last_collective(
     tmp_path: Path, how: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
-    env.update(ACCEL_WORKSPACE=str(tmp_path / ".accelerate"), OMP_NUM_THREADS="1")
     args = [str(tmp_path)] + (["joined"] if how == "joined" else [])
-    assert two_ranks(SCRIPT, args, env) == [0, 0]
+    assert two_ranks(SCRIPT, args, _env(tmp_path)) == [0, 0]
     for rank in (0, 1):
         assert (tmp_path / f"rank-{rank}.txt").read_text() == "done 1"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_a_script_that_raises_after_its_last_collective_exits_1_not_aborted(
+    tmp_path: Path,
+) -> None:
+    assert two_ranks(SCRIPT, [str(tmp_path), "raises"], _env(tmp_path)) == [1, 1]

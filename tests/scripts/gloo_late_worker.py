@@ -9,7 +9,8 @@ as a worker starved on a busy machine is late. To make the worker hold the last
 reference, the future's callback (a DDP comm hook's runs there too) keeps it busy while
 the script drops its own. The collective is on a second group, which ``end()``'s
 barrier does not wait for. With ``joined`` the script starts the group itself
-(torchrun's way) and destroys it after ``end()``."""
+(torchrun's way) and destroys it after ``end()``; with ``raises`` the script raises
+instead of calling ``end()``: the exit handler must end the rank with exit code 1."""
 
 import os
 import sys
@@ -21,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 out = Path(sys.argv[1])
-joined = sys.argv[2:] == ["joined"]
+joined, raises = sys.argv[2:] == ["joined"], sys.argv[2:] == ["raises"]
 rank = int(os.environ["RANK"])
 if joined:
     dist.init_process_group("gloo")
@@ -60,6 +61,8 @@ if rank == 0:
     attached.touch()
 future.wait()  # returns before the callbacks run (Work.wait() after)
 del work, future, tensor
+if raises:
+    raise RuntimeError("the script fails after its last collective")
 acc.end()
 (out / f"rank-{rank}.txt").write_text(f"done {len(finished)}")
 if joined:

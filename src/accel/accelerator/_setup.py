@@ -287,6 +287,7 @@ def end_group(*, at_exit: bool = False) -> None:
     faulthandler.dump_traceback_later(CRASHED_TEARDOWN_GRACE, exit=True, file=_watchdog_sink)
     try:
         _destroy()
+        wait_for_gloo_workers()
     finally:
         faulthandler.cancel_dump_traceback_later()
 
