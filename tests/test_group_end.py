@@ -5,12 +5,14 @@ exception", exit -6; stop 61's CI)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from accel.accelerator._gloo_idle import parked
+from accel.accelerator._gloo_idle import parked, wait_for_gloo_workers
 from run_helpers import two_ranks
 
 SCRIPT = Path(__file__).parent / "scripts" / "gloo_late_worker.py"
@@ -48,6 +50,25 @@ def test_a_worker_asleep_on_its_empty_queue_is_parked() -> None:
 @pytest.mark.parametrize("line", SHAPES.values(), ids=list(SHAPES))
 def test_a_worker_doing_anything_else_is_busy(line: str) -> None:
     assert not parked(line, X86_FUTEX)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_a_thread_whose_name_is_not_text_is_not_a_worker_and_no_error() -> None:
+    named, done = threading.Event(), threading.Event()
+
+    def run() -> None:  # any code in the process may name its threads any bytes
+        ctypes.CDLL(None).prctl(15, b"\xff\xfe thread", 0, 0, 0)
+        named.set()
+        done.wait()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        named.wait()
+        assert wait_for_gloo_workers() is True
+    finally:
+        done.set()
+        thread.join()
 
 
 @pytest.mark.slow

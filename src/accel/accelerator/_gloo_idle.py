@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import time
 
-WORKER = "pt_gloo_runloop"  # the name torch gives them; threads named otherwise are not waited for
+WORKER = b"pt_gloo_runloop"  # the name torch gives them; threads named otherwise are not waited for
 FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}  # the syscall's number
 FUTEX_WAIT_BITSET = 9  # the op pthread_cond_wait uses; FUTEX_WAIT (0) is a mutex's
 FUTEX_CMD_MASK = 0x7F  # without FUTEX_PRIVATE_FLAG (128) and FUTEX_CLOCK_REALTIME (256)
@@ -61,11 +61,11 @@ def _workers() -> list[str] | None:
         return None
     for tid in tasks:
         try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
+            with open(f"/proc/self/task/{tid}/comm", "rb") as comm:  # any bytes a name has
                 if comm.read().strip() != WORKER:
                     continue
-            with open(f"/proc/self/task/{tid}/syscall") as call:
-                lines.append(call.read())
+            with open(f"/proc/self/task/{tid}/syscall", "rb") as call:
+                lines.append(call.read().decode("ascii", "replace"))
         except FileNotFoundError:  # the thread ended meanwhile
             continue
         except OSError:  # no access to a thread's syscall (ptrace rules): cannot tell
