@@ -74,6 +74,12 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _as_given(endpoint: str, named: str) -> str:
+    """The endpoint as a refusal names it: ``named`` (the plan's ``rdzv_named``: the
+    flag, a variable, the config file's line, a scheduler), else as the flag."""
+    return named or f"--rdzv-endpoint {endpoint}"
+
+
 def check_resolves(endpoint: str, named: str = "") -> None:
     """:class:`UsageError` (exit 2) when the endpoint's host name does not resolve.
     ``named``: the endpoint as given (default ``--rdzv-endpoint ENDPOINT``)."""
@@ -81,8 +87,7 @@ def check_resolves(endpoint: str, named: str = "") -> None:
     reason = _unresolved(host)
     if reason is not None:
         raise UsageError(
-            f"the rendezvous host {host!r} ({named or f'--rdzv-endpoint {endpoint}'}) "
-            "does not resolve "
+            f"the rendezvous host {host!r} ({_as_given(endpoint, named)}) does not resolve "
             f"({reason}); give node 0's host name or IP address"
         )
 
@@ -132,8 +137,7 @@ def check_hosted_here(endpoint: str, timing: Timing, named: str = "") -> None:
     if _reaches_here(host, port, timing):
         return
     raise UsageError(
-        f"{named or f'--rdzv-endpoint {endpoint}'}: this is node 0, which hosts the "
-        "rendezvous, and "
+        f"{_as_given(endpoint, named)}: this is node 0, which hosts the rendezvous, and "
         f"{host} is not an address of this machine: give node 0's own address on every "
         "node, or start node 0 on that machine"
     )
