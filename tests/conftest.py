@@ -17,6 +17,9 @@ from accel.workspace import Workspace
 ROOT = Path(__file__).resolve().parent.parent
 
 
+os.register_at_fork(before=run_helpers.collect_before_fork)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def scratch_for_children() -> Iterator[None]:
     """The processes the suite starts make their temporary files in one folder, removed

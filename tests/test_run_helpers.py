@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import os
 import socket
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +116,38 @@ def test_two_ranks_whose_port_was_taken_start_again_on_another(
     assert codes == [0, 0], (tmp_path / "err-0.txt").read_text()
     assert not ports  # the taken port was handed out first
     assert [(tmp_path / f"rank-{r}.txt").read_text() for r in (0, 1)] == ["2", "2"]
+
+
+def _start_a_thread_and_collect() -> None:
+    """What a forked child does: a thread of its own (a multiprocessing queue's feeder, a
+    checkpoint writer), then a collection."""
+    worker = threading.Thread(target=lambda: None)
+    worker.start()
+    worker.join()
+    gc.collect()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_child_forked_after_a_test_left_a_store_in_a_cycle_does_not_abort() -> None:
+    """CI on a0e63af: a crash-point child aborted (SIGABRT, ``std::system_error``)
+    collecting a TCPStore an earlier test of the same worker had left in a cycle."""
+    import torch.distributed as dist
+
+    before = run_helpers.torch_threads()
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    cycle["store"] = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert set(run_helpers.torch_threads()) - set(before)  # its server thread
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the fork's collection may reach it
+    try:
+        del cycle
+        child = multiprocessing.get_context("fork").Process(target=_start_a_thread_and_collect)
+        child.start()
+        child.join(50)
+        assert child.exitcode == 0
+        assert set(run_helpers.torch_threads()) <= set(before)  # ended here, in the parent
+    finally:
+        if was_enabled:
+            gc.enable()
