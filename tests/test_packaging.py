@@ -127,7 +127,7 @@ def test_the_metadata_is_in_the_form_setuptools_builds_without_warnings() -> Non
     assert not [c for c in project.get("classifiers", []) if c.startswith("License ::")]
     (setuptools,) = [r for r in data["build-system"]["requires"] if r.startswith("setuptools")]
     assert setuptools == "setuptools>=77"  # the first to read PEP 639's license fields
-    assert project["scripts"] == {"accel": "accel.cli.main:run"}
+    assert project["scripts"] == {"accel": "accel.cli:run"}
 
 
 def _dependency_floors() -> Any:

@@ -1,7 +1,9 @@
 """accel: workspace state for PyTorch training.
 
 ``import accel`` is cheap: torch is imported only by what needs it
-(``accel.Accelerator`` and tensor I/O), on first use.
+(``accel.Accelerator`` and tensor I/O), on first use, and ``Workspace`` loads on first
+use too: the ``accel`` command imports this package before its Ctrl-C handling exists
+(``accel.cli.run``), so it holds next to nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from accel._version import __version__
 from accel.errors import AccelError
-from accel.workspace import Workspace
 
 if TYPE_CHECKING:
     from accel.accelerator import (
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         DistributedType,
         ProjectConfiguration,
     )
+    from accel.workspace import Workspace
 
 __all__ = [
     "AccelError",
@@ -38,6 +40,10 @@ def __getattr__(name: str) -> Any:
         import accel.accelerator
 
         return getattr(accel.accelerator, name)
+    if name == "Workspace":
+        from accel.workspace import Workspace
+
+        return Workspace
     raise AttributeError(f"module 'accel' has no attribute {name!r}")
 
 

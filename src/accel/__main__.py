@@ -1,6 +1,4 @@
-import sys
-
-from accel.cli.main import main
+from accel.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

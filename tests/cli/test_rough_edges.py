@@ -208,6 +208,47 @@ def test_ctrl_c_at_the_clean_prompt_is_still_an_interrupt(
     assert _clean_prompt(accel_exe, project, None) == 130
 
 
+INTERRUPT_WHILE_LOADING = """
+import builtins, os, signal, sys
+
+_import = builtins.__import__
+
+
+def _interrupting(name, *args, **kwargs):
+    if name == "typer" and "typer" not in sys.modules:  # the command's modules load
+        open(os.environ["TEST_INTERRUPT_MARK"], "w").close()
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the user's arrives
+    return _import(name, *args, **kwargs)
+
+
+builtins.__import__ = _interrupting
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_command_loads_is_one_line_and_130(
+    project: Path, accel_exe: list[str], tmp_path: Path
+) -> None:
+    """A Ctrl-C in the command's first ~0.1 s (it loads typer, rich and the commands)
+    printed Python's traceback of the import it cut short."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(INTERRUPT_WHILE_LOADING)
+    mark = tmp_path / "interrupted"
+    env = {**os.environ, "PYTHONPATH": str(hook), "TEST_INTERRUPT_MARK": str(mark)}
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell's child
+    try:
+        done = subprocess.run(
+            [*accel_exe, "config", "show"], cwd=project, env=env, capture_output=True,
+            text=True, timeout=50,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    assert mark.exists()  # the interrupt came while the command loaded
+    assert (done.returncode, done.stderr, done.stdout) == (130, "error: interrupted\n", "")
+
+
 def test_the_sync_progress_bar_speaks_mib_per_second_like_its_summary() -> None:
     from rich.progress import Progress
 
