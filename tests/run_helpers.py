@@ -193,20 +193,12 @@ def free_port() -> int:
 def torch_threads() -> dict[str, str]:
     """torch's own threads in this process by id (named ``pt_*``): a TCPStore's server,
     a gloo process group's workers. Every thread counts where /proc cannot say."""
-    found = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
+    from accel.accelerator._gloo_idle import threads
+
+    found = threads(lambda name: name.startswith(b"pt_"))
+    if found is None:
         return {"?": "unknown"}
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/comm", "rb") as comm:
-                name = comm.read().strip()
-        except OSError:
-            continue  # it ended
-        if name.startswith(b"pt_"):
-            found[tid] = name.decode(errors="replace")
-    return found
+    return {tid: name.decode(errors="replace") for tid, name in found.items()}
 
 
 def collect_before_fork() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 WORKER = b"pt_gloo_runloop"  # the name torch gives them; threads named otherwise are not waited for
 FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}  # the syscall's number
@@ -52,19 +53,36 @@ def parked(syscall: str, futex: int) -> bool:
     return op & FUTEX_CMD_MASK == FUTEX_WAIT_BITSET and timeout == 0
 
 
-def _workers() -> list[str] | None:
-    """The syscall line of each gloo worker thread of this process; None where
-    ``/proc`` cannot say."""
-    lines = []
+def threads(named: Callable[[bytes], bool]) -> dict[str, bytes] | None:
+    """This process's threads whose name (any bytes: a name need not be text) passes
+    ``named``, by thread id; None where ``/proc`` cannot say."""
+    found = {}
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return None
     for tid in tasks:
         try:
-            with open(f"/proc/self/task/{tid}/comm", "rb") as comm:  # any bytes a name has
-                if comm.read().strip() != WORKER:
-                    continue
+            with open(f"/proc/self/task/{tid}/comm", "rb") as comm:
+                name = comm.read().strip()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        except OSError:
+            return None
+        if named(name):
+            found[tid] = name
+    return found
+
+
+def _workers() -> list[str] | None:
+    """The syscall line of each gloo worker thread of this process; None where
+    ``/proc`` cannot say."""
+    workers = threads(lambda name: name == WORKER)
+    if workers is None:
+        return None
+    lines = []
+    for tid in workers:
+        try:
             with open(f"/proc/self/task/{tid}/syscall", "rb") as call:
                 lines.append(call.read().decode("ascii", "replace"))
         except FileNotFoundError:  # the thread ended meanwhile
