@@ -71,6 +71,104 @@ def test_unsupported_values_are_refused(tmp_path: Path) -> None:
         save_tensor_file({"x": object()}, tmp_path / "t")
 
 
+def _not_storable() -> dict[str, Any]:
+    """Tensors whose raw bytes are not the whole tensor, or that have none."""
+    return {
+        "quantized": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),
+        "bits": torch.zeros(2, dtype=torch.uint8).view(torch.bits8),
+        "meta": torch.empty(2, device="meta"),
+        "nested": torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_not_storable()))
+def test_tensors_with_no_plain_bytes_are_refused_before_a_byte_is_written(
+    tmp_path: Path, kind: str
+) -> None:
+    """A quantized tensor was written as its integers alone, and reading it back crashed
+    the reader (SIGSEGV); a meta or nested one failed deep in the writer."""
+    from accel import Workspace
+
+    ws = Workspace(tmp_path / ".accelerate")
+    value = _not_storable()[kind]
+    expected = {
+        "quantized": r"state\['w'\] is a quantized tensor \(qint8\); store tensor.dequantize\(\)",
+        "bits": r"state\['w'\] has the dtype bits8, which has no plain bytes to store",
+        "meta": r"state\['w'\] is on the meta device and holds no data",
+        "nested": r"state\['w'\] is a .*not a plain dense tensor",
+    }[kind]
+    with pytest.raises(UsageError, match=expected):
+        ws.checkpoints.save({"w": value}, 1)
+    with pytest.raises(UsageError, match=expected.replace("state", "the value")):
+        ws.cache.put("k", {"w": value})
+    assert ws.checkpoints.list() == [] and ws.cache.get("k") is None
+    # and every writer's own check: the memory tier's snapshots write through it alone
+    with pytest.raises(
+        UsageError, match=expected.replace(r"state\['w'\]", "a tensor of the state")
+    ):
+        save_tensor_file({"w": value}, tmp_path / "t")
+
+
+def _with_spec(path: Path, **changes: Any) -> None:
+    """Rewrite the first tensor entry of the header of the tensor file ``path``, the
+    data left as it was: a hand-made file, whose manifest a forger would fix too."""
+    import json
+    import struct
+
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[8:16])
+    start = 16 + length + (-(16 + length) % 64)
+    header = json.loads(data[16 : 16 + length])
+    header["tensors"][0].update(changes)
+    body = json.dumps(header).encode()
+    pad = bytes(-(16 + len(body)) % 64)
+    path.write_bytes(data[:8] + struct.pack("<Q", len(body)) + body + pad + data[start:])
+
+
+@pytest.mark.parametrize(
+    ("tensor", "changes"),
+    [
+        (torch.ones(2, 2, dtype=torch.int8), {"dtype": "qint8"}),  # crashed the reader
+        (torch.ones(2, 2, dtype=torch.uint8), {"dtype": "bits8"}),
+        (torch.ones(2, 2, dtype=torch.uint8), {"dtype": "Tensor"}),
+        (torch.ones(2, 2), {"shape": [2.0, 2]}),  # TypeError from frombuffer
+        (torch.ones(2, 2), {"shape": ["2", "2"]}),
+        (torch.ones(2, 2), {"shape": [2, float("inf")]}),  # OverflowError
+        (torch.ones(2, 2), {"shape": [4, True]}),
+        (torch.ones(2, 2), {"offset": 0.0}),
+        (torch.ones(2, 2), {"nbytes": 16.0}),
+        (torch.empty(0, 2), {"shape": [0, 2**70]}),  # TypeError with a C++ stack
+        (torch.empty(0, 2), {"shape": [0, 2**40, 2**40]}),  # stride overflow
+        (torch.ones(1), {"shape": [1] * 65}),
+    ],
+    ids=lambda v: str(v).replace(" ", "") if isinstance(v, dict) else None,
+)
+def test_a_forged_tensor_entry_is_refused_as_damaged(
+    tmp_path: Path, tensor: Any, changes: dict[str, Any]
+) -> None:
+    """Header entries are checked against what a writer makes before a tensor is built,
+    so a forged one (its checksum fixed too) is an IntegrityError, which `load_state()`
+    answers by resuming from the step before, not a crash or a TypeError."""
+    path = tmp_path / "t"
+    save_tensor_file({"w": tensor}, path)
+    _with_spec(path, **changes)
+    with pytest.raises(IntegrityError, match="a tensor entry of its header is not valid"):
+        read_tree(path, path.stat().st_size)
+    with pytest.raises(IntegrityError, match="a tensor entry of its header is not valid"):
+        tensorfile.read_outline(path)
+
+
+def test_every_storable_dtype_round_trips(tmp_path: Path) -> None:
+    names = sorted(n for n in tensorfile.DTYPES if isinstance(getattr(torch, n, None), torch.dtype))
+    assert {"float32", "bfloat16", "float8_e4m3fn", "bool"} <= set(names)
+    tree = {n: torch.arange(32, dtype=torch.uint8).view(getattr(torch, n)) for n in names}
+    digest = save_tensor_file(tree, tmp_path / "t")
+    loaded = load_tensor_file(tmp_path / "t", digest)
+    assert {n: (t.dtype, t.view(torch.uint8).tolist()) for n, t in loaded.items()} == {
+        n: (t.dtype, t.view(torch.uint8).tolist()) for n, t in tree.items()
+    }
+
+
 def test_random_corruption_is_always_refused(tmp_path: Path) -> None:
     digest = save_tensor_file(_tree(), tmp_path / "t")
     original = (tmp_path / "t").read_bytes()

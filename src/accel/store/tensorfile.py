@@ -34,6 +34,7 @@ checksum may still be read; loading is what verifies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import mmap
@@ -53,6 +54,7 @@ from accel.store._trace import phase
 from accel.store.hashing import ALGORITHM, FileDigest, new_hasher
 
 __all__ = [
+    "DTYPES",
     "FileDigest",
     "TensorRef",
     "in_memory_pieces",
@@ -74,6 +76,17 @@ _MAX_HEADER = 1 << 30
 # What a malformed header can make json, int(), torch.Size or torch.device raise
 # (RuntimeError covers RecursionError from absurd nesting).
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, IndexError, RuntimeError, OverflowError)
+
+
+# The dtypes whose bytes are the values (``str(dtype)`` without ``torch.``): not quantized
+# ones (scale and zero point live outside the bytes; built from raw bytes, one crashed
+# the reader), nor bit and sub-byte ones. One this torch lacks is refused when read.
+_WIDE = ("float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32")
+_INTEGER = ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool")
+_NARROW = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+DTYPES = frozenset((*_WIDE, *_INTEGER, *_NARROW, "float4_e2m1fn_x2"))
+_MAX_DIMS = 64
+_MAX_ELEMENTS = 1 << 62  # strides and byte counts stay in int64 beyond this
 
 
 def _pad(n: int) -> int:
@@ -114,6 +127,9 @@ class _Encoder:
         import torch
 
         if isinstance(value, torch.Tensor):
+            problem = _tensor_problem(torch, value, "a tensor of the state")
+            if problem:  # every writer's last check: the snapshots' too
+                raise UsageError(problem)
             self.tensors.append(value.detach())
             return {"X": len(self.tensors) - 1}
         if isinstance(value, torch.Size):
@@ -147,17 +163,35 @@ def tensor_tree_problem(value: Any, where: str = "state") -> str | None:
                 return problem
         return None
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, (torch.Tensor, torch.Size, torch.dtype)):
-        if isinstance(value, torch.Tensor) and not _plain_tensor(torch, value):
-            return f"{where} is a {type(value).__name__}, not a plain dense tensor"
-        return None
-    if torch is not None and isinstance(value, torch.device):
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _tensor_problem(torch, value, where)
+    if torch is not None and isinstance(value, (torch.Size, torch.dtype, torch.device)):
         return None
     return f"{where} is a {type(value).__module__}.{type(value).__qualname__}"
 
 
-def _plain_tensor(torch: Any, value: Any) -> bool:
-    return type(value) in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided
+def _tensor_problem(torch: Any, value: Any, where: str) -> str | None:
+    """Why the tensor ``value`` cannot be stored as its raw bytes, or None."""
+    plain = type(value) in (torch.Tensor, torch.nn.Parameter)
+    fast = plain and value.dtype in _storable(torch) and value.layout == torch.strided
+    if fast and not value.is_nested and value.device.type != "meta":
+        return None
+    if not plain or value.layout != torch.strided or value.is_nested:
+        return f"{where} is a {type(value).__name__}, not a plain dense tensor"
+    dtype = str(value.dtype).removeprefix("torch.")
+    if value.is_quantized:
+        return f"{where} is a quantized tensor ({dtype}); store tensor.dequantize() instead"
+    if dtype not in DTYPES:
+        return f"{where} has the dtype {dtype}, which has no plain bytes to store"
+    if value.device.type == "meta":
+        return f"{where} is on the meta device and holds no data; materialize it first"
+    return None
+
+
+@functools.cache
+def _storable(torch: Any) -> frozenset[Any]:
+    """:data:`DTYPES` as this torch's dtype objects (a set lookup per tensor written)."""
+    return frozenset(getattr(torch, name) for name in DTYPES if hasattr(torch, name))
 
 
 def require_tensor_tree(value: Any, what: str) -> None:
@@ -408,24 +442,30 @@ def _parse_header(view: memoryview, path: Path, size: int) -> tuple[list[Any], A
 
 
 def _checked(specs: list[Any], path: Path) -> list[Any]:
+    """``specs``, each checked against what a writer makes: a dtype this torch has, at
+    most 64 dimensions whose elements fit int64, the offset and bytes that follow."""
     import torch
 
     expected = 0
     for spec in specs:
-        try:
-            dtype = getattr(torch, spec["dtype"])
-            shape = [int(n) for n in spec["shape"]]
-            numel = math.prod(shape)
-            ok = isinstance(dtype, torch.dtype) and min(shape, default=0) >= 0
-            ok = ok and spec["offset"] == expected
-            ok = ok and spec["nbytes"] == numel * dtype.itemsize
-        except (KeyError, TypeError, ValueError, AttributeError):
-            ok = False
-        if not ok:
+        dtype: Any = getattr(torch, spec["dtype"], None) if _well_formed(spec) else None
+        ok = isinstance(dtype, torch.dtype) and spec["offset"] == expected
+        if not ok or spec["nbytes"] != math.prod(spec["shape"]) * dtype.itemsize:
             raise _bad(path, "a tensor entry of its header is not valid")
         spec["torch_dtype"] = dtype
         expected += spec["nbytes"] + _pad(spec["nbytes"])
     return specs
+
+
+def _well_formed(spec: Any) -> bool:
+    """Whether ``spec`` has a writer's fields and types (plain ints: no bools or floats)."""
+    if type(spec) is not dict or spec.get("dtype") not in DTYPES:
+        return False
+    shape, offset, nbytes = spec.get("shape"), spec.get("offset"), spec.get("nbytes")
+    if type(shape) is not list or len(shape) > _MAX_DIMS:
+        return False
+    ok = all(type(n) is int and 0 <= n < _MAX_ELEMENTS for n in (*shape, offset, nbytes))
+    return ok and bool(math.prod(max(n, 1) for n in shape) < _MAX_ELEMENTS)
 
 
 def _data_end(specs: list[Any]) -> int:
@@ -539,10 +579,9 @@ def read_outline(path: Path) -> Any:
 
 
 def _ref(spec: Any, path: Path) -> TensorRef:
-    try:
-        return TensorRef(str(spec["dtype"]), tuple(int(n) for n in spec["shape"]))
-    except (KeyError, TypeError, ValueError):
-        raise _bad(path, "a tensor entry of its header is not valid") from None
+    if not _well_formed(spec):
+        raise _bad(path, "a tensor entry of its header is not valid")
+    return TensorRef(spec["dtype"], tuple(spec["shape"]))
 
 
 class _Outline(_Decoder):
