@@ -17,7 +17,7 @@ import torch
 
 from accel import Workspace
 from accel.clean import held_series
-from accel.errors import IntegrityError, UsageError
+from accel.errors import IntegrityError, UsageError, WorkspaceError
 from accel.layout import OWNER_MARKER, make_owned_dir
 from accel.store import async_save
 from accel.store._trace import recording
@@ -489,6 +489,26 @@ def test_retention_and_delete_never_follow_a_linked_step_folder(
     assert [i.step for i in ckpts.list()] == [5] and link.is_symlink()
     assert sorted((p.name, p.read_bytes()) for p in outside.iterdir()) == before
     assert link in ckpts.view().unknown
+
+
+def test_checkpoints_are_never_read_through_a_linked_series_folder(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """A series folder that links to another workspace's checkpoints: saves refused it,
+    and `accel checkpoints list` called it not accel's, never loaded, but list(), get()
+    and load() read through it. (A linked ``checkpoints/``, data on another disk, is
+    read: tests/clean/test_linked_folders.py.)"""
+    other = Workspace(tmp_path / "other" / ".accelerate")
+    assert other.checkpoints.save(_state(7), 7) is not None
+    ckpts = ws.checkpoints
+    ckpts.root.mkdir(parents=True, exist_ok=True)
+    linked = ckpts.series_dir()
+    linked.symlink_to(other.checkpoints.series_dir())
+    assert ckpts.list() == [] and ckpts.all() == [] and ckpts.get(7) is None
+    assert ckpts.series() == [] and ckpts.view().unknown == (linked,)
+    for step in (None, 7):
+        with pytest.raises(WorkspaceError, match=f"{linked} is a symbolic link; accel does not"):
+            ckpts.load(step)
 
 
 def test_the_names_checkpoints_exports_are_their_homes_own() -> None:

@@ -67,6 +67,7 @@ from accel.store.series import (
     check_step,
     commit,
     is_series_name,
+    linked,
     new_manifest,
     refuse_links,
     series_from_env,
@@ -174,7 +175,7 @@ class Checkpoints:
     def series(self) -> list[str]:
         """Names of the series folders present."""
         try:
-            names = [p.name for p in self.root.iterdir() if p.is_dir()]
+            names = [p.name for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()]
         except OSError:
             return []
         return sorted(n for n in names if is_series_name(n))
@@ -203,6 +204,8 @@ class Checkpoints:
     def _find(self, step: int, series: str | None) -> Found | None:
         step_dir = self.series_dir(series) / step_dir_name(step)
         await_commit()
+        if linked(step_dir.parent, step_dir):  # the view lists it as not accel's
+            return None
         try:
             return Found(step_dir, read_manifest(step_dir))
         except IntegrityError:
@@ -272,6 +275,7 @@ class Checkpoints:
 
     def _resolve(self, step: int | None, series: str | None) -> Found:
         self._join_pending()
+        refuse_links(self.series_dir(series))  # a linked checkpoints/ is read (another disk)
         if step is None:
             checkpoints = self.view(series).checkpoints
             found = checkpoints[-1] if checkpoints else None

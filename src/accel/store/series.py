@@ -81,6 +81,7 @@ __all__ = [
     "commit",
     "foreign_in",
     "is_series_name",
+    "linked",
     "new_manifest",
     "recover",
     "refuse_links",
@@ -187,6 +188,8 @@ def view(folder: Path) -> SeriesView:
     taken before the commit and read after the retirement would hold neither. So when a
     folder listed is gone by the time it is read, the folder is listed again (a few
     times at most: each listing is a few reads, a save many)."""
+    if os.path.islink(folder):  # not accel's (a link could lead anywhere): never read
+        return SeriesView(folder, unknown=(folder,))
     found = _Sorting()
     for _ in range(_RESCANS):
         try:
@@ -343,14 +346,20 @@ def _set_aside(target: Path) -> None:
     warnings.warn(line, RuntimeWarning, stacklevel=4)
 
 
-def refuse_links(root: Path, folder: Path) -> None:
-    """accel writes and deletes through real folders only: a link could lead anywhere."""
-    for path in (root, folder):
-        if os.path.islink(path):
-            raise WorkspaceError(
-                f"{path} is a symbolic link; accel does not save or delete through links "
-                "(move the data with workspace.path instead)"
-            )
+def linked(*paths: Path) -> Path | None:
+    """The first of ``paths`` that is a symbolic link, or None."""
+    return next((path for path in paths if os.path.islink(path)), None)
+
+
+def refuse_links(*paths: Path) -> None:
+    """accel reads, writes and deletes through real folders only: a link could lead
+    anywhere (another workspace, another user's files)."""
+    path = linked(*paths)
+    if path is not None:
+        raise WorkspaceError(
+            f"{path} is a symbolic link; accel does not read, save or delete checkpoints "
+            "through links (move the data with workspace.path instead)"
+        )
 
 
 def swap_in(staged: Path, target: Path, reaper: Reaper) -> None:
