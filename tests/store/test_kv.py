@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,58 @@ def test_non_json_values_are_refused_and_change_nothing(ws: Workspace, value: An
     with pytest.raises(UsageError, match="JSON"):
         ws.store.update("k", lambda _: value)
     assert ws.store.get("k") == 1
+
+
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def _looped() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (_nested(64), re.escape("value" + "[0]" * 63 + " is nested more than 63 levels deep")),
+        (_nested(3000), "is nested more than 63 levels deep"),  # was a RecursionError
+        (_looped(), r"value\[0\] contains itself"),  # a RecursionError too
+        ({"a": {"b": _looped()}}, r"value\['a'\]\['b'\]\[0\] contains itself"),
+        (10**5000, "is an integer of more than 4,000 digits; store str"),  # a ValueError
+        (-(2**14_001), "is an integer of more than 4,000 digits"),
+    ],
+    ids=["64-levels", "3000-levels", "itself", "itself-inside", "10**5000", "negative"],
+)
+def test_values_no_reader_could_read_back_are_refused_and_change_nothing(
+    ws: Workspace, value: Any, said: str
+) -> None:
+    """One UsageError, not a RecursionError or a ValueError from json; and a process
+    that lifted Python's integer limit cannot write a state.bin every other reads as
+    corrupt."""
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # lifted in this process: json.dumps would write it
+    try:
+        _refused(ws, value, said)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
+def _refused(ws: Workspace, value: Any, said: str) -> None:
+    ws.store.set("k", 1)
+    with pytest.raises(UsageError, match=said):
+        ws.store.set("k", value)
+    with pytest.raises(UsageError, match=said):
+        ws.store.update("k", lambda _: value)
+    assert ws.store.get("k") == 1
+    ws.store.set("k", _nested(63))  # the deepest the store reads back
+    assert Workspace.discover().store.get("k") == _nested(63)
+    ws.store.set("k", 10**4000)
+    assert Workspace.discover().store.get("k") == 10**4000
 
 
 @pytest.mark.parametrize("key", ["", None, 3, "a\x00b"])

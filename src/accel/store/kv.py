@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,27 +180,40 @@ class Store:
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def json_problem(value: Any, where: str = "value") -> str | None:
-    """Why ``value`` is not a JSON value (dict/list/str/int/float/bool/None), or None."""
+# The widest integer the store writes: a JSON reader refuses more than 4300 digits
+# (Python's default int_max_str_digits), so a process that lifted the limit could write
+# a value every other process fails to read. 14,000 bits is about 4,200 digits.
+_INT_BITS = 14_000
+
+
+def json_problem(value: Any, where: str = "value", _open: tuple[int, ...] = ()) -> str | None:
+    """Why ``value`` is not a JSON value (dict/list/str/int/float/bool/None) the store
+    can read back, or None. ``_open``: the ids of the containers ``value`` is inside,
+    whose count is its depth: bounded here, before any recursion limit is met."""
     if isinstance(value, _JSON_SCALARS):
         if isinstance(value, float) and not math.isfinite(value):
             return f"{where} is {value!r}, which JSON cannot represent"
+        if isinstance(value, int) and value.bit_length() > _INT_BITS:
+            return f"{where} is an integer of more than 4,000 digits; store str(n) instead"
         return None
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            problem = json_problem(item, f"{where}[{i}]")
-            if problem:
-                return problem
-        return None
+    if not isinstance(value, (list, dict)):
+        return f"{where} is a {type(value).__name__}"
+    if id(value) in _open:
+        return f"{where} contains itself"
+    if len(_open) >= JSON_DEPTH - 1:  # the store's own object is one level more
+        return f"{where} is nested more than {JSON_DEPTH - 1} levels deep"
+    inside = (*_open, id(value))
+    items: Iterable[tuple[Any, Any]] = enumerate(value)
     if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{where} has the non-string key {key!r}"
-            problem = json_problem(item, f"{where}[{key!r}]")
-            if problem:
-                return problem
-        return None
-    return f"{where} is a {type(value).__name__}"
+        odd = next((key for key in value if not isinstance(key, str)), _MISSING)
+        if odd is not _MISSING:
+            return f"{where} has the non-string key {odd!r}"
+        items = value.items()
+    for key, item in items:
+        problem = json_problem(item, f"{where}[{key!r}]", inside)
+        if problem:
+            return problem
+    return None
 
 
 def require_json(value: Any, what: str) -> None:
