@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accel.errors import AccelError
+from accel.errors import AccelError, WorkspaceError
 from accel.frameworks import FrameworkCache, scan_framework_caches
 from accel.layout import CACHE_DIR, CHECKPOINTS_DIR, CONFIG_DIR, LOGS_DIR, RUNS_DIR, STATE_FILE
 from accel.workspace import Workspace
@@ -96,7 +96,10 @@ def collect(
     fix = config_fix(ws.config_file, salvaged.error) if salvaged is not None else None
     tree = Tree(sizes=True)
     wanted = details if scan is None else scan
-    found = scan_workspace(ws, now, tree=tree) if wanted and ws.exists else None
+    try:
+        found = scan_workspace(ws, now, tree=tree) if wanted and ws.exists else None
+    except WorkspaceError as exc:  # a data folder that is a link to one that is gone
+        return _refused(ws, str(exc), now)
     parts = _parts(ws.path, ws.data_path, tree)
     status = WorkspaceStatus(
         ws.path,

@@ -228,11 +228,17 @@ def local_time(text: Any) -> str:
     """A recorded ISO 8601 time as this machine's clock shows it (``2026-12-06 13:37:41``),
     whatever zone its writer was in: a record holds the writer's offset, and a run started
     under ``TZ=Asia/Kolkata`` showed "started 08:07:40 ended 13:37:44" for 3.8 s when the
-    string was cut. ``?`` for no time; an unreadable one as it is, cut to 19 characters."""
+    string was cut. ``?`` for no time; an unreadable one as it is, cut to 19 characters,
+    and so one this clock cannot show (year 1 or 9999 moved by an offset is out of range).
+    """
     parsed = parse_time(text)
-    if parsed is None:
+    try:
+        shown = parsed.astimezone() if parsed is not None else None
+    except (OverflowError, ValueError, OSError):
+        shown = None
+    if shown is None:
         return (text if isinstance(text, str) and text else "?")[:19]
-    return parsed.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return shown.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def from_iso(text: str) -> datetime | None:

@@ -47,6 +47,27 @@ def test_parse_since_takes_durations_and_times() -> None:
         logs.parse_since("soon")
 
 
+@pytest.mark.parametrize(
+    ("text", "when"),
+    [("0001-01-01T00:00+05:00", -62135614800.0), ("9999-12-31T23:59:59-12:00", 253402343999.0)],
+)
+def test_parse_since_places_a_zoned_time_near_year_1_or_9999(text: str, when: float) -> None:
+    assert logs.parse_since(text) == when  # in UTC it is year 0 or 10000: out of range
+
+
+def test_a_local_time_the_clock_cannot_place_is_bad_input(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    with pytest.raises(UsageError, match="invalid --since '0001-01-01': .* add its zone"):
+        logs.parse_since("0001-01-01")
+    from accel.cli.main import main
+
+    assert main(["logs", "--since", "0001-01-01"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid --since") and err.count("\n") == 1, err
+    assert list(project.iterdir()) == []  # no crash log: nothing written
+
+
 def test_line_filter_is_a_regex_search() -> None:
     keep = logs.line_filter(r"loss=\d")
     assert keep("step 3 loss=1.2") and not keep("loss=nan")

@@ -55,9 +55,16 @@ def test_what_is_not_a_time_is_shown_as_it_is() -> None:
     assert local_time("yesterday at noon, roughly") == "yesterday at noon, "
 
 
-def test_runs_and_runs_show_agree_on_one_clock(
-    project: Path, zone: Callable[[str], None], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name", ["UTC", "Asia/Kolkata", "America/St_Johns"])
+def test_a_time_this_clock_cannot_show_is_shown_as_it_is(
+    zone: Callable[[str], None], name: str
 ) -> None:
+    zone(name)  # in UTC, let alone on this clock, these are years 0 and 10000
+    assert local_time("0001-01-01T00:00:00+05:00") == "0001-01-01T00:00:00"
+    assert local_time("9999-12-31T23:59:59-12:00") == "9999-12-31T23:59:59"
+
+
+def _record(project: Path, started: str, ended: str) -> None:
     folder = Workspace(project / ".accelerate").ensure().path / "logs" / "runs" / RUN
     folder.mkdir(parents=True)
     record = {
@@ -66,11 +73,17 @@ def test_runs_and_runs_show_agree_on_one_clock(
         "status": "succeeded",
         "exit_code": 0,
         "world_size": 1,
-        "started_at": STARTED,
-        "ended_at": ENDED,
+        "started_at": started,
+        "ended_at": ended,
         "attempts": [{"attempt": 0, "started_at": "2026-12-06T13:37:41.700+05:30"}],
     }
     (folder / "run.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_runs_and_runs_show_agree_on_one_clock(
+    project: Path, zone: Callable[[str], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _record(project, STARTED, ENDED)
     zone("America/St_Johns")
     assert main(["runs"]) == 0
     listed = capsys.readouterr().out
@@ -78,3 +91,15 @@ def test_runs_and_runs_show_agree_on_one_clock(
     assert main(["runs", "show", RUN]) == 0
     shown = capsys.readouterr().out
     assert "started   2026-12-06 04:37:40   ended 2026-12-06 04:37:44" in shown
+
+
+def test_runs_and_runs_show_read_a_run_of_year_1_to_9999(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _record(project, "0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-12:00")
+    assert main(["runs"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{RUN}  default  succeeded  0001-01-01T00:00:00" in out and not err
+    assert main(["runs", "show", RUN]) == 0
+    out, err = capsys.readouterr()
+    assert "started   0001-01-01T00:00:00   ended 9999-12-31T23:59:59" in out and not err

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from accel import layout
 from accel.clean._items import Item
+from accel.errors import WorkspaceError
 from accel.frameworks import FRAMEWORKS as _FRAMEWORK_NAMES
 from accel.layout import is_atomic_temp
 from accel.runs import read_record, records_this_run
@@ -29,6 +30,7 @@ __all__ = [
 
 OUTSIDE = "outside the workspace"
 ELSEWHERE = "on another filesystem"
+_NO_DEVICE = -1  # a data folder not made yet: no folder's device matches it
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,17 @@ class Bounds:
 
     @classmethod
     def of(cls, root: str | Path) -> Bounds:
+        """The bounds of ``root``; one that does not exist yet (a ``workspace.path`` no
+        command has written to) holds nothing to remove, and one made since the scan
+        looked is another filesystem until it is scanned again. WorkspaceError for a
+        link to a folder that is gone (a disk not mounted): not an empty workspace."""
         real = os.path.realpath(root)
-        return cls(real, os.stat(real).st_dev)
+        try:
+            return cls(real, os.stat(real).st_dev)
+        except FileNotFoundError:
+            if os.path.islink(root):
+                raise _dangling(Path(root)) from None
+            return cls(real, _NO_DEVICE)
 
     def problem(self, folder: str | Path) -> str | None:
         """Why nothing in ``folder`` may be removed, or None. A linked ``checkpoints/`` or
@@ -55,6 +66,13 @@ class Bounds:
             return ELSEWHERE if os.stat(real).st_dev != self.device else None
         except OSError:
             return None  # gone: there is nothing in it to remove
+
+
+def _dangling(root: Path) -> WorkspaceError:
+    return WorkspaceError(
+        f"the data folder {root} is a link to {os.readlink(root)}, which does not exist: "
+        "make that folder (or mount its disk), or point workspace.path at another folder"
+    )
 
 
 def in_flight(name: str, is_dir: bool) -> bool:

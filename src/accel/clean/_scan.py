@@ -93,6 +93,7 @@ def scan(ws: Workspace, now: float, *, tree: Tree | None = None) -> WorkspaceSca
     root = ws.data_path
     acc = _Acc(root=str(root), tree=Tree() if tree is None else tree)
     if ws.identify():
+        bounds = Bounds.of(root)  # first: a link to a folder that is gone reads nothing
         lay = ws.layout
         _scan_data_root(lay, acc)
         _scan_cache(lay, acc)
@@ -101,7 +102,7 @@ def scan(ws: Workspace, now: float, *, tree: Tree | None = None) -> WorkspaceSca
         _scan_logs(lay.logs_dir, acc)
         _scan_tmp(lay.tmp_dir, acc)
         _scan_kept(lay.root / layout.CONFIG_DIR, acc)
-        acc.items = _in_bounds(acc.items, Bounds.of(root))
+        acc.items = _in_bounds(acc.items, bounds)
     return WorkspaceScan(
         root=root,
         now=now,

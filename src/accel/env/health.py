@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from accel._version import UPGRADE_HINT
 from accel.devices import gpu_mismatch, workers_for
 from accel.env.report import EnvReport, Problem, WorkspaceInfo
-from accel.errors import AccelError
+from accel.errors import AccelError, WorkspaceError
 from accel.workspace import LAYOUT_VERSION, Workspace
 
 if TYPE_CHECKING:
@@ -212,7 +212,10 @@ def _debris(ws: Workspace, found: WorkspaceScan | None) -> list[Problem]:
 
     from accel.clean import Policy, protection, scan
 
-    found = scan(ws, time.time()) if found is None else found
+    try:
+        found = scan(ws, time.time()) if found is None else found
+    except WorkspaceError as exc:  # the data folder is a link to one that is gone
+        return [Problem("workspace_layout", str(exc))]
     policy = Policy()
     return [
         Problem(

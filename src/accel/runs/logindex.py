@@ -15,7 +15,6 @@ import os
 import re
 import time
 from collections.abc import Callable
-from datetime import timezone
 from pathlib import Path
 
 from accel._fs import open_regular, read_lines
@@ -99,9 +98,15 @@ def parse_since(text: str, now: float | None = None) -> float:
             f"invalid --since {text!r}: expected {DURATION_HELP}, or a time like 2026-11-29T10:00"
             + duration_hint(text.strip())
         ) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.astimezone()  # a naive time is local time, as people write it
-    return stamp.astimezone(timezone.utc).timestamp()
+    try:
+        # a naive time is local time, as people write it; an aware one is not moved to
+        # UTC first, which leaves datetime's range near year 1 and 9999
+        return stamp.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise UsageError(
+            f"invalid --since {text!r}: this machine's clock cannot place that local "
+            "time; add its zone (like +00:00), or give a duration like 30d"
+        ) from None
 
 
 def line_filter(pattern: str | None) -> Callable[[str], bool]:
