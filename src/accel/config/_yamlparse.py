@@ -8,6 +8,7 @@ reader's patterns. yamlio imports this module the first time it parses a documen
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 import yaml
@@ -18,10 +19,14 @@ MAX_NODES = 10_000
 MAX_DEPTH = 32  # a config is section: key: value; launch.env is the deepest at 3
 MAX_DIGITS = 100
 _PLAIN = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")  # the line breaks YAML counts lines by
 
 
 def parse(text: str, source: str) -> tuple[Any, dict[str, int]]:
     """The document in ``text`` and the line of each dotted key; ConfigError if invalid."""
+    found = unprintable(text)
+    if found is not None:  # else PyYAML's reader raises it, with no line, as it is made
+        raise ConfigError(f"{source}:{found[0]}: invalid YAML: {found[1]}")
     loader = _StrictLoader(text)
     try:
         _check_depth(text, source)
@@ -41,6 +46,20 @@ def parse(text: str, source: str) -> tuple[Any, dict[str, int]]:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from None
     finally:
         loader.dispose()
+
+
+def unprintable(text: str) -> tuple[int, str] | None:
+    """(its line, what is wrong and the fix) for the first character of ``text`` that YAML
+    refuses (a control character: NUL, ESC, DEL...; by PyYAML's own rule), else None.
+    The text itself is not quoted: it may be a secret's value."""
+    found = yaml.reader.Reader.NON_PRINTABLE.search(text)
+    if found is None:
+        return None
+    breaks = list(_BREAK.finditer(text, 0, found.start()))
+    column = found.start() - (breaks[-1].end() if breaks else 0) + 1
+    kind = "control character" if unicodedata.category(found.group()) == "Cc" else "character"
+    said = f"{kind} U+{ord(found.group()):04X} at column {column}, which YAML does not allow"
+    return len(breaks) + 1, f"{said}; remove it"
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -50,7 +50,10 @@ def coerce(f: Field, value: Any) -> Any:
 def shown(value: Any) -> str:
     """``value`` for an error message, cut short: a 400-digit number is not one line."""
     text = repr(value)
-    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+    if len(text) <= 40:
+        return text
+    size = len(value) if isinstance(value, str) else len(text)  # not repr()'s quotes
+    return f"{text[:30]}... ({size} characters)"
 
 
 def read_value(f: Field, value: Any) -> Any:
@@ -197,9 +200,13 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
 
 def _yaml_mapping(text: str) -> Any:
     """``{NAME: value}`` as the project file reads it (YAML 1.2 scalars, bounded)."""
+    from accel.config._yamlparse import unprintable
     from accel.config.yamlio import load_yaml_text
     from accel.errors import ConfigError
 
+    found = unprintable(text)
+    if found is not None:  # it names the character, never the text: it can be shown
+        raise ValueError(found[1])
     try:
         return load_yaml_text(text, "the value").data
     except ConfigError:  # its message may quote the text, a secret's value among it

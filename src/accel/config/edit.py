@@ -19,7 +19,7 @@ import yaml
 from accel._fs import atomic_write
 from accel._redact import redact_text
 from accel.config import schema
-from accel.config.resolve import validate_document
+from accel.config.resolve import check_edit, validate_document
 from accel.config.yamlio import load_yaml_text
 from accel.errors import ConfigError
 
@@ -123,7 +123,9 @@ def _trailing_comment(line: str) -> str:
 
 def rewrite(path: Path, text: str, edited: str, expected: dict[str, Any]) -> None:
     """Validate ``edited`` (falling back to a plain dump when the text edit went wrong)
-    and write it atomically. ``expected`` is the flat value set the file must hold."""
+    and write it atomically. ``expected`` is the flat value set the file must hold; the
+    configuration it makes with the other layers is checked too (:func:`check_edit`)."""
+    check_edit(path, expected, os.environ)
     write_config(path, same_newlines(text, checked(path, edited, expected)))
 
 

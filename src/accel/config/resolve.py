@@ -150,9 +150,10 @@ def _section_values(
 
 
 def _check_version(value: Any, source: str, line: int, refused: list[ConfigError] | None) -> None:
-    if value == schema.SCHEMA_VERSION:
+    number = isinstance(value, int) and not isinstance(value, bool)  # `true` == 1 in Python
+    if number and value == schema.SCHEMA_VERSION:
         return
-    if isinstance(value, int) and not isinstance(value, bool) and value > schema.SCHEMA_VERSION:
+    if number and value > schema.SCHEMA_VERSION:
         error = (
             f"{source}:{line}: config version {value} was written by a newer accel; "
             f"upgrade accel ({UPGRADE_HINT}) to read it"
@@ -265,8 +266,21 @@ def resolve(
     """Combine the layers, highest first: flags, environment, project, user, default.
 
     ``refused``: an invalid environment variable goes there and is left out (a salvage,
-    see :func:`salvage`), instead of being raised.
+    see :func:`salvage`), instead of being raised; so does a broken rule of two keys
+    (:func:`_check_together`), with the key at fault read as if unset.
     """
+    values, origins = _layered(project, user, env, flags, refused)
+    _check_together(values, origins, refused)
+    return ResolvedConfig(values, origins)
+
+
+def _layered(
+    project: ConfigLayer | None,
+    user: ConfigLayer | None,
+    env: Mapping[str, str],
+    flags: Mapping[str, Any] | None,
+    refused: list[ConfigError] | None,
+) -> tuple[dict[str, Any], dict[str, Origin]]:
     values = schema.defaults()
     origins = {key: Origin("default") for key in values}
     for layer in (user, project):
@@ -282,7 +296,54 @@ def resolve(
         if value is not None:
             values[key] = flag_value(key, value)
             origins[key] = Origin("flag")
-    return ResolvedConfig(values, origins)
+    return values, origins
+
+
+_TOGETHER = ("checkpoints.snapshot_every", "checkpoints.persist_every")
+
+
+def snapshot_problem(every: int | None, persist: int | None) -> str | None:
+    """What is wrong with ``checkpoints.snapshot_every`` and ``persist_every`` together
+    (a persisted step must be a snapshot's), None when nothing: the one rule, which
+    every resolved config and the memory tier's settings are checked by."""
+    if persist is not None and every is None:
+        return (
+            "checkpoints.persist_every needs checkpoints.snapshot_every: set both, or "
+            "neither (save_state saves without them)"
+        )
+    if every is not None and persist is not None and persist % every:
+        return (
+            f"checkpoints.persist_every ({persist}) must be a multiple of "
+            f"checkpoints.snapshot_every ({every}): only snapshots are persisted"
+        )
+    return None
+
+
+def _check_together(
+    values: dict[str, Any], origins: dict[str, Origin], refused: list[ConfigError] | None
+) -> None:
+    """The rules of two keys, on the combined layers (a file's key may meet another
+    file's or a variable's); salvaged, ``persist_every`` is read as if unset."""
+    every, persist = _TOGETHER
+    problem = snapshot_problem(values[every], values[persist])
+    if problem is None:
+        return
+    _refuse(ConfigError(problem, key=persist), refused)
+    values[persist], origins[persist] = None, Origin("default")
+
+
+def check_edit(path: Path, values: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Refuse an edit that makes the project file at ``path`` hold ``values`` when the
+    configuration it makes breaks a rule of two keys (with the user file and ``env``)
+    and the file takes part: a variable alone breaking one is not the file's to refuse,
+    and the other layers' own errors are left to the commands that read them."""
+    user_path = user_config_path(env)
+    others: list[ConfigError] = []
+    user = read_layer("user", user_path, refused=others, env=env) if user_path else None
+    project = ConfigLayer("project", path, values, {})
+    combined, origins = _layered(project, user, env, None, others)
+    if any(origins[key].layer == "project" for key in _TOGETHER):
+        _check_together(combined, origins, None)
 
 
 def flag_value(key: str, value: Any, *, named: str | None = None) -> Any:

@@ -67,12 +67,15 @@ def relevant_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def launch_env_pairs(env: Mapping[str, str]) -> dict[str, str] | None:
-    """The variables ``ACCEL_LAUNCH_ENV`` sets for the workers; None when it does not parse."""
+    """The variables ``ACCEL_LAUNCH_ENV`` sets for the workers; None when it does not parse.
+
+    Never raises: redaction calls it, a crash log's among them, and whatever the variable
+    holds, the crash must still be logged (its text is then redacted as any text is)."""
     if LAUNCH_ENV not in env:
         return {}
     try:
         pairs = schema.parse_text(schema.BY_KEY["launch.env"], env[LAUNCH_ENV])
-    except ValueError:
+    except Exception:  # noqa: BLE001 - ValueError, or a parser's bug: unparsed either way
         return None
     return dict(pairs or {})
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from accel._fs import atomic_write_json, read_json, remove_tree
+from accel.config.resolve import snapshot_problem
 from accel.errors import AccelError, TierFull, UsageError
 from accel.layout import SNAPSHOT_META, rank_name
 from accel.store._inplace import InPlaceFiles
@@ -86,18 +87,11 @@ HEADROOM = 64 << 20  # left free in the tmpfs beyond the two slots: others use i
 
 def snapshot_settings(settings: Any) -> tuple[int | None, int | None]:
     """(``snapshot_every``, ``persist_every``) of a :class:`CheckpointSettings`, checked
-    together: a persisted step must be a snapshot's."""
+    together: a persisted step must be a snapshot's (the config's one rule)."""
     every, persist = settings.snapshot_every, settings.persist_every
-    if persist is not None and every is None:
-        raise UsageError(
-            "checkpoints.persist_every needs checkpoints.snapshot_every: set both, or "
-            "neither (save_state saves without them)"
-        )
-    if every is not None and persist is not None and persist % every:
-        raise UsageError(
-            f"checkpoints.persist_every ({persist}) must be a multiple of "
-            f"checkpoints.snapshot_every ({every}): only snapshots are persisted"
-        )
+    problem = snapshot_problem(every, persist)
+    if problem is not None:
+        raise UsageError(problem)
     return every, persist
 
 
