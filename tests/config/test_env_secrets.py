@@ -42,3 +42,15 @@ def test_launch_env_that_is_not_a_mapping_is_said_by_its_type() -> None:
     with pytest.raises(ValueError) as caught:
         schema.coerce(ENV, "HF_TOKEN=mysekrit1")
     assert "mysekrit" not in str(caught.value) and str(caught.value).endswith("got a string")
+
+
+@pytest.mark.parametrize(
+    "text", ["A=1,TOKEN=hunter2,TOKEN=hunter3", '{"A": "1", "TOKEN": "hunter2", "TOKEN": "x"}']
+)
+def test_a_variable_given_twice_is_refused_naming_it_not_its_values(text: str) -> None:
+    """The last one silently won: `A=1,A=2` is a slip more often than a wish."""
+    with pytest.raises(ValueError) as caught:
+        schema.parse_text(ENV, text)
+    assert str(caught.value) == "TOKEN is given twice; give each variable once"
+    with pytest.raises(ConfigError, match="ACCEL_LAUNCH_ENV.*TOKEN is given twice"):
+        env_values({"ACCEL_LAUNCH_ENV": text})

@@ -181,11 +181,13 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
         import json
 
         try:
-            loaded = json.loads(text)
+            loaded = json.loads(text, object_pairs_hook=_once)
+        except _Twice as exc:
+            raise ValueError(str(exc)) from None
         except (ValueError, RecursionError):  # 2000 nested brackets exceed the parser's stack
             loaded = _yaml_mapping(text)  # the file's own form: {NCCL_DEBUG: WARN}
         return loaded if isinstance(loaded, dict) else {}
-    pairs = {}
+    pairs: dict[str, str] = {}
     parts = [p for p in (p.strip() for p in text.split(",")) if p]
     for i, part in enumerate(parts, 1):
         name, sep, val = part.partition("=")
@@ -194,7 +196,28 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
                 f"expected KEY=VALUE,KEY=VALUE, but part {i} of {len(parts)} has no '=' "
                 '(a value with a comma takes the JSON form: {"NAME": "a,b"})'
             )
+        if name.strip() in pairs:
+            raise ValueError(_twice(name.strip()))
         pairs[name.strip()] = val
+    return pairs
+
+
+def _twice(name: str) -> str:
+    return f"{name} is given twice; give each variable once"
+
+
+class _Twice(Exception):
+    """A variable given twice (not a ValueError: json.loads would take it for bad JSON)."""
+
+
+def _once(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``items`` as a dict; :class:`_Twice` when a name comes twice (silently, the last
+    one would win: ``A=1,A=2`` is a slip more often than a wish)."""
+    pairs: dict[str, Any] = {}
+    for name, value in items:
+        if name in pairs:
+            raise _Twice(_twice(name))
+        pairs[name] = value
     return pairs
 
 
