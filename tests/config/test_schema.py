@@ -77,6 +77,10 @@ def test_valid_file_is_normalised() -> None:
         ("- a\n- b\n", r"c.yaml: expected a mapping of sections"),
         ("version: 99\n", r"c.yaml:1: config version 99 was written by a newer accel"),
         ("version: x\n", r"c.yaml:1: version: expected 1"),
+        (  # a folder named by blanks alone: passed validate, then read as the data folder
+            'workspace:\n  path: "   "\n',
+            r"c.yaml:2: workspace.path: expected a folder path or null, got '   ', which is only",
+        ),
     ],
 )
 def test_each_validation_error_names_file_line_key_and_expectation(text: str, message: str) -> None:

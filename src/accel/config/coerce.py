@@ -113,6 +113,13 @@ def _coerce_str(f: Field, value: Any) -> str:
     )
 
 
+def _coerce_path(f: Field, value: Any) -> str:
+    text = _coerce_str(f, value)
+    if not text.strip():  # a folder named by blanks alone is a slip, never a wish
+        raise ValueError(f"expected {f.expected}, got {shown(value)}, which is only blanks")
+    return text
+
+
 def _coerce_name(f: Field, value: Any) -> str:
     # a series' folder name: the rule the store checks, so the two cannot disagree
     if not isinstance(value, str) or SERIES_RE.fullmatch(value) is None:
@@ -307,6 +314,6 @@ _COERCE = {
     "env": _coerce_env,
     "size": _coerce_size,
     "duration": _coerce_duration,
-    "path": _coerce_str,
+    "path": _coerce_path,
     "names": _coerce_names,
 }
