@@ -86,8 +86,10 @@ def read_marker(path: Path, id_key: str = "id", *, fix: str | None = None) -> Ma
         data: Any = read_json(path)
     except FileNotFoundError:
         return None
-    except DamagedFile as exc:
-        raise damaged_marker(path, exc.why, fix) from None
+    except (DamagedFile, NotADirectoryError) as exc:
+        if not path.parent.is_dir():  # nothing to restore: a file stands where a folder must
+            raise not_a_folder(path.parent) from None
+        raise damaged_marker(path, getattr(exc, "why", str(exc)), fix) from None
     except OSError as exc:
         raise damaged_marker(path, f"cannot be read ({exc.strerror or exc})", fix) from None
     problem = _version_problem(data)
@@ -112,6 +114,13 @@ def _version_problem(data: Any) -> str | None:
         known = ", ".join(map(str, sorted(LAYOUT_VERSIONS)))
         return f"has layout_version {version}, which no accel writes (this one reads {known})"
     return None
+
+
+def not_a_folder(folder: Path) -> WorkspaceError:
+    """The line for a workspace or data folder whose path runs through a file."""
+    file = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    where = f"{file} is a file, not a folder" if file else "a part of its path is no folder"
+    return WorkspaceError(f"{folder} cannot be a workspace folder: {where}; give a folder")
 
 
 def damaged_marker(path: Path, why: str, fix: str | None = None) -> WorkspaceError:

@@ -133,3 +133,28 @@ def test_env_check_names_a_damaged_layout_once(filled: Workspace) -> None:
     result = cli("env", "--check", "--json")
     data = json.loads(result.stdout)
     assert [p["kind"] for p in data["problems"]] == ["layout"], data["problems"]
+
+
+@pytest.mark.parametrize("through", ["-w", "ACCEL_WORKSPACE_PATH"])
+def test_a_path_through_a_file_says_the_file_is_no_folder(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    """It said `.../layout.json cannot be read (Not a directory); restore it, or write
+    {"layout_version": 1} into it`: a fix that cannot work, for a file in the path."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "afile").write_text("mine\n")
+    folder = outside / "afile" / "x"
+    before = _tree(ws.path)
+    if through == "-w":
+        result = cli("-w", str(folder), "status")
+    else:
+        monkeypatch.setenv("ACCEL_WORKSPACE_PATH", str(folder))
+        result = cli("status")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: {folder} cannot be a workspace folder: {outside / 'afile'} is a file, "
+        "not a folder; give a folder\n"
+    )
+    assert [p.name for p in outside.iterdir()] == ["afile"]
+    assert (outside / "afile").read_text() == "mine\n" and _tree(ws.path) == before
