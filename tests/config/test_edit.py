@@ -98,6 +98,22 @@ def test_a_linked_config_stays_a_link_and_its_file_is_rewritten(
     assert sorted(p.name for p in dotfile.parent.iterdir()) == ["accel.yaml"]  # no temporary
 
 
+def test_a_link_to_a_folder_that_is_gone_is_refused_and_no_folder_is_made(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """The folders the link named were made, outside the workspace, by `config set`."""
+    gone = tmp_path / "dotfiles" / "deep" / "accel.yaml"
+    ws.config_file.unlink()
+    ws.config_file.symlink_to(gone)
+    with pytest.raises(ConfigError) as refused:
+        config_project.set_value(ws, "launch.num_processes", "4")
+    assert str(refused.value) == (
+        f"{ws.config_file} is a link to {gone}, in a folder that does not exist: make that "
+        "folder (or mount its disk), or replace the link with a file"
+    )
+    assert not (tmp_path / "dotfiles").exists() and ws.config_file.is_symlink()
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [

@@ -143,7 +143,12 @@ def write_config(path: Path, text: str) -> None:
     password) is written 0600; any other keeps the mode it has (a new one: the umask's).
     A link (dotfile managers make them) stays a link: the file it names is rewritten."""
     if path.is_symlink():  # a dotfile manager's link: the file it names is the config
-        path = Path(os.path.realpath(path))
+        link, path = path, Path(os.path.realpath(path))
+        if not path.parent.is_dir():  # a disk not mounted, a dotfiles folder moved away
+            raise ConfigError(
+                f"{link} is a link to {path}, in a folder that does not exist: make that "
+                "folder (or mount its disk), or replace the link with a file"
+            )
     if redact_text(text) != text:
         perms = SECRET_MODE
     else:
