@@ -187,12 +187,13 @@ def _parse_env_pairs(text: str) -> dict[str, str]:
     if text.startswith("{"):
         import json
 
+        twice: list[str] = []  # a name json.loads would let the last of win
         try:
-            loaded = json.loads(text, object_pairs_hook=_once)
-        except _Twice as exc:
-            raise ValueError(str(exc)) from None
+            loaded = json.loads(text, object_pairs_hook=lambda items: _once(items, twice))
         except (ValueError, RecursionError):  # 2000 nested brackets exceed the parser's stack
             loaded = _yaml_mapping(text)  # the file's own form: {NCCL_DEBUG: WARN}
+        if twice:
+            raise ValueError(_twice(twice[0]))
         return loaded if isinstance(loaded, dict) else {}
     pairs: dict[str, str] = {}
     parts = [p for p in (p.strip() for p in text.split(",")) if p]
@@ -213,17 +214,13 @@ def _twice(name: str) -> str:
     return f"{name} is given twice; give each variable once"
 
 
-class _Twice(Exception):
-    """A variable given twice (not a ValueError: json.loads would take it for bad JSON)."""
-
-
-def _once(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``items`` as a dict; :class:`_Twice` when a name comes twice (silently, the last
-    one would win: ``A=1,A=2`` is a slip more often than a wish)."""
+def _once(items: list[tuple[str, Any]], twice: list[str]) -> dict[str, Any]:
+    """``items`` as a dict, each name given more than once noted in ``twice`` (silently,
+    the last one would win: ``A=1,A=2`` is a slip more often than a wish)."""
     pairs: dict[str, Any] = {}
     for name, value in items:
         if name in pairs:
-            raise _Twice(_twice(name))
+            twice.append(name)
         pairs[name] = value
     return pairs
 
