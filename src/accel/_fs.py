@@ -17,6 +17,7 @@ import mmap
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -126,6 +127,10 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True, perms: int 
 JSON_DEPTH = 64
 # The widest integer any record holds (sizes, steps, pids): an int64.
 JSON_INT_MAX = 2**63 - 1
+# The widest integer a user's value may hold: json reads at most this many digits in a
+# process with Python's default limit, whatever limit the writing process set.
+JSON_DIGITS = getattr(sys.int_info, "default_max_str_digits", 4300)
+JSON_INT_READ = 10**JSON_DIGITS  # the first integer too wide to read back
 _MAX_JSON_BYTES = 64 << 20
 _READ_FLAGS = (
     os.O_RDONLY

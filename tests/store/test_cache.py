@@ -354,3 +354,155 @@ def test_a_damaged_meta_is_an_integrity_error_not_a_value(ws: Workspace) -> None
         ws.cache.get("k")
     assert "k" not in ws.cache and ws.cache.info("k") is None
     assert ws.cache.delete("k") is False and not info.path.exists()  # accel's: it goes
+
+
+# -- links on the way to an entry, keys of memoize, values no reader takes back ------------
+
+
+def _move_out(ws: Workspace, outside: Path) -> bytes:
+    """The committed entry ``tmp`` moved to ``outside/k.entry`` with the key ``ns/k``, as a
+    linked namespace ``ns`` would show it; its meta.json's bytes."""
+    ws.cache.put("tmp", b"kept outside the workspace")
+    entry = outside / "k.entry"
+    (ws.cache_dir / "entries" / "tmp.entry").rename(entry)
+    meta = json.loads((entry / "meta.json").read_text())
+    (entry / "meta.json").write_text(json.dumps({**meta, "key": "ns/k"}))
+    return (entry / "meta.json").read_bytes()
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_a_linked_namespace_is_never_read_or_written_through(
+    ws: Workspace, tmp_path: Path, where: str
+) -> None:
+    entries = ws.cache_dir / "entries"
+    outside = tmp_path / "outside" if where == "outside" else entries / "real"
+    outside.mkdir(parents=True)
+    before = _move_out(ws, outside)
+    (entries / "ns").symlink_to(outside)
+    listing = sorted(p.relative_to(outside) for p in outside.rglob("*"))
+    with pytest.raises(IntegrityError, match="symbolic link"):
+        ws.cache.get("ns/k")
+    with pytest.raises(IntegrityError, match="symbolic link"):
+        ws.cache.path("ns/k")
+    assert "ns/k" not in ws.cache and ws.cache.info("ns/k") is None
+    assert ws.cache.delete("ns/k") is False
+    for key in ("ns/k", "ns/new", "ns/deeper/key"):  # a put makes no folder through it
+        with pytest.raises(UsageError, match="symbolic link"):
+            ws.cache.put(key, b"x")
+    assert (outside / "k.entry" / "meta.json").read_bytes() == before  # last use: not here
+    assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == listing
+
+
+def _link_version(ws: Workspace, key: str, target: Path, data: bytes) -> None:
+    """Put a folder holding ``data`` in place of ``key``'s version folder, and forge its
+    meta.json to name it, as an attacker would."""
+    entry = ws.cache.entry_dir(key)
+    meta = _meta(ws, key)
+    version, name = meta["payload"].split("/")
+    target.mkdir()
+    (target / name).write_bytes(data)
+    os.rename(entry / version, target.with_name("moved"))
+    (entry / version).symlink_to(target)
+    meta["size"], meta["checksum"] = len(data), hash_file(target / name)[0]
+    (entry / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("value", [b"secret", {"j": 1}, {"w": torch.ones(4)}, "file"])
+def test_a_linked_version_folder_is_refused(ws: Workspace, tmp_path: Path, value: Any) -> None:
+    source = tmp_path / "f.bin"
+    source.write_bytes(b"secret")
+    ws.cache.put("k", source if value == "file" else value)
+    payload = ws.cache.entry_dir("k") / _meta(ws, "k")["payload"]
+    _link_version(ws, "k", tmp_path / "elsewhere", payload.read_bytes())
+    with pytest.raises(IntegrityError, match="symbolic link"):
+        ws.cache.path("k") if value == "file" else ws.cache.get("k")
+    assert (tmp_path / "elsewhere").is_dir() and (tmp_path / "moved").is_dir()
+
+
+def test_memoize_keys_by_the_type_of_dict_keys(ws: Workspace) -> None:
+    from accel.store.cache import args_digest
+
+    @ws.cache.memoize(version=1)
+    def key_types(table: dict[Any, Any]) -> list[str]:
+        return sorted(type(k).__name__ for k in table)
+
+    for key, text in [(1, "1"), (True, "true"), (None, "null"), (1.5, "1.5"), ((1, 2), "t")]:
+        assert key_types({key: "a"}) == [type(key).__name__]
+        assert key_types({text: "a"}) == ["str"]
+        assert key_types({key: "a"}) == [type(key).__name__]  # a hit, of its own
+    assert key_types({1: "a", "b": 2}) == ["int", "str"]  # keys json cannot even sort
+    assert key_types({frozenset({1}): "a"}) == ["frozenset"]
+    with pytest.raises(UsageError, match="memoize cannot key"):
+        key_types({_Unsafe(): 1})
+    # str keys keep the digest they always had: the results cached for them stay hits
+    plain = {"table": {"a": 1, "b": [1, 2.5, None, True]}, "path": Path("x"), "s": {3, 1}}
+    assert args_digest(plain) == "9af5297e0a7767352e2b3075ed2f27af"
+
+
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def _loop() -> dict[str, Any]:
+    loop: dict[str, Any] = {"a": [1]}
+    loop["a"].append(loop)
+    return loop
+
+
+def test_memoize_refuses_an_argument_it_cannot_key_on_with_one_usage_error(
+    ws: Workspace,
+) -> None:
+    @ws.cache.memoize
+    def size(value: Any) -> int:
+        return len(str(value)) if isinstance(value, list) else value.bit_length()
+
+    for value, why in [(_nested(3000), "nested too deep"), (_loop(), "that contains itself")]:
+        with pytest.raises(UsageError, match=f"memoize cannot key on a value {why}"):
+            size(value)
+    assert size(10**5000) == (10**5000).bit_length()  # hex: no digit limit
+    assert size(10**5000 + 1) == (10**5000 + 1).bit_length()  # a key of its own
+    assert size(_nested(64)) == len(str(_nested(64)))
+    with pytest.raises(UsageError, match="nested too deep"):
+        size(_nested(65))
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (_nested(3000), "nested too deep"),
+        ((torch.ones(1), _nested(65)), "nested too deep"),
+        (_loop(), "contains itself"),
+        (10**5000, "more than 4300 digits"),
+        (-(10**4300), "more than 4300 digits"),
+        ({"w": torch.ones(1), "n": [10**5000]}, "more than 4300 digits"),
+    ],
+    ids=["deep", "deep-tensors", "itself", "huge-int", "4301-digits", "tensors"],
+)
+def test_a_value_no_reader_takes_back_is_refused_before_a_write(
+    ws: Workspace, value: Any, why: str
+) -> None:
+    ws.cache.put("k", 1)
+    with pytest.raises(UsageError, match=f"cannot cache .*{why}"):
+        ws.cache.put("k", value)
+    assert ws.cache.get("k") == 1
+    with pytest.raises(UsageError, match="cannot cache"):
+        ws.cache.put("new", value)
+    assert "new" not in ws.cache and not os.path.lexists(ws.cache.entry_dir("new"))
+    ws.cache.put("edge", [_nested(63), 10**4300 - 1])  # 64 levels, 4300 digits: fine
+    assert ws.cache.get("edge") == [_nested(63), 10**4300 - 1]
+
+
+def test_a_huge_int_is_refused_even_where_this_process_could_write_it(ws: Workspace) -> None:
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # a script that handles big numbers: others read it not
+    try:
+        with pytest.raises(UsageError, match="more than 4300 digits"):
+            ws.cache.put("k", {"n": 10**5000})
+    finally:
+        sys.set_int_max_str_digits(limit)
+    assert "k" not in ws.cache

@@ -11,7 +11,9 @@ before it is returned; a file's checksum is recomputed whenever the file may hav
 changed since it was last verified (see :meth:`Cache.path`).
 
 Deleting takes the lock, renames the entry to a ``.del-*`` sibling (fsynced), then
-removes it, ``meta.json`` and the owner marker last. Nothing here follows a link.
+removes it, ``meta.json`` and the owner marker last. Nothing here follows a link: not
+to an entry, nor to a namespace or version folder on the way to one (a get or a path
+refuses it, IntegrityError; a put refuses it, UsageError; a delete leaves it alone).
 
 Payload files are written with a checksum and fsync and read back only verified. A
 JSON, bytes or tensor payload is read whole and checked against its checksum every
@@ -23,6 +25,7 @@ timestamps are coarse, and a write within the same tick could keep them).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -38,10 +41,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from accel import _faults
-from accel._fs import JSON_DEPTH, fsync_dir, json_depth, open_regular, parse_json, remove_tree
+from accel._fs import (
+    JSON_DEPTH,
+    JSON_DIGITS,
+    JSON_INT_READ,
+    fsync_dir,
+    open_regular,
+    parse_json,
+    remove_tree,
+)
 from accel._locks import locked
 from accel.config.views import StoreSettings
 from accel.errors import (
+    AccelError,
     IntegrityError,
     PayloadMissing,
     StorageError,
@@ -61,6 +73,7 @@ from accel.store.entry import (
     entry_folders,
     file_name_ok,
     key_of,
+    link_below,
     made_by_accel,
     prune,
     read_cache_meta,
@@ -102,7 +115,8 @@ def _kind_of(obj: Any) -> str:
         return "file"
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return "bytes"
-    if json_problem(obj) is None:
+    _require_readable(obj)
+    if json_problem(obj, levels=JSON_DEPTH) is None:  # a payload of its own: 64 levels
         return "json"
     problem = tensor_tree_problem(obj, "the value")
     if problem is None:
@@ -131,19 +145,29 @@ class Cache:
         """The folder of ``key`` (validated: it can only lie inside the cache)."""
         return self.root / (check_key(key) + ENTRY_SUFFIX)
 
-    def _inside(self, path: Path) -> Path:
-        # A symlinked namespace folder must not lead a write or a delete outside.
-        real_root = os.path.realpath(self.root)
-        real = os.path.realpath(path.parent)
-        if os.path.commonpath([real_root, real]) != real_root:
-            raise UsageError(f"{path.parent} leads outside the cache ({real}); remove that link")
-        return path
+    def _no_link(self, path: Path, error: type[AccelError] = IntegrityError) -> None:
+        """``error`` when a folder on the way to ``path`` is a link: a get through it would
+        read, a put write (and its prune delete) wherever the link leads."""
+        link = link_below(self.root, path)
+        if link is not None:
+            raise error(f"{link} is a symbolic link, which could lead outside the cache; remove it")
+
+    def _make_namespace(self, entry: Path) -> None:
+        # A folder at a time, each checked before one is made in it: ``mkdir -p`` would
+        # follow a linked namespace and make folders wherever it leads.
+        folder = self.root
+        folder.mkdir(parents=True, exist_ok=True)
+        for part in entry.relative_to(self.root).parts[:-1]:
+            folder = folder / part
+            with contextlib.suppress(FileExistsError):
+                folder.mkdir()
+            self._no_link(folder, UsageError)
 
     def _meta(self, entry: Path, key: str) -> CacheMeta | None:
-        """The committed metadata, None when there is no entry; IntegrityError if damaged."""
+        """The committed metadata, None when there is no entry; IntegrityError if damaged
+        or reached through a link."""
+        self._no_link(entry)
         try:
-            if os.path.islink(entry):
-                raise IntegrityError(f"{entry} is a symbolic link, not a cache entry")
             return read_cache_meta(entry, key)
         except MetaMissing:
             return None
@@ -222,6 +246,7 @@ class Cache:
     def _load(self, entry: Path, meta: CacheMeta, map_location: Any) -> tuple[Any, Stamp | None]:
         """The value and, for a file verified just now, its new stamp."""
         payload = entry / meta.payload
+        self._no_link(payload.parent)  # its version folder too
         if meta.kind == "tensors":
             return load_tensor_file(payload, meta.digest, map_location), None
         if meta.kind == "file":
@@ -264,8 +289,7 @@ class Cache:
         try:
             make_owned_dir(stage, parents=True)
             meta = self._stage(stage, f"v{version[:16]}", key, kind, obj)
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            self._inside(entry)
+            self._make_namespace(entry)
             with locked(self.lock_path, self.settings.lock_timeout, poll_interval=0.001):
                 self._commit(entry, stage, meta)
         except OSError as exc:  # a read-only or full disk, a file where a folder belongs
@@ -286,7 +310,8 @@ class Cache:
 
     def _commit(self, entry: Path, stage: Path, meta: CacheMeta) -> None:
         """Under the lock: version in, meta.json replaced, old versions out."""
-        if os.path.islink(entry) or (os.path.lexists(entry) and not made_by_accel(entry, meta.key)):
+        self._no_link(entry, UsageError)
+        if os.path.lexists(entry) and not made_by_accel(entry, meta.key):
             raise UsageError(
                 f"{entry} is not a cache entry accel made; move it away to use this key"
             )
@@ -400,8 +425,6 @@ def write_payload(payload: Path, kind: str, obj: Any) -> FileDigest:
     if kind == "file":
         return _copy_file(Path(os.fspath(obj)), payload)
     data = json.dumps(obj, sort_keys=True).encode("utf-8") if kind == "json" else bytes(obj)
-    if kind == "json" and json_depth(data) > JSON_DEPTH:  # what get would refuse: never put
-        raise UsageError(f"the cache holds JSON values nested at most {JSON_DEPTH} levels deep")
     try:
         with open(payload, "xb") as fh:
             fh.write(data)
@@ -465,6 +488,43 @@ def verify_file(payload: Path, meta: CacheMeta) -> Stamp | None:
     return stamp if settled else None
 
 
+# -- values: only what every reader takes back ---------------------------------------------
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _require_readable(obj: Any) -> None:
+    """UsageError before anything is written for a value no reader would take back."""
+    for node in tree_nodes(obj, "cannot cache"):
+        if isinstance(node, int) and abs(node) >= JSON_INT_READ:
+            raise UsageError(
+                f"cannot cache an int of more than {JSON_DIGITS} digits: JSON readers refuse "
+                "it (store hex(n) or its bytes instead)"
+            )
+
+
+def tree_nodes(value: Any, what: str) -> Iterator[Any]:
+    """``value`` and everything in it (items of lists, tuples and sets; keys and values of
+    dicts), without recursion. UsageError (its text begins with ``what``) for a value
+    nested deeper than the readers read (``JSON_DEPTH``), or one that contains itself."""
+    yield value
+    stack: list[tuple[Any, tuple[int, ...]]] = []
+    if isinstance(value, _CONTAINERS):
+        stack.append((value, ()))
+    while stack:
+        node, above = stack.pop()  # ``above``: the containers it is in, outermost first
+        above = (*above, id(node))
+        if len(above) > JSON_DEPTH:
+            cycle = len(set(above)) < len(above)
+            deep = f"nested too deep (values are nested at most {JSON_DEPTH} levels)"
+            why = "that contains itself" if cycle else deep
+            raise UsageError(f"{what} a value {why}")
+        for item in [*node.keys(), *node.values()] if isinstance(node, dict) else node:
+            yield item
+            if isinstance(item, _CONTAINERS):
+                stack.append((item, above))
+
+
 # -- memoize: a function's identity and a digest of its arguments ------------------------
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -475,10 +535,50 @@ def safe_segment(text: str) -> str:
 
 
 def args_digest(arguments: dict[str, Any]) -> str:
+    """A digest of ``arguments`` that two different calls never share.
+
+    JSON values with str keys keep the text they always had, so the results cached for
+    them stay hits. Arguments that JSON would blur or cannot write, a dict key of another
+    type (json writes ``{1: x}`` as ``{"1": x}``) or an int over its digit limit, are
+    written typed instead, in a text that no JSON text begins like.
+    """
     import hashlib  # here: OpenSSL's, 4 ms of every command's start-up
 
-    text = json.dumps(arguments, sort_keys=True, default=_canonical)
+    nodes = (n for v in arguments.values() for n in tree_nodes(v, "memoize cannot key on"))
+    blurred = [n for n in nodes if _blurred(n)]  # all of them: every one is checked
+    if blurred:
+        text = "typed " + json.dumps(_typed(arguments))
+    else:
+        text = json.dumps(arguments, sort_keys=True, default=_canonical)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _blurred(node: Any) -> bool:
+    if isinstance(node, dict):
+        return not all(isinstance(key, str) for key in node)
+    return isinstance(node, int) and abs(node) >= JSON_INT_READ
+
+
+def _typed(value: Any) -> Any:
+    """``value`` as JSON that keeps every type: ``[type, value]``, dict items and set
+    members in the order of their text. Nested at most ``JSON_DEPTH`` deep (checked)."""
+    if value is None:
+        return ["none"]
+    if isinstance(value, bool):
+        return ["bool", value]
+    if isinstance(value, int):
+        return ["int", hex(value)]  # hex: no digit limit
+    if isinstance(value, float):
+        return ["float", value.hex()]
+    if isinstance(value, str):
+        return ["str", value]
+    if isinstance(value, dict):
+        return ["dict", sorted(([_typed(k), _typed(v)] for k, v in value.items()), key=json.dumps)]
+    if isinstance(value, (set, frozenset)):
+        return ["set", sorted(map(_typed, value), key=json.dumps)]
+    if isinstance(value, (list, tuple)):
+        return ["tuple" if isinstance(value, tuple) else "list", [_typed(v) for v in value]]
+    return _canonical(value)  # {"path": ...}: an object, never one of the lists above
 
 
 def _canonical(value: Any) -> Any:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,6 +70,7 @@ __all__ = [
     "is_utf8",
     "key_of",
     "key_problem",
+    "link_below",
     "parse_cache_meta",
     "read_cache_meta",
     "strip_entry",
@@ -360,10 +362,26 @@ def made_by_accel(entry: Path, key: str) -> bool:
 
 def _ours(entry: Path, root: Path, key: str) -> bool:
     """A real folder accel made, inside the cache (not through a linked namespace)."""
-    if os.path.islink(entry) or not entry.is_dir() or not made_by_accel(entry, key):
+    if link_below(root, entry) is not None or not entry.is_dir():
         return False
-    real_root, real = os.path.realpath(root), os.path.realpath(entry.parent)
-    return os.path.commonpath([real_root, real]) == real_root
+    return made_by_accel(entry, key)
+
+
+def link_below(root: Path, path: Path) -> Path | None:
+    """The first of the folders below ``root`` down to ``path`` (itself included) that is
+    a symbolic link, or None. A link anywhere on the way (a namespace, an entry, a version
+    folder) could lead a read, a write or a delete anywhere, and ``O_NOFOLLOW`` guards
+    only the last name, so each is ``lstat``-ed. ``root`` (the cache folder) is the
+    workspace's to place, and not looked at."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return current
+        except OSError:  # nothing there: nothing below it either
+            return None
+    return None
 
 
 def entry_file(payload: str | None) -> Callable[[str], bool]:

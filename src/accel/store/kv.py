@@ -21,7 +21,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from accel._fs import JSON_DEPTH, atomic_write, json_depth, parse_json, read_regular
+from accel._fs import (
+    JSON_DEPTH,
+    JSON_DIGITS,
+    JSON_INT_READ,
+    atomic_write,
+    json_depth,
+    parse_json,
+    read_regular,
+)
 from accel._locks import locked
 from accel.config.views import StoreSettings
 from accel.errors import IntegrityError, UsageError
@@ -180,28 +188,28 @@ class Store:
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-# The widest integer the store writes: a JSON reader refuses more than 4300 digits
-# (Python's default int_max_str_digits), so a process that lifted the limit could write
-# a value every other process fails to read. 14,000 bits is about 4,200 digits.
-_INT_BITS = 14_000
+def json_problem(value: Any, where: str = "value", *, levels: int = JSON_DEPTH - 1) -> str | None:
+    """Why ``value`` is not a JSON value (dict/list/str/int/float/bool/None) a reader
+    takes back, or None: nested at most ``levels`` deep (the store's own object is one
+    level more), containing no container it is in, no integer too wide to read."""
+    return _json_problem(value, where, levels, ())
 
 
-def json_problem(value: Any, where: str = "value", _open: tuple[int, ...] = ()) -> str | None:
-    """Why ``value`` is not a JSON value (dict/list/str/int/float/bool/None) the store
-    can read back, or None. ``_open``: the ids of the containers ``value`` is inside,
-    whose count is its depth: bounded here, before any recursion limit is met."""
+def _json_problem(value: Any, where: str, levels: int, _open: tuple[int, ...]) -> str | None:
+    """``_open``: the ids of the containers ``value`` is in; their count is its depth,
+    bounded here before any recursion limit is met."""
     if isinstance(value, _JSON_SCALARS):
         if isinstance(value, float) and not math.isfinite(value):
             return f"{where} is {value!r}, which JSON cannot represent"
-        if isinstance(value, int) and value.bit_length() > _INT_BITS:
-            return f"{where} is an integer of more than 4,000 digits; store str(n) instead"
+        if isinstance(value, int) and abs(value) >= JSON_INT_READ:
+            return f"{where} is an integer of more than {JSON_DIGITS} digits; store hex(n)"
         return None
     if not isinstance(value, (list, dict)):
         return f"{where} is a {type(value).__name__}"
     if id(value) in _open:
         return f"{where} contains itself"
-    if len(_open) >= JSON_DEPTH - 1:  # the store's own object is one level more
-        return f"{where} is nested more than {JSON_DEPTH - 1} levels deep"
+    if len(_open) >= levels:
+        return f"{where} is nested more than {levels} levels deep"
     inside = (*_open, id(value))
     items: Iterable[tuple[Any, Any]] = enumerate(value)
     if isinstance(value, dict):
@@ -210,7 +218,7 @@ def json_problem(value: Any, where: str = "value", _open: tuple[int, ...] = ()) 
             return f"{where} has the non-string key {odd!r}"
         items = value.items()
     for key, item in items:
-        problem = json_problem(item, f"{where}[{key!r}]", inside)
+        problem = _json_problem(item, f"{where}[{key!r}]", levels, inside)
         if problem:
             return problem
     return None
