@@ -33,6 +33,21 @@ def test_default_writes_a_valid_file_and_is_idempotent(project: Path) -> None:
     assert path.read_bytes() == first
 
 
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_default_over_a_folder_in_place_of_the_file_says_so(
+    project: Path, capsys: pytest.CaptureFixture[str], force: list[str]
+) -> None:
+    """It said "exists; left unchanged" (exit 0), and with --force the storage line (1)."""
+    path = project / ".accelerate" / "config" / "accelerate_config.yaml"
+    path.mkdir(parents=True)
+    assert main(["config", "--default", *force]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path} is a folder where the config file belongs: move it away, then run "
+        "`accel config --default` again\n"
+    )
+    assert path.is_dir() and list(path.iterdir()) == []
+
+
 def test_show_json_with_origins(project: Path) -> None:
     runner.invoke(app, ["config", "--default"])
     assert runner.invoke(app, ["config", "set", "launch.num_processes", "4"]).exit_code == 0

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from accel.cli import _app, _help, _output
-from accel.errors import JobFailed, UsageError
+from accel.errors import JobFailed, UsageError, WorkspaceError
 
 if TYPE_CHECKING:
     from accel.workspace import Workspace
@@ -43,6 +43,11 @@ def config(
             raise UsageError("not a terminal: run `accel config --default` to write the defaults")
         _questionnaire(ws)
         return
+    if ws.config_file.is_dir():  # not a file that exists: neither kept nor replaceable
+        raise WorkspaceError(
+            f"{ws.config_file} is a folder where the config file belongs: move it away, "
+            "then run `accel config --default` again"
+        )
     if not force and project.exists(ws):
         ws.ensure_root().ensure_gitignore()
         _output.out(f"{ws.config_file} exists; left unchanged (--force replaces it)")
