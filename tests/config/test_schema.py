@@ -104,6 +104,13 @@ def test_unknown_key_suggests() -> None:
         schema.field("checkpoints.keep_lst")
 
 
+@pytest.mark.parametrize("key", ["launch.1", "launch.", "launch.x"])
+def test_a_dotted_key_is_never_told_to_be_a_section(key: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        schema.field(key)
+    assert "did you mean 'launch'?" not in str(refused.value)
+
+
 @pytest.mark.parametrize(
     ("typed", "meant"),
     [

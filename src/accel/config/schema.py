@@ -97,7 +97,8 @@ def suggest(key: str) -> str:
     alias = ALIASES.get(key.rsplit(".", 1)[-1].replace("-", "_").lower())
     if alias is not None:
         return f"; did you mean {alias!r}?"
-    names = [f.key for f in FIELDS] + [f.key.split(".", 1)[1] for f in FIELDS] + list(SECTIONS)
+    names = [f.key for f in FIELDS] + [f.key.split(".", 1)[1] for f in FIELDS]
+    names += [] if "." in key else list(SECTIONS)  # `launch.1` wants a key, not `launch`
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     if not close:
         return " (see `accel config schema` for the valid keys)"
