@@ -27,6 +27,10 @@ URL_FORMS = [
     ("https://u:pw-puny@xn--bcher-kva.example", "pw-puny", "https://***@xn--bcher-kva.example"),
     ("https://u:pw-ipv6@[2001:db8::1]:8443/x", "pw-ipv6", "https://***@[2001:db8::1]:8443/x"),
     ("mongodb://u:pw-multi@h1,h2/db", "pw-multi", "mongodb://***@h1,h2/db"),
+    # no host (a typo; sync refused it naming the URL, password and all)
+    ("https://alice:pw-no-host@/team/run", "pw-no-host", "https://***@/team/run"),
+    ("https://alice:pw-port-only@:8443/x", "pw-port-only", "https://***@:8443/x"),
+    ("ftp://alice:pw-bare@", "pw-bare", "ftp://***@"),
 ]
 
 
