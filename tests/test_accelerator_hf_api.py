@@ -282,6 +282,31 @@ def test_a_hugging_face_dataset_is_split_between_processes(
     assert split_rows(rows, rank, 2, padding, torch.device("cpu")).rows == expected
 
 
+@pytest.mark.parametrize("kind", ["list", "tuple", "tensor", "dataset"])
+@pytest.mark.parametrize("padding", [False, True])
+def test_a_rank_past_the_end_takes_the_last_input_as_accelerates(
+    monkeypatch: pytest.MonkeyPatch, kind: str, padding: bool
+) -> None:
+    """One prompt, two ranks: rank 1 got nothing (Accelerate gives it the last one)."""
+    from accel.accelerator._ops import split_rows
+
+    monkeypatch.setitem(sys.modules, "datasets", type(sys)("datasets"))
+    monkeypatch.setattr(sys.modules["datasets"], "Dataset", _Rows, raising=False)
+    made = {
+        "list": lambda: ["only"],
+        "tuple": lambda: ("only",),
+        "tensor": lambda: torch.tensor([7]),
+        "dataset": lambda: _Rows(["only"]),
+    }[kind]
+    shares = [split_rows(made(), rank, 2, padding, torch.device("cpu")) for rank in (0, 1)]
+    if kind == "tensor":
+        assert [s.tolist() for s in shares] == [[7], [7]]
+    elif kind == "dataset":
+        assert [s.rows for s in shares] == [["only"], ["only"]]
+    else:
+        assert list(shares) == [made(), made()]
+
+
 def _run(acc: Any, stop: int = 0, resume: bool = False) -> tuple[list[Any], Any]:
     """Two epochs of a shuffled loader, as a ported script runs them: with ``stop``,
     save at that step and return; with ``resume``, start from the latest checkpoint."""

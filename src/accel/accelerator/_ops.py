@@ -186,12 +186,14 @@ def _split(inputs: Any, start: int, end: int, width: int | None, device: Any) ->
         for key in inputs:  # in place, as Accelerate does
             inputs[key] = _split(inputs[key], start, end, width, device)
         return inputs
+    # A rank past the end (fewer inputs than ranks) takes the last one, as Accelerate's:
+    # an empty share would leave that rank nothing to run its collectives with.
     if _is_hf_dataset(inputs):
-        rows = list(range(min(start, len(inputs)), min(end, len(inputs))))
+        rows = list(range(max(min(start, len(inputs) - 1), 0), min(end, len(inputs))))
         return inputs.select(rows + [len(inputs) - 1] * ((width or 0) - len(rows)))
     if not isinstance(inputs, (list, tuple, torch.Tensor)):
         return inputs  # anything else whole, as Accelerate gives it
-    part: Any = inputs[start:end]
+    part: Any = inputs[start:end] if start < len(inputs) else inputs[-1:]
     if width is None:
         return part
     if isinstance(part, torch.Tensor):
