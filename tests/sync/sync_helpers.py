@@ -88,19 +88,28 @@ class Interrupt:
 
 
 @contextlib.contextmanager
-def http_server(folder: Path, status: int | None = None) -> Iterator[str]:
-    """A web server in a thread serving ``folder`` (every GET answered ``status`` when
-    given); its URL."""
+def http_server(
+    folder: Path, status: int | None = None, *, suffix: str = "", location: str = ""
+) -> Iterator[str]:
+    """A web server in a thread serving ``folder``; its URL. With ``status``, every HEAD
+    and GET of a path ending in ``suffix`` is answered ``status`` (a redirect to
+    ``location`` when given)."""
     import functools
     import http.server
     import threading
 
     class Handler(http.server.SimpleHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if status is None:
-                super().do_GET()
-            else:
+        def send_head(self) -> Any:
+            if status is None or not self.path.endswith(suffix):
+                return super().send_head()
+            if not location:
                 self.send_error(status)
+                return None
+            self.send_response(status)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -19,12 +19,17 @@ pytestmark = pytest.mark.timeout(60)
 RUN = "20261129-150000-aaaaaa"
 NEW_RUN = "20261130-150000-bbbbbb"
 STEP3 = "checkpoints/default/step-000000000003"
+IN_A_RUN = ("stacks/rank-0.txt", "heartbeats/rank-0", "tensorboard/rank-0/events.out.tfevents.1")
+RUN_SUBFOLDERS = ("stacks", "heartbeats", "tensorboard", "tensorboard/rank-0")
 
 
 @pytest.fixture
 def pushed(ws: Workspace, remote_url: str) -> Workspace:
     save_checkpoints(ws, (1, 2))
-    finished_run(ws, RUN)
+    folder = finished_run(ws, RUN)
+    for rel in IN_A_RUN:  # files a pull puts in subfolders of the run folder
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text("from the remote\n")
     assert main(["sync", "push", remote_url]) == 0
     return ws
 
@@ -57,6 +62,8 @@ LOCAL_LINKS = {  # the link planted in the pulling workspace -> what still comes
     "checkpoints": "run",
     f"logs/runs/{RUN}": "checkpoints",
     "logs/runs": "checkpoints",
+    # in a run folder here (the test makes it), which a pull completes in place
+    **{f"logs/runs/{RUN}/{sub}": "checkpoints" for sub in RUN_SUBFOLDERS},
 }
 
 
@@ -70,7 +77,8 @@ def test_pull_never_writes_through_a_link_in_the_workspace(
     link: str,
 ) -> None:
     """A series, a run folder, or checkpoints/ or logs/runs/ themselves linked elsewhere:
-    the pull wrote the pulled steps (or the run's files) into the link's target, exit 0."""
+    the pull wrote the pulled steps (or the run's files) into the link's target, exit 0;
+    so did a folder in a run folder already here (stacks/, tensorboard/rank-0/)."""
     planted = fresh.layout.data / link
     if planted.is_dir():
         planted.rmdir()  # an empty folder the new workspace made
@@ -109,6 +117,40 @@ def test_a_link_made_while_a_pull_plans_is_refused_when_it_writes(
     assert all(r.startswith(f"{planted} is a symbolic link; ") for r in failed.values())
     assert tree(outside) == before
     assert (fresh.runs_dir / RUN / "run.json").is_file()
+
+
+def test_a_link_made_in_a_run_folder_while_a_pull_plans_is_refused_when_it_writes(
+    pushed: Workspace, fresh: Workspace, outside: Path, remote_url: str
+) -> None:
+    here = fresh.runs_dir / RUN
+    here.mkdir(parents=True)
+    (here / "run.json").write_bytes((pushed.runs_dir / RUN / "run.json").read_bytes())
+    planted = here / "stacks"
+    before = tree(outside)
+    remote = open_remote(remote_url, {}, os.environ)
+    plant = lambda: planted.symlink_to(outside, target_is_directory=True)  # noqa: E731
+    result = pull(fresh, remote, reporter=Counted(on_begin=plant))
+    failed = {f.unit: f.reason for f in result.failed}
+    assert list(failed) == [f"logs/runs/{RUN}"], failed
+    assert failed[f"logs/runs/{RUN}"].startswith(f"{planted} is a symbolic link; ")
+    assert tree(outside) == before and not (here / "rank-0.log").exists()
+    assert [c.step for c in fresh.checkpoints.list()] == [1, 2]
+
+
+def test_the_folders_of_a_pulled_file_are_made_one_at_a_time_never_through_a_link(
+    tmp_path: Path, outside: Path
+) -> None:
+    """``mkdir(parents=True)`` follows a link made after the unit was checked."""
+    from accel.sync._paths import make_below
+
+    root = tmp_path / "data"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "runs").symlink_to(outside, target_is_directory=True)
+    before = tree(outside)
+    assert make_below(root, root / "logs" / "runs" / RUN / "stacks") == str(root / "logs/runs")
+    assert tree(outside) == before and not (outside / RUN).exists()
+    assert make_below(root, root / "checkpoints" / "default") is None
+    assert (root / "checkpoints" / "default").is_dir()
 
 
 # -- push: never through a link in a file:// remote -----------------------------------------

@@ -458,6 +458,7 @@ def test_a_malformed_unit_is_refused_and_nothing_of_it_is_visible(
     assert code == 1, err
     line = next(line for line in err.splitlines() if line.startswith(f"error: {unit}:"))
     assert message in line and "refused" in line, err
+    assert line.count(unit) == 1, line  # 'error: <unit>: <unit>: its manifest ...'
     assert "unexpected" not in err and "Traceback" not in err
     assert [c.step for c in fresh.checkpoints.list()] == ([1] if unit == STEP else [1, 2])
     assert fresh.cache.get("ns/blob") == (None if "cache" in unit else b"payload" * 100)

@@ -10,7 +10,8 @@ The remote mirrors the workspace's data layout::
 A path read from a remote index is untrusted: :func:`split` refuses anything that could
 land outside those folders (``..``, an absolute path, a backslash); which names a pull
 brings in is :mod:`accel.sync._trust`'s to say. Nor is a folder on the way to a path
-trusted: :func:`link_below` finds the link a write would go through.
+trusted: :func:`link_below` finds the link a write would go through, and
+:func:`make_below` makes folders without going through one.
 """
 
 from __future__ import annotations
@@ -74,6 +75,21 @@ def link_below(root: Path | str, path: Path | str) -> str | None:
         current = os.path.join(current, part)
         if os.path.islink(current):
             return current
+    return None
+
+
+def make_below(root: Path | str, folder: Path | str) -> str | None:
+    """Make the folders below ``root`` down to ``folder`` one at a time, never through a
+    symbolic link (``mkdir(parents=True)`` follows one): the first link on the way, made
+    since it was looked for, or None once ``folder`` is there."""
+    current = str(root)
+    for part in Path(os.path.relpath(folder, root)).parts:
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            if os.path.islink(current):
+                return current
     return None
 
 

@@ -34,7 +34,7 @@ from accel.layout import (
     make_owned_dir,
 )
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, Reporter, Transfer
-from accel.sync._paths import link_below, local_path
+from accel.sync._paths import link_below, local_path, make_below
 from accel.sync._remote import Remote
 from accel.sync._trust import PLAIN_NAME, cache_key
 
@@ -52,7 +52,7 @@ class PullUnit:
 
     def __call__(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
         kind = transfers[0].kind
-        link = link_in_the_way(self.ws, unit, kind)  # the plan refused it: one made since
+        link = link_in_the_way(self.ws, transfers)  # the plan refused it: one made since
         if link is not None:
             raise JobFailed(link_refusal(link))
         if kind == CONFIG:
@@ -63,7 +63,9 @@ class PullUnit:
             self._cache_entry(unit, transfers, reporter)
         elif local_path(self.ws, unit + "/" + RUN_RECORD).parent.is_dir():
             for t in transfers:  # a run folder already here: add what it lacks
-                self._one_file(t, local_path(self.ws, t.rel), reporter)
+                target = local_path(self.ws, t.rel)
+                self._folder(target.parent)  # stacks/, tensorboard/rank-N/
+                self._one_file(t, target, reporter)
         else:
             self._new_run(unit, transfers, reporter)
 
@@ -78,7 +80,7 @@ class PullUnit:
 
         series = unit.split("/")[1]
         final = self.ws.checkpoints_dir / series / unit.rsplit("/", 1)[-1]
-        final.parent.mkdir(parents=True, exist_ok=True)
+        self._folder(final.parent)
         with self._stage(final.parent / f"{SYNC_STAGE_PREFIX}{uuid.uuid4().hex[:12]}") as stage:
             self._download(unit, transfers, stage, reporter)
             verify_checkpoint(stage, unit, self.index)
@@ -93,7 +95,7 @@ class PullUnit:
         with self._stage(self.ws.tmp_dir / f"sync-{uuid.uuid4().hex[:12]}") as stage:
             self._download(unit, transfers, stage, reporter)
             verify_cache_entry(stage, unit, self.index)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            self._folder(final.parent)
             self._commit(stage, final, self.ws.lock_path(CACHE_LOCK))
 
     def _new_run(self, unit: str, transfers: list[Transfer], reporter: Reporter) -> None:
@@ -101,7 +103,7 @@ class PullUnit:
         with self._stage(self.ws.tmp_dir / f"sync-{uuid.uuid4().hex[:12]}") as stage:
             self._download(unit, transfers, stage, reporter)
             verify_run(stage, unit)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            self._folder(final.parent)
             (stage / OWNER_MARKER).unlink()  # a run folder is proved by its run.json
             self._commit(stage, final, self.ws.lock_path(SYNC_COMMIT_LOCK))
 
@@ -110,6 +112,7 @@ class PullUnit:
         from accel.sync.pulled import checked, pulled_path
 
         aside = pulled_path(self.ws)
+        aside.parent.mkdir(parents=True, exist_ok=True)
 
         def check(tmp: Path) -> None:
             checked(tmp.read_text(encoding="utf-8", errors="replace"), "the remote's config")
@@ -123,8 +126,7 @@ class PullUnit:
         self, t: Transfer, target: Path, reporter: Reporter, check: Any = None, perms: int = 0o666
     ) -> None:
         """Download ``t`` to ``target`` (temp beside it, mode ``perms`` & ~umask, verified,
-        renamed)."""
-        target.parent.mkdir(parents=True, exist_ok=True)
+        renamed), in the folder it goes in, made by the caller."""
         tmp = temp_beside(target)  # a killed pull's is crash debris to `accel clean`
         try:
             self.remote.download(t.rel, tmp, self.index[t.rel], reporter.advance, perms=perms)
@@ -137,6 +139,13 @@ class PullUnit:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
         fsync_dir(target.parent)
+
+    def _folder(self, folder: Path) -> None:
+        """``folder`` made in the data folder, never through a link (one made since the
+        unit was checked is refused as the plan refuses one)."""
+        link = make_below(self.ws.layout.data, folder)
+        if link is not None:
+            raise JobFailed(link_refusal(link))
 
     def _download(self, unit: str, transfers: list[Transfer], stage: Path, rep: Reporter) -> None:
         for t in transfers:  # commit markers come last in plan order
@@ -166,17 +175,23 @@ class PullUnit:
 _MARKER = {CHECKPOINT: MANIFEST, RUN: RUN_RECORD, CACHE: CACHE_META}
 
 
-def link_in_the_way(ws: Workspace, unit: str, kind: str) -> str | None:
-    """The symbolic link in the workspace a pull of ``unit`` would write through (on the
-    way to its folder or to the staging folder), or None. The config goes aside in the
-    workspace's own ``config/``, which a dotfile manager may link: not looked at."""
+def link_in_the_way(ws: Workspace, transfers: list[Transfer]) -> str | None:
+    """The symbolic link in the workspace a pull of one unit (its ``transfers``) would
+    write through, or None: on the way to its folder, to a folder in it (a run folder
+    already here gets its files in place: ``stacks/``, ``tensorboard/rank-N/``), or to the
+    staging folder. The config goes aside in the workspace's own ``config/``, which a
+    dotfile manager may link: not looked at."""
+    unit, kind = transfers[0].unit, transfers[0].kind
     if kind == CONFIG:
         return None
     place = local_path(ws, f"{unit}/{_MARKER[kind]}").parent
-    link = link_below(ws.layout.data, place)
-    if link is None and kind != CHECKPOINT:  # a checkpoint is staged beside its place
-        link = link_below(ws.layout.data, ws.tmp_dir)
-    return link
+    inside = sorted({local_path(ws, t.rel).parent for t in transfers} - {place})
+    staged = [] if kind == CHECKPOINT else [ws.tmp_dir]  # a checkpoint is staged beside it
+    for folder in (place, *inside, *staged):
+        link = link_below(ws.layout.data, folder)
+        if link is not None:
+            return link
+    return None
 
 
 def link_refusal(link: str) -> str:
@@ -187,6 +202,7 @@ def link_refusal(link: str) -> str:
 
 
 # -- what a unit must be ------------------------------------------------------------------
+# A refusal's reason names no unit: it is listed, and shown, after its unit.
 
 
 def verify_checkpoint(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
@@ -198,20 +214,18 @@ def verify_checkpoint(stage: Path, unit: str, index: dict[str, FileEntry]) -> No
     try:  # validated as if it were already in its step folder
         manifest = read_manifest(stage, unit.rsplit("/", 1)[-1])
     except IntegrityError as exc:
-        raise IntegrityError(
-            f"{unit}: its manifest is not one accel can read ({exc}); refused"
-        ) from None
+        raise IntegrityError(f"its manifest is not one accel can read ({exc}); refused") from None
     series = unit.split("/")[1]
     if manifest.series != series:
         raise IntegrityError(
-            f"{unit}: its manifest names the series {manifest.series!r}, not {series!r}; refused"
+            f"its manifest names the series {manifest.series!r}, not {series!r}; refused"
         )
     pulled = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
     if pulled != set(manifest.files) | {MANIFEST}:
-        raise IntegrityError(f"{unit}: its manifest does not match the files pulled; refused")
+        raise IntegrityError("its manifest does not match the files pulled; refused")
     for name, digest in manifest.files.items():
         if FileEntry(digest.size, digest.checksum) != index[f"{unit}/{name}"]:
-            raise IntegrityError(f"{unit}/{name} does not match its manifest; refused")
+            raise IntegrityError(f"{name} does not match its manifest; refused")
 
 
 def verify_cache_entry(stage: Path, unit: str, index: dict[str, FileEntry]) -> None:
@@ -222,7 +236,7 @@ def verify_cache_entry(stage: Path, unit: str, index: dict[str, FileEntry]) -> N
     try:
         meta = read_cache_meta(stage, cache_key(unit))
     except IntegrityError as exc:
-        raise IntegrityError(f"{unit}: its {META} is not valid ({exc}); refused") from None
+        raise IntegrityError(f"its {META} is not valid ({exc}); refused") from None
     files = {rel[len(unit) + 1 :] for rel in index if rel.startswith(unit + "/")}
     problem = None
     if not PLAIN_NAME.fullmatch(meta.payload.rsplit("/", 1)[-1]):
@@ -232,13 +246,13 @@ def verify_cache_entry(stage: Path, unit: str, index: dict[str, FileEntry]) -> N
     elif FileEntry(meta.size, meta.checksum) != index[f"{unit}/{meta.payload}"]:
         problem = "does not match its payload"
     if problem is not None:
-        raise IntegrityError(f"{unit}: its {META} {problem}; refused")
+        raise IntegrityError(f"its {META} {problem}; refused")
 
 
 def verify_run(stage: Path, unit: str) -> None:
     """A new run comes with its record, or it would be listed as crashed."""
     if not (stage / RUN_RECORD).is_file():
-        raise IntegrityError(f"{unit}: no {RUN_RECORD} on the remote; refused")
+        raise IntegrityError(f"no {RUN_RECORD} on the remote; refused")
     _record_of(stage / RUN_RECORD, unit)
 
 
@@ -247,6 +261,6 @@ def _record_of(path: Path, unit: str) -> None:
     try:
         record = read_json(path)
     except (OSError, ValueError) as exc:
-        raise IntegrityError(f"{unit}: its {RUN_RECORD} is not JSON ({exc}); refused") from None
+        raise IntegrityError(f"its {RUN_RECORD} is not JSON ({exc}); refused") from None
     if not isinstance(record, dict) or record.get("id", run_id) != run_id:
-        raise IntegrityError(f"{unit}: its {RUN_RECORD} is not the record of {run_id}; refused")
+        raise IntegrityError(f"its {RUN_RECORD} is not the record of {run_id}; refused")

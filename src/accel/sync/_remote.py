@@ -46,6 +46,7 @@ from accel.sync._paths import link_below
 INDEX_NAME = "accel-sync.json"
 INDEX_FORMAT = "accel-sync"
 INDEX_VERSION = 1
+INDEX_VERSIONS_READ = frozenset({INDEX_VERSION})  # what this accel reads; a newer one: upgrade
 # About 600,000 files' entries: far beyond a workspace's, and a bound on what a hostile
 # index (a link to /dev/zero, a server's endless answer) can make a read hold in memory.
 INDEX_MAX_BYTES = 64 << 20
@@ -219,7 +220,13 @@ class Remote:
         """``rel`` opened for reading; on a local remote only a regular file, opened
         without blocking (:func:`accel._fs.open_regular`): IntegrityError otherwise."""
         if not self.local:
-            src: IO[bytes] = self.fs.open(self.path(rel), "rb")
+            try:
+                src: IO[bytes] = self.fs.open(self.path(rel), "rb")
+            except FileNotFoundError as exc:
+                hidden = _hidden_error(exc)
+                if hidden is not None:
+                    raise hidden from None
+                raise
             return src
         try:
             return os.fdopen(open_regular(self.path(rel), follow=True), "rb")
@@ -297,8 +304,12 @@ def _chunks(src: IO[bytes], limit: int, too_large: str) -> Iterator[bytes]:
 def _hidden_error(exc: FileNotFoundError) -> BaseException | None:
     """The error ``exc`` stands for, when it is no "not found": fsspec's http:// asks for a
     file's size before it opens it, and turns every failure of that request (a server's
-    500, a refused connection) into FileNotFoundError; only a 404 means nothing is there."""
+    500 or 403, a refused connection, a storage option aiohttp does not take: a TypeError,
+    a port out of range: a ValueError) into FileNotFoundError; only a 404 means nothing is
+    there. (s3fs's "not found" has botocore's error as its cause: left as it is.)"""
     cause = exc.__cause__
+    if isinstance(cause, (TypeError, ValueError)):
+        return cause
     if cause is None or type(cause).__module__.split(".")[0] != "aiohttp":
         return None
     return None if getattr(cause, "status", None) == 404 else cause
@@ -347,8 +358,11 @@ def parse_index(raw: bytes, url: str) -> dict[str, FileEntry]:
             raise ValueError
     except (ValueError, AttributeError, RecursionError):
         raise IntegrityError(f"{url}/{INDEX_NAME} is not an accel sync index") from None
-    if not isinstance(data.get("version"), int) or data["version"] > INDEX_VERSION:
+    version = data.get("version")
+    if type(version) is int and version > INDEX_VERSION:  # a bool is no version
         raise UsageError(f"{url} was written by a newer accel; upgrade accel to sync with it")
+    if type(version) is not int or version not in INDEX_VERSIONS_READ:
+        raise IntegrityError(f"{url}/{INDEX_NAME} is damaged (no version accel writes)")
     files = data.get("files")
     if not isinstance(files, dict):
         raise IntegrityError(f"{url}/{INDEX_NAME} is damaged (no file list)")
@@ -399,16 +413,18 @@ def _cannot_reach(shown: str, exc: OSError) -> JobFailed:
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
 _LOCAL = ("file", "local")
+# Protocols whose URL names a host, protocol://[user[:password]@]host[:port]/path.
+_HOSTED = {"http", "https", "ftp", "sftp", "ssh", "smb", "webdav", "webhdfs"}
 _FORMS = "file:///absolute/path or s3://bucket/prefix (any fsspec protocol)"
 
 
 def url_problem(url: str, protocols: Collection[str]) -> str | None:
     """What is wrong with a remote URL, or None. The forms accepted (an allowlist):
     ``file:///absolute/path``, and ``<protocol>://<bucket or host>/...`` for a protocol
-    fsspec knows. Not a bare path, not ``file://`` with a host or a relative path (which
-    fsspec reads as a folder under the current one), not the filesystem root
-    (``file:///``: a push would spread a workspace over ``/``), not a chained ``a::b``
-    URL."""
+    fsspec knows (a host's URL with its host and a port 1 to 65535 if any). Not a bare
+    path, not ``file://`` with a host or a relative path (which fsspec reads as a folder
+    under the current one), not the filesystem root (``file:///``: a push would spread a
+    workspace over ``/``), not a chained ``a::b`` URL."""
     if not url.strip():
         return f"the remote URL is empty: write {_FORMS}"
     if not is_utf8(url):  # bytes that are no text, which Python keeps as lone surrogates
@@ -447,7 +463,27 @@ def url_problem(url: str, protocols: Collection[str]) -> str | None:
             f"{protocol}:// URLs carry no credentials: write {protocol}://bucket/prefix "
             f"and {_BUCKET_CREDENTIALS[protocol]}"
         )
+    if protocol in _HOSTED:
+        return _host_problem(protocol, bucket) or _dot_parts(rest, f"{protocol}://host/path")
     return _dot_parts(rest, f"{protocol}://bucket/prefix")
+
+
+def _host_problem(protocol: str, authority: str) -> str | None:
+    """What is wrong with the ``[user[:password]@]host[:port]`` of a URL that names a host:
+    no host (``https://user:pw@/x``: fsspec asked the folder's server for nothing, or DNS
+    for an empty name), a port no host has. Nothing of it is quoted: a password may be in
+    any part of a URL written wrong, and the URL is shown redacted beside this."""
+    hostport = authority.rpartition("@")[2]
+    if hostport.startswith("["):  # an IPv6 literal, [::1]:8080
+        host, _, port = hostport.partition("]")
+        port = port.removeprefix(":")  # '[::1]x': 'x', no port either
+    else:
+        host, _, port = hostport.partition(":")
+    if host.strip("[") == "":
+        return f"a {protocol}:// URL names no host: write {protocol}://host/path"
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        return f"a {protocol}:// URL's port is 1 to 65535: write {protocol}://host:port/path"
+    return None
 
 
 def _dot_parts(path: str, form: str) -> str | None:
@@ -507,7 +543,7 @@ _S3_CREDENTIALS = (
 )
 _GCS_CREDENTIALS = (
     "give GCS credentials: GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth "
-    "application-default login` (a public bucket: -o token=anon)"
+    "application-default login` (a public bucket: set the storage option token to anon)"
 )
 CREDENTIALS_FIX = {
     "NoCredentialsError": _S3_CREDENTIALS,  # botocore

@@ -166,7 +166,7 @@ def _without_refused_places(ws: Workspace, plan: SyncPlan, refused: list[Skipped
     causes: dict[str, str] = {}  # what a refusal is listed by -> its reason
     blocked: set[str] = set()
     for unit, transfers in plan.units():
-        cause = _refused_here(ws, unit, transfers[0].kind, held)
+        cause = _refused_here(ws, transfers, held)
         if cause is not None:
             blocked.add(unit)
             causes.setdefault(*cause)
@@ -193,13 +193,14 @@ def _live_series(ws: Workspace, plan: SyncPlan) -> dict[str, str]:
 
 
 def _refused_here(
-    ws: Workspace, unit: str, kind: str, held: dict[str, str]
+    ws: Workspace, transfers: list[Transfer], held: dict[str, str]
 ) -> tuple[str, str] | None:
-    """(what the refusal is listed by, why) when ``unit`` may not be written here."""
-    series = "/".join(unit.split("/")[:2])
-    if kind == CHECKPOINT and series in held:
+    """(what the refusal is listed by, why) when the unit of ``transfers`` may not be
+    written here."""
+    series = "/".join(transfers[0].unit.split("/")[:2])
+    if transfers[0].kind == CHECKPOINT and series in held:
         return series, held[series]
-    link = link_in_the_way(ws, unit, kind)
+    link = link_in_the_way(ws, transfers)
     if link is None:
         return None
     return os.path.relpath(link, ws.layout.data), f"refused: {link_refusal(link)}"
