@@ -43,7 +43,6 @@ reads too, are :mod:`accel.config.fsdp`).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import weakref
 from pathlib import Path
@@ -249,7 +248,7 @@ class Accelerator(ProcessApi, FolderApi):
                 scale_steps(obj, self.scaler)
             if self.hf_compat or self.gradient_accumulation_steps > 1:
                 gate_steps(obj, self._gradient_state)
-            obj.register_load_state_dict_pre_hook(lambda *_: self.wait_for_snapshot())
+            obj.register_load_state_dict_pre_hook(setup.WaitForSnapshot(self))
             if not self._optimizers:
                 self._count_steps(obj)
             self._optimizers.append(obj)
@@ -303,7 +302,7 @@ class Accelerator(ProcessApi, FolderApi):
             import torch
 
             model = torch.compile(model, backend=self._dynamo)
-        model.register_load_state_dict_pre_hook(lambda *_: self.wait_for_snapshot())
+        model.register_load_state_dict_pre_hook(setup.WaitForSnapshot(self))
         self._models.append(model)
         return model
 
@@ -318,7 +317,10 @@ class Accelerator(ProcessApi, FolderApi):
     def unwrap_model(
         model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
     ) -> Any:
-        """The module inside DDP (and inside ``torch.compile`` unless ``keep_torch_compile``)."""
+        """The module inside DDP (and inside ``torch.compile`` unless ``keep_torch_compile``);
+        ``keep_fp32_wrapper=False`` takes the autocast off its ``forward`` (as Accelerate)."""
+        if not keep_fp32_wrapper:
+            setup.strip_autocast(_ddp.unwrap(model, keep_torch_compile=False))
         return _ddp.unwrap(model, keep_torch_compile)
 
     def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
@@ -337,18 +339,14 @@ class Accelerator(ProcessApi, FolderApi):
 
     # -- training helpers ---------------------------------------------------------------
 
-    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager[Any]:
-        """Autocast per the configured precision (a no-op for ``no``); an ``AutocastKwargs``
-        (or the one in ``kwargs_handlers``) sets ``enabled`` and ``cache_enabled``."""
-        if self.mixed_precision == "no":
-            return contextlib.nullcontext()
-        import torch
-
-        options = dict(self._handlers.autocast)
+    def autocast(self, autocast_handler: Any = None) -> Any:
+        """Autocast per the configured precision (a no-op for ``no``), a context manager and
+        a decorator; an ``AutocastKwargs`` (or the one in ``kwargs_handlers``) sets
+        ``enabled`` and ``cache_enabled``."""
+        options = self._handlers.autocast
         if autocast_handler is not None:
             options = hfargs.handlers([autocast_handler]).autocast
-        dtype = torch.bfloat16 if self.mixed_precision == "bf16" else torch.float16
-        return torch.autocast(device_type=self.device.type, dtype=dtype, **options)
+        return setup.autocast(self.mixed_precision, self.device, options)
 
     def backward(self, loss: Any, **kwargs: Any) -> None:
         """``loss.backward()``; with fp16, of the loss times the scaler's scale; while

@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -106,22 +107,91 @@ def grad_scaler(mixed_precision: str, on: torch.device, options: Any = None) -> 
     return torch.amp.GradScaler(on.type, **(options or {}))
 
 
+def autocast(precision: str, on: torch.device, options: Mapping[str, Any]) -> Any:
+    """``torch.autocast`` for ``precision``; for ``no``, a no-op. Either is a context
+    manager and a decorator, as Accelerate's ``autocast()``."""
+    if precision == "no":
+        return NoAutocast()
+    import torch
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=on.type, dtype=dtype, **options)
+
+
+class NoAutocast(contextlib.nullcontext[None], contextlib.ContextDecorator):
+    """``autocast()`` without mixed precision: nothing, used with ``with`` or as ``@``."""
+
+
+AUTOCAST = "_accel_autocast"  # on the forward autocast_forward sets
+
+
 def autocast_forward(model: Any, autocast: Any) -> None:
     """``model.forward`` under ``autocast()``, its float outputs back in fp32, as
-    Hugging Face Accelerate's prepared models run (its scripts never call autocast)."""
+    Hugging Face Accelerate's prepared models run (its scripts never call autocast).
+
+    As Accelerate's, the new forward is a method of ``model`` (``copy.deepcopy`` binds
+    it to the copy, which runs its own weights; a pickled model is the plain one) and the
+    one it replaces is ``model._original_forward``, which
+    ``unwrap_model(keep_fp32_wrapper=False)`` puts back (:func:`strip_autocast`).
+    """
+    import types
+
+    inner = model.forward
+    if getattr(inner, AUTOCAST, False):
+        return  # prepared already: once is enough
+    model._original_forward = inner
+    method = isinstance(inner, types.MethodType) and inner.__self__ is model
+    if method:
+        model.forward = types.MethodType(_autocast(inner.__func__, autocast), model)
+    else:  # a forward set on the instance that is no method of it: wrapped as it is
+        model.forward = _autocast(inner, autocast)
+
+
+def _autocast(inner: Any, autocast: Any) -> Any:
     import functools
 
     import torch
 
-    inner = model.forward
-
-    @functools.wraps(inner)
+    @functools.wraps(inner)  # its name: a pickled method is getattr(model, name)
     def forward(*args: Any, **kwargs: Any) -> Any:
         with autocast():
             out = inner(*args, **kwargs)
         return _to_fp32(out, torch)
 
-    model.forward = forward
+    setattr(forward, AUTOCAST, True)  # a bound method reads its function's attributes
+    return forward
+
+
+def strip_autocast(model: Any) -> None:
+    """Undo :func:`autocast_forward` (Accelerate's ``keep_fp32_wrapper=False``)."""
+    original = vars(model).pop("_original_forward", None)
+    if original is None:
+        return
+    plain = getattr(type(model), "forward", None)
+    if getattr(original, "__self__", None) is model and getattr(original, "__func__", 0) is plain:
+        vars(model).pop("forward", None)  # the class's own forward: no instance attribute
+    else:
+        model.forward = original
+
+
+class WaitForSnapshot:
+    """The ``load_state_dict`` pre-hook ``prepare`` puts on models and optimizers: it
+    waits for the snapshot in flight (it is copying these tensors). It holds the
+    accelerator weakly and pickles as a no-op, so ``torch.save`` of a whole model works."""
+
+    def __init__(self, accelerator: Any = None) -> None:
+        self._accelerator = None if accelerator is None else weakref.ref(accelerator)
+
+    def __call__(self, *_: Any) -> None:
+        accelerator = None if self._accelerator is None else self._accelerator()
+        if accelerator is not None:
+            accelerator.wait_for_snapshot()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return WaitForSnapshot, ()
+
+    def __deepcopy__(self, memo: Any) -> WaitForSnapshot:
+        return self  # a copy of a prepared model waits as the model does
 
 
 def _to_fp32(data: Any, torch: Any) -> Any:
