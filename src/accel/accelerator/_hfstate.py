@@ -37,6 +37,7 @@ class Accelerator(Protocol):
     """What of ``accel.Accelerator`` a folder checkpoint needs (no import circle)."""
 
     project_configuration: ProjectConfiguration
+    workspace: Workspace
 
     @property
     def is_main_process(self) -> bool: ...
@@ -91,7 +92,8 @@ def one_of(step: Any, **keyword: Any) -> Any:
 
 
 def output_folder(acc: Accelerator, output_dir: Any) -> Path:
-    """Where ``save_state(output_dir)`` goes (Accelerate's automatic naming included)."""
+    """Where ``save_state(output_dir)`` goes (Accelerate's automatic naming included);
+    one UsageError line when it cannot. Not a collective: see :func:`make_room`."""
     project = acc.project_configuration
     if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
         raise UsageError(
@@ -114,10 +116,33 @@ def output_folder(acc: Accelerator, output_dir: Any) -> Path:
             f"checkpoint folder {folder} already exists; set "
             "project_configuration.iteration to the iteration to continue from"
         )
-    if acc.is_main_process and project.total_limit is not None:
-        _keep_newest(root, project.total_limit - 1)
-    acc.wait_for_everyone()
     return folder
+
+
+def meet(acc: Accelerator, name: str) -> None:
+    """A barrier for ``name``'s folder steps that cannot hang: every rank first meets on
+    the job's store (``checkpoints.arrival_timeout`` at most, then every rank that
+    waited fails with one CollectiveMismatch line naming who came, as ``save_state(step)``
+    does), and only then enters the process group's barrier, which everyone has reached.
+    Without it ``if accelerator.is_main_process: accelerator.save_state()`` under
+    automatic naming waited in a plain barrier for gloo's 30 minutes."""
+    from accel.store.collectives import arrive, named
+
+    with named(name):
+        arrive(name, float(acc.workspace.settings.checkpoints.arrival_timeout))
+    acc.wait_for_everyone()
+
+
+def make_room(acc: Accelerator, folder: Path) -> None:
+    """Accelerate's ``total_limit`` for the new ``folder``: the main process deletes the
+    oldest ``checkpoint_<n>`` folders, once every rank has come to the save (a save on
+    the main process only deletes nothing) and before any rank creates ``folder``."""
+    limit = acc.project_configuration.total_limit
+    if limit is None:
+        return
+    if acc.is_main_process:
+        _keep_newest(folder.parent, limit - 1)
+    meet(acc, "save_state")  # bounded: a deletion that failed on rank 0 hangs no rank
 
 
 def _keep_newest(root: Path, keep: int) -> None:
@@ -138,7 +163,7 @@ def write_pointer(acc: Accelerator, folder: Path, series: str, step: int) -> Non
 
     if acc.is_main_process:
         atomic_write_json(folder / POINTER, {"format": 1, "series": series, "step": step})
-    acc.wait_for_everyone()
+    meet(acc, "save_state")  # bounded: a write that failed on rank 0 hangs no rank
 
 
 def read_pointer(folder: Path) -> tuple[str, int]:
@@ -309,6 +334,11 @@ class FolderApi:
 
     def _save_to_folder(self, output_dir: Any) -> str:
         folder = output_folder(self, output_dir)
+        # Every rank comes before the first collective (pruning's barrier, a hook's):
+        # a save on the main process only fails in one line instead of hanging.
+        meet(self, "save_state")
+        if self.project_configuration.automatic_checkpoint_naming:
+            make_room(self, folder)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a read-only mount: the line a checkpoint's write gives
