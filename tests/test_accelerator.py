@@ -285,6 +285,26 @@ def test_log_appends_json_lines(project: Path, monkeypatch: pytest.MonkeyPatch) 
         acc.log({"bad": object()}, step=3)
 
 
+def test_a_list_of_numbers_is_logged_one_entry_each(project: Path) -> None:
+    """`acc.log({"lr": scheduler.get_last_lr()})`, as Accelerate scripts write it, raised
+    UsageError (a list) and ended the run."""
+    acc = accel.Accelerator()
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD([{"params": model.weight}, {"params": model.bias, "lr": 0.5}], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    acc.log({"lr": scheduler.get_last_lr(), "pair": (torch.tensor(1.5), 2)}, step=1)
+    (line,) = (acc.workspace.runs_dir / "local" / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert {k: record[k] for k in ("lr/0", "lr/1", "pair/0", "pair/1")} == {
+        "lr/0": 0.1,
+        "lr/1": 0.5,
+        "pair/0": 1.5,
+        "pair/1": 2,
+    }
+    with pytest.raises(UsageError, match=r"metric 'bad/0' is a object"):
+        acc.log({"bad": [object()]}, step=2)  # what is in it is checked as before
+
+
 def test_log_never_kills_training(project: Path, caplog: pytest.LogCaptureFixture) -> None:
     acc = accel.Accelerator()
     acc.workspace.ensure()

@@ -159,11 +159,15 @@ def number(value: Any) -> Any:
 
 def flat_metrics(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` for ``metrics.jsonl``: a dict of scalars (TensorBoard's ``add_scalars``)
-    becomes ``key/sub`` entries."""
+    becomes ``key/sub`` entries, a list or tuple of them ``key/0``, ``key/1``... (a
+    scheduler's ``get_last_lr()``, one per parameter group: an Accelerate script logs it
+    as it is, and a list killed the run)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, dict):
             out.update({f"{key}/{sub}": v for sub, v in value.items()})
+        elif isinstance(value, (list, tuple)):
+            out.update({f"{key}/{i}": v for i, v in enumerate(value)})
         else:
             out[key] = value
     return out
