@@ -568,3 +568,31 @@ def _buffered(fd: int) -> bool:
     """Turn ``O_DIRECT`` off on ``fd`` (the tail, or a refusal); False."""
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_DIRECT)
     return False
+
+
+def link_below(root: Path | str, path: Path | str) -> str | None:
+    """The first of the folders below ``root`` down to ``path`` (itself included) that is a
+    symbolic link, or None: a read or write through one could land anywhere, and
+    ``O_NOFOLLOW`` guards only the last name. ``root`` itself is the user's to place
+    (``workspace.path``, a remote on a mounted disk) and not looked at."""
+    current = str(root)
+    for part in Path(os.path.relpath(path, root)).parts:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return current
+    return None
+
+
+def make_below(root: Path | str, folder: Path | str) -> str | None:
+    """Make the folders below ``root`` down to ``folder`` one at a time, never through a
+    symbolic link (``mkdir(parents=True)`` follows one): the first link on the way, made
+    since it was looked for, or None once ``folder`` is there."""
+    current = str(root)
+    for part in Path(os.path.relpath(folder, root)).parts:
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            if os.path.islink(current):
+                return current
+    return None

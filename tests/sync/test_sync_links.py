@@ -141,7 +141,7 @@ def test_the_folders_of_a_pulled_file_are_made_one_at_a_time_never_through_a_lin
     tmp_path: Path, outside: Path
 ) -> None:
     """``mkdir(parents=True)`` follows a link made after the unit was checked."""
-    from accel.sync._paths import make_below
+    from accel._fs import make_below
 
     root = tmp_path / "data"
     (root / "logs").mkdir(parents=True)

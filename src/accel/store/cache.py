@@ -25,7 +25,6 @@ timestamps are coarse, and a write within the same tick could keep them).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import json
@@ -46,6 +45,8 @@ from accel._fs import (
     JSON_DIGITS,
     JSON_INT_READ,
     fsync_dir,
+    link_below,
+    make_below,
     open_regular,
     parse_json,
     remove_tree,
@@ -73,7 +74,6 @@ from accel.store.entry import (
     entry_folders,
     file_name_ok,
     key_of,
-    link_below,
     made_by_accel,
     prune,
     read_cache_meta,
@@ -153,15 +153,11 @@ class Cache:
             raise error(f"{link} is a symbolic link, which could lead outside the cache; remove it")
 
     def _make_namespace(self, entry: Path) -> None:
-        # A folder at a time, each checked before one is made in it: ``mkdir -p`` would
-        # follow a linked namespace and make folders wherever it leads.
-        folder = self.root
-        folder.mkdir(parents=True, exist_ok=True)
-        for part in entry.relative_to(self.root).parts[:-1]:
-            folder = folder / part
-            with contextlib.suppress(FileExistsError):
-                folder.mkdir()
-            self._no_link(folder, UsageError)
+        # A folder at a time, never through a link: ``mkdir -p`` would follow a linked
+        # namespace and make folders wherever it leads.
+        self.root.mkdir(parents=True, exist_ok=True)
+        if make_below(self.root, entry.parent) is not None:
+            self._no_link(entry.parent, UsageError)  # says which link
 
     def _meta(self, entry: Path, key: str) -> CacheMeta | None:
         """The committed metadata, None when there is no entry; IntegrityError if damaged

@@ -26,14 +26,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from accel import _faults
-from accel._fs import JSON_INT_MAX, atomic_write_json, read_json, remove_tree
+from accel._fs import JSON_INT_MAX, atomic_write_json, link_below, read_json, remove_tree
 from accel.errors import IntegrityError, MetaMissing, UsageError
 from accel.layout import (
     CACHE_META,
@@ -70,7 +69,6 @@ __all__ = [
     "is_utf8",
     "key_of",
     "key_problem",
-    "link_below",
     "parse_cache_meta",
     "read_cache_meta",
     "strip_entry",
@@ -365,23 +363,6 @@ def _ours(entry: Path, root: Path, key: str) -> bool:
     if link_below(root, entry) is not None or not entry.is_dir():
         return False
     return made_by_accel(entry, key)
-
-
-def link_below(root: Path, path: Path) -> Path | None:
-    """The first of the folders below ``root`` down to ``path`` (itself included) that is
-    a symbolic link, or None. A link anywhere on the way (a namespace, an entry, a version
-    folder) could lead a read, a write or a delete anywhere, and ``O_NOFOLLOW`` guards
-    only the last name, so each is ``lstat``-ed. ``root`` (the cache folder) is the
-    workspace's to place, and not looked at."""
-    current = root
-    for part in path.relative_to(root).parts:
-        current = current / part
-        try:
-            if stat.S_ISLNK(os.lstat(current).st_mode):
-                return current
-        except OSError:  # nothing there: nothing below it either
-            return None
-    return None
 
 
 def entry_file(payload: str | None) -> Callable[[str], bool]:

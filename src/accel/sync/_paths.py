@@ -10,13 +10,12 @@ The remote mirrors the workspace's data layout::
 A path read from a remote index is untrusted: :func:`split` refuses anything that could
 land outside those folders (``..``, an absolute path, a backslash); which names a pull
 brings in is :mod:`accel.sync._trust`'s to say. Nor is a folder on the way to a path
-trusted: :func:`link_below` finds the link a write would go through, and
-:func:`make_below` makes folders without going through one.
+trusted: :func:`accel._fs.link_below` finds the link a write would go through, and
+:func:`accel._fs.make_below` makes folders without going through one.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,33 +63,6 @@ def is_checkpoint_file(parts: list[str]) -> bool:
     from accel.store.manifest import FILE_NAME
 
     return parts[0] == CHECKPOINTS_DIR and FILE_NAME.fullmatch("/".join(parts[3:])) is not None
-
-
-def link_below(root: Path | str, path: Path | str) -> str | None:
-    """The first of the folders below ``root`` down to ``path`` (itself included) that is a
-    symbolic link, or None: a write through one could land anywhere. ``root`` itself is the
-    user's to place (``workspace.path``, a remote on a mounted disk) and not looked at."""
-    current = str(root)
-    for part in Path(os.path.relpath(path, root)).parts:
-        current = os.path.join(current, part)
-        if os.path.islink(current):
-            return current
-    return None
-
-
-def make_below(root: Path | str, folder: Path | str) -> str | None:
-    """Make the folders below ``root`` down to ``folder`` one at a time, never through a
-    symbolic link (``mkdir(parents=True)`` follows one): the first link on the way, made
-    since it was looked for, or None once ``folder`` is there."""
-    current = str(root)
-    for part in Path(os.path.relpath(folder, root)).parts:
-        current = os.path.join(current, part)
-        try:
-            os.mkdir(current)
-        except FileExistsError:
-            if os.path.islink(current):
-                return current
-    return None
 
 
 def kind_of(rel: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel._fs import fsync_dir, read_json, temp_beside
+from accel._fs import fsync_dir, link_below, make_below, read_json, temp_beside
 from accel._locks import locked
 from accel.errors import IntegrityError, JobFailed, UsageError
 from accel.layout import (
@@ -34,7 +34,7 @@ from accel.layout import (
     make_owned_dir,
 )
 from accel.sync._model import CACHE, CHECKPOINT, CONFIG, RUN, FileEntry, Reporter, Transfer
-from accel.sync._paths import link_below, local_path, make_below
+from accel.sync._paths import local_path
 from accel.sync._remote import Remote
 from accel.sync._trust import PLAIN_NAME, cache_key
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from accel._fs import TMP_PREFIX, open_regular
+from accel._fs import TMP_PREFIX, link_below, open_regular
 from accel._redact import redact_url
 from accel._version import __version__, extra, install_extra
 from accel.errors import DamagedFile, IntegrityError, JobFailed, UsageError, hint, unreachable
@@ -41,7 +41,6 @@ from accel.sync._checksum import (
     format_checksum,
 )
 from accel.sync._model import FileEntry
-from accel.sync._paths import link_below
 
 INDEX_NAME = "accel-sync.json"
 INDEX_FORMAT = "accel-sync"
